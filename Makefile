@@ -1,0 +1,53 @@
+# holdfast: `make help` lists every target.
+
+SHELL := /usr/bin/env bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+GO ?= go
+# The control plane the tests run against is built from this module's graph.
+K8S_VERSION := $(shell awk '$$1 == "k8s.io/kubernetes" { print $$2; exit }' go.mod)
+K8S_BIN := $(CURDIR)/bin/k8s/$(K8S_VERSION)
+CONTROLLER_GEN_VERSION := v0.23.0
+CONTROLLER_GEN := $(CURDIR)/bin/tools/controller-gen-$(CONTROLLER_GEN_VERSION)
+TEST_TIMEOUT ?= 25m
+GO_TEST_FLAGS ?=
+
+export KUBEBUILDER_ASSETS := $(K8S_BIN)
+
+.PHONY: help
+help: ## Show every target and what it does
+	@awk 'BEGIN { FS = ":.*## " } /^[a-zA-Z0-9_-]+:.*## / { printf "  %-18s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
+
+.PHONY: build
+build: ## Build every binary under cmd/ into bin/
+	@if compgen -G 'cmd/*/main.go' >/dev/null; then $(GO) build -o bin/ ./cmd/...; else echo "build: no binaries under cmd/ yet"; fi
+
+.PHONY: generate
+generate: $(CONTROLLER_GEN) ## Generate deepcopy code and the CRDs (into charts/holdfast/crds)
+	$(CONTROLLER_GEN) object paths=./api/...
+	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=charts/holdfast/crds
+
+.PHONY: verify
+verify: $(CONTROLLER_GEN) ## Fail on stale generated files, gofmt/go vet findings, or an untidy go.mod
+	CONTROLLER_GEN=$(CONTROLLER_GEN) hack/verify.sh
+
+.PHONY: k8s-bin
+k8s-bin: ## Build kube-apiserver, kubectl and etcd from the module graph into bin/k8s/<version>
+	hack/build-k8s-bin.sh
+
+.PHONY: test-unit
+test-unit: ## Run the tests that need no control plane
+	$(GO) test -timeout $(TEST_TIMEOUT) $(GO_TEST_FLAGS) ./...
+
+.PHONY: test-integration
+test-integration: k8s-bin ## Run only the packages with tests against the real apiserver, etcd and kubectl
+	$(GO) test -tags integration -timeout $(TEST_TIMEOUT) $(GO_TEST_FLAGS) $$(hack/integration-packages.sh)
+
+.PHONY: test
+test: k8s-bin ## Run everything CI runs: unit and integration tests (the README's test command)
+	$(GO) test -tags integration -timeout $(TEST_TIMEOUT) $(GO_TEST_FLAGS) ./...
+
+$(CONTROLLER_GEN):
+	GOBIN=$(CURDIR)/bin/tools/.gobin $(GO) install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)
+	mv $(CURDIR)/bin/tools/.gobin/controller-gen $@

@@ -1,0 +1,133 @@
+// Package lease is the wire protocol of the control lease between the grantor
+// (holdfast-controller) and a unit runtime (DESIGN §3).
+//
+// The grantor POSTs a Grant to Path on the runtime pod's IP and leasePort. The
+// runtime answers 200 with a Reply, 409 with a Conflict for an epoch that is
+// not its own, and 400 with an Error for a malformed grant. GET on Path
+// answers a Status, which the node plugin's watchdog reads.
+package lease
+
+import (
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+)
+
+// Path of the lease endpoint on the runtime's leasePort.
+const Path = "/v1/lease"
+
+// Grant is one renewal of a runtime's control lease.
+type Grant struct {
+	// Unit is the unit's namespace/name.
+	Unit string `json:"unit"`
+	// Epoch is the binding epoch the grant is for.
+	Epoch int64 `json:"epoch"`
+	// DurationMillis is the lease duration.
+	DurationMillis int64 `json:"durationMillis"`
+	// AckAgeMillis is the age, measured by the grantor just before sending,
+	// of the last renewal it saw acknowledged at this binding. Absent when
+	// there is none: such a grant extends nothing (L1), and the grantor
+	// follows its first acknowledged renewal at once with a second.
+	AckAgeMillis *int64 `json:"ackAgeMillis,omitempty"`
+	// Grantor names the granting process (pod name), for the runtime's log.
+	Grantor string `json:"grantor"`
+	// Seq increases with every grant a grantor sends.
+	Seq uint64 `json:"seq"`
+}
+
+// Duration is the grant's lease duration.
+func (g *Grant) Duration() time.Duration {
+	return time.Duration(g.DurationMillis) * time.Millisecond
+}
+
+// AckAge is the acknowledged age the grant carries, and whether it has one.
+func (g *Grant) AckAge() (time.Duration, bool) {
+	if g.AckAgeMillis == nil {
+		return 0, false
+	}
+	return time.Duration(*g.AckAgeMillis) * time.Millisecond, true
+}
+
+// Validate returns every problem of a malformed grant with its field path.
+func (g *Grant) Validate() field.ErrorList {
+	var errs field.ErrorList
+	if g.Unit == "" {
+		errs = append(errs, field.Required(field.NewPath("unit"), "must name the unit"))
+	}
+	if g.Epoch < 1 {
+		errs = append(errs, field.Invalid(field.NewPath("epoch"), g.Epoch, "must be at least 1"))
+	}
+	if d := g.Duration(); d < holdfastv1.MinLeaseDuration || d > holdfastv1.MaxLeaseDuration {
+		errs = append(errs, field.Invalid(field.NewPath("durationMillis"), g.DurationMillis,
+			"must be between 10000 and 600000"))
+	}
+	if g.AckAgeMillis != nil && *g.AckAgeMillis < 0 {
+		errs = append(errs, field.Invalid(field.NewPath("ackAgeMillis"), *g.AckAgeMillis, "must not be negative"))
+	}
+	if g.Grantor == "" {
+		errs = append(errs, field.Required(field.NewPath("grantor"), "must name the grantor"))
+	}
+	return errs
+}
+
+// State is the runtime's own view of its lease.
+type State string
+
+const (
+	// Ungranted: a Failover runtime that has not been granted at this epoch;
+	// it is fenced.
+	Ungranted State = "Ungranted"
+	// Held: granted, before the deadline; outputs are written.
+	Held State = "Held"
+	// Holding: past the deadline, within the hold bound; outputs are driven
+	// to their hold values and nothing else is written.
+	Holding State = "Holding"
+	// Fenced: past deadline plus hold bound; every output write is refused,
+	// reads go on, drivers stay connected.
+	Fenced State = "Fenced"
+	// Autonomous: an Autonomy runtime; it never fences.
+	Autonomous State = "Autonomous"
+)
+
+// Reply answers an accepted grant (200).
+type Reply struct {
+	Epoch       int64                         `json:"epoch"`
+	State       State                         `json:"state"`
+	Fenced      bool                          `json:"fenced"`
+	Incarnation holdfastv1.RuntimeIncarnation `json:"incarnation"`
+}
+
+// Conflict answers a grant for an epoch that is not the runtime's (409).
+type Conflict struct {
+	Message      string `json:"message"`
+	RuntimeEpoch int64  `json:"runtimeEpoch"`
+	GrantEpoch   int64  `json:"grantEpoch"`
+}
+
+// Error answers a malformed request (400) or a refusal the runtime explains.
+type Error struct {
+	Message string `json:"message"`
+}
+
+// Status answers GET Path.
+type Status struct {
+	Unit  string                      `json:"unit"`
+	Mode  holdfastv1.AvailabilityMode `json:"mode"`
+	Epoch int64                       `json:"epoch"`
+	State State                       `json:"state"`
+	// Fenced is true while output writes are refused.
+	Fenced bool `json:"fenced"`
+	// RemainingMillis until the lease deadline by the runtime's monotonic
+	// clock, negative once past it; absent when nothing was ever granted.
+	RemainingMillis *int64 `json:"remainingMillis,omitempty"`
+	// Deadline is the same instant on the wall clock, for people.
+	Deadline *time.Time `json:"deadline,omitempty"`
+	// HoldBoundMillis is the runtime's hold bound.
+	HoldBoundMillis int64                         `json:"holdBoundMillis"`
+	Incarnation     holdfastv1.RuntimeIncarnation `json:"incarnation"`
+	// LastGrantor and LastSeq identify the last grant that extended the lease.
+	LastGrantor string `json:"lastGrantor,omitempty"`
+	LastSeq     uint64 `json:"lastSeq,omitempty"`
+}

@@ -1,0 +1,146 @@
+package v1alpha1
+
+// Node labels (DESIGN §2).
+const (
+	// LabelVoterEligible marks a node an admin allows to become an etcd voter.
+	LabelVoterEligible = "holdfast.io/voter-eligible"
+	// LabelPinned marks a node an admin does not want swapped in or out.
+	LabelPinned = "holdfast.io/pinned"
+	// LabelDesiredRole is the role the controller wants: server or agent.
+	// Set by the controller only.
+	LabelDesiredRole = "holdfast.io/desired-role"
+	// LabelRole on a Node is the role the node plugin observed. On a Pod,
+	// RoleVoterCandidate marks the voter controller's placement pod.
+	LabelRole = "holdfast.io/role"
+	// LabelEtcdRole and LabelControlPlaneRole are the well-known role labels
+	// holdfast guards.
+	LabelEtcdRole         = "node-role.kubernetes.io/etcd"
+	LabelControlPlaneRole = "node-role.kubernetes.io/control-plane"
+)
+
+// Role values of LabelDesiredRole and LabelRole.
+const (
+	RoleServer = "server"
+	RoleAgent  = "agent"
+	// RoleVoterCandidate labels the pod the scheduler places when a swap
+	// names no incoming node.
+	RoleVoterCandidate = "voter-candidate"
+)
+
+// Node annotations (DESIGN §2). A node plugin writes them on its own Node only.
+const (
+	// AnnotationRoleSwap is the swap ID a role step belongs to.
+	AnnotationRoleSwap = "holdfast.io/role-swap"
+	// AnnotationRoleStep is the step the actuator must carry out.
+	AnnotationRoleStep = "holdfast.io/role-step"
+	// AnnotationRoleJoin lists the peer URLs a promoted server joins.
+	AnnotationRoleJoin = "holdfast.io/role-join"
+	// AnnotationActuator is the node plugin's report (ActuatorReport, JSON).
+	AnnotationActuator = "holdfast.io/actuator"
+	// AnnotationProvisioned says the server unit is installed on the host.
+	AnnotationProvisioned = "holdfast.io/provisioned"
+	// AnnotationTombstone records the member and cluster ID of a removed member.
+	AnnotationTombstone = "holdfast.io/tombstone"
+	// AnnotationFitness carries the node's fitness probe results.
+	AnnotationFitness = "holdfast.io/fitness"
+)
+
+// Role steps, the values of AnnotationRoleStep.
+const (
+	RoleStepPromote      = "promote"
+	RoleStepStepDown     = "step-down"
+	RoleStepFinishDemote = "finish-demote"
+	RoleStepRollback     = "rollback"
+)
+
+// Actuator phases reported in AnnotationActuator.
+const (
+	ActuatorRunning = "running"
+	ActuatorDone    = "done"
+	ActuatorFailed  = "failed"
+	ActuatorRefused = "refused"
+)
+
+// Unit annotations a person sets (guarded by the webhook).
+const (
+	// AnnotationFailoverTo asks for a manual failover to the named node.
+	AnnotationFailoverTo = "holdfast.io/failover-to"
+	// AnnotationFailoverConfirmFenced certifies, in the person's words, how
+	// the old node was fenced (powered off, cut from the field network).
+	AnnotationFailoverConfirmFenced = "holdfast.io/failover-confirm-fenced"
+	// AnnotationRestart asks for a restart of the runtime (RFC 3339 time).
+	AnnotationRestart = "holdfast.io/restart"
+)
+
+// Runtime pods.
+const (
+	// LabelUnit names the unit a runtime pod belongs to.
+	LabelUnit = "holdfast.io/unit"
+	// LabelEpoch carries the binding epoch a runtime pod was created for.
+	LabelEpoch = "holdfast.io/epoch"
+	// SchedulerName is the profile of holdfast-scheduler that places runtime
+	// and voter-candidate pods.
+	SchedulerName = "holdfast-scheduler"
+	// HealthServiceReadiness and HealthServiceLiveness are the gRPC health
+	// service names of the two probes (§3 L9): readiness answers to the
+	// lease and the drivers, liveness only to a stalled scan.
+	HealthServiceReadiness = "holdfast.readiness"
+	HealthServiceLiveness  = "holdfast.liveness"
+)
+
+// The voter swap Lease (DESIGN §2, §6).
+const (
+	SwapLeaseNamespace = "kube-system"
+	SwapLeaseName      = "holdfast-voter-swap"
+	// LabelGuarded selects the objects the webhook guards.
+	LabelGuarded = "holdfast.io/guarded"
+	// AnnotationSwapID and AnnotationSwapNodes on the swap Lease name the
+	// swap and its nodes (comma separated), which node recovery leaves alone.
+	AnnotationSwapID    = "holdfast.io/swap-id"
+	AnnotationSwapNodes = "holdfast.io/swap-nodes"
+)
+
+// VoterPolicyName is the name of the singleton VoterPolicy.
+const VoterPolicyName = "default"
+
+// Unit condition types.
+const (
+	ConditionRuntimeReady      = "RuntimeReady"
+	ConditionHeld              = "Held"
+	ConditionFailoverSuspended = "FailoverSuspended"
+	ConditionFailoverRequest   = "FailoverRequest"
+	ConditionLeaseExpired      = "LeaseExpired"
+)
+
+// Unit condition reasons.
+const (
+	// Held
+	ReasonRenewalAcknowledged  = "RenewalAcknowledged"
+	ReasonAwaitingFirstRenewal = "AwaitingFirstRenewal"
+	ReasonAutonomy             = "Autonomy"
+	// LeaseExpired (also the verdicts)
+	ReasonSelfFenced    = string(VerdictSelfFenced)
+	ReasonStartupFailed = string(VerdictStartupFailed)
+	ReasonLeaseRenewed  = "LeaseRenewed"
+	// FailoverSuspended
+	ReasonAllTargetsTried  = "AllTargetsTried"
+	ReasonRuntimeConfirmed = "RuntimeConfirmed"
+	// FailoverRequest: LeadershipHoldOff is a wait that names its deadline;
+	// every other reason is an outcome.
+	ReasonLeadershipHoldOff = "LeadershipHoldOff"
+	ReasonRebound           = "Rebound"
+	ReasonRefused           = "Refused"
+	ReasonNoEligibleTarget  = "NoEligibleTarget"
+	// RuntimeReady
+	ReasonPodReady    = "PodReady"
+	ReasonPodNotReady = "PodNotReady"
+	ReasonPodMissing  = "PodMissing"
+)
+
+// VoterSwap and VoterPolicy condition types.
+const (
+	ConditionGatesPassed = "GatesPassed"
+	ConditionProgressing = "Progressing"
+	ConditionEtcdHealthy = "EtcdHealthy"
+	ConditionVotersEven  = "VotersEven"
+)

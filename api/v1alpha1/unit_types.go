@@ -1,0 +1,333 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// AvailabilityMode says what happens to a unit when its runtime's node is lost.
+// +kubebuilder:validation:Enum=Autonomy;Failover
+type AvailabilityMode string
+
+const (
+	// Autonomy keeps controlling through a partition and never self-fences;
+	// failover is by hand only, with a confirmation that the old node is fenced.
+	Autonomy AvailabilityMode = "Autonomy"
+	// Failover holds a control lease, self-fences when renewals stop, and is
+	// re-bound automatically after the lease expired plus the margin.
+	Failover AvailabilityMode = "Failover"
+)
+
+// ColocationPolicy says what a re-bind does with a target that already hosts
+// another unit's runtime.
+// +kubebuilder:validation:Enum=Refuse;Warn
+type ColocationPolicy string
+
+const (
+	// ColocationRefuse never places this unit's runtime beside another unit's.
+	ColocationRefuse ColocationPolicy = "Refuse"
+	// ColocationWarn places it there only when nothing better exists, with a
+	// Warning event on the Unit.
+	ColocationWarn ColocationPolicy = "Warn"
+)
+
+// LeaseState is the grantor's view of a binding's control lease.
+// +kubebuilder:validation:Enum=Pending;Held;Expired
+type LeaseState string
+
+const (
+	// LeasePending: no renewal acknowledged yet at this binding.
+	LeasePending LeaseState = "Pending"
+	// LeaseHeld: the last renewal was acknowledged within the lease duration.
+	LeaseHeld LeaseState = "Held"
+	// LeaseExpired: the binding passed its deadline (§3 L4); see Expiry.
+	LeaseExpired LeaseState = "Expired"
+)
+
+// ExpiryVerdict is what an Expired lease means, captured at the transition.
+// +kubebuilder:validation:Enum=SelfFenced;StartupFailed
+type ExpiryVerdict string
+
+const (
+	// VerdictSelfFenced: a renewal had been acknowledged at this binding, so
+	// the runtime has certainly held and fenced by its own clock.
+	VerdictSelfFenced ExpiryVerdict = "SelfFenced"
+	// VerdictStartupFailed: no renewal was ever acknowledged at this binding;
+	// the runtime did not come up within the start-up grace. Nothing was
+	// fenced, because nothing was ever granted.
+	VerdictStartupFailed ExpiryVerdict = "StartupFailed"
+)
+
+// RenewalOutcome is what the last renewal attempt before an expiry got back.
+// +kubebuilder:validation:Enum=Refused;Unreachable;NotAttempted
+type RenewalOutcome string
+
+const (
+	// RenewalRefused: the runtime's own handler answered and refused; the
+	// runtime is up and reachable.
+	RenewalRefused RenewalOutcome = "Refused"
+	// RenewalUnreachable: no answer from the runtime's handler (connection
+	// refused, reset or timed out); the node may be gone.
+	RenewalUnreachable RenewalOutcome = "Unreachable"
+	// RenewalNotAttempted: the runtime never had an address to renew at.
+	RenewalNotAttempted RenewalOutcome = "NotAttempted"
+)
+
+// UnitSpec is the desired state of a unit.
+type UnitSpec struct {
+	// runtime describes the unit runtime pod.
+	// +required
+	Runtime UnitRuntime `json:"runtime"`
+
+	// nodeSelector chooses the primary node(s): nodes that reach the unit's
+	// field I/O. The first binding lands on one of them.
+	// +required
+	// +kubebuilder:validation:MinProperties=1
+	NodeSelector map[string]string `json:"nodeSelector"`
+
+	// availability chooses between partition autonomy and automatic failover.
+	// The default is spelled out because the CRD's rules are checked against
+	// it before nested defaults apply.
+	// +optional
+	// +kubebuilder:default={mode:Autonomy,leaseDurationSeconds:30,runtimeStartupGraceSeconds:120,colocation:Warn}
+	Availability Availability `json:"availability,omitempty"`
+}
+
+// UnitRuntime describes the runtime pod holdfast creates for each binding.
+// +kubebuilder:validation:XValidation:rule="self.healthPort != self.leasePort",message="healthPort and leasePort must differ",fieldPath=".leasePort"
+type UnitRuntime struct {
+	// image is the unit runtime's container image.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	Image string `json:"image"`
+
+	// imagePullPolicy of the runtime container.
+	// +optional
+	// +kubebuilder:default=IfNotPresent
+	// +kubebuilder:validation:Enum=Always;IfNotPresent;Never
+	ImagePullPolicy corev1.PullPolicy `json:"imagePullPolicy,omitempty"`
+
+	// args passed to the runtime.
+	// +optional
+	// +listType=atomic
+	Args []string `json:"args,omitempty"`
+
+	// env of the runtime container.
+	// +optional
+	// +listType=atomic
+	Env []corev1.EnvVar `json:"env,omitempty"`
+
+	// resources of the runtime container.
+	// +optional
+	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
+
+	// healthPort serves gRPC health: the readiness and liveness services.
+	// The pod uses the host network, so runtimes sharing a node need distinct
+	// ports.
+	// +optional
+	// +kubebuilder:default=9440
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	HealthPort int32 `json:"healthPort,omitempty"`
+
+	// leasePort serves the control lease endpoint (POST/GET /v1/lease).
+	// +optional
+	// +kubebuilder:default=9443
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	LeasePort int32 `json:"leasePort,omitempty"`
+}
+
+// Availability is the unit's availability policy (DESIGN §3).
+// +kubebuilder:validation:XValidation:rule="self.runtimeStartupGraceSeconds >= self.leaseDurationSeconds",message="must be at least leaseDurationSeconds",fieldPath=".runtimeStartupGraceSeconds"
+// +kubebuilder:validation:XValidation:rule="!has(self.rebindMarginSeconds) || self.rebindMarginSeconds * 2 >= (self.leaseDurationSeconds < 10 ? 10 : (self.leaseDurationSeconds > 60 ? 60 : self.leaseDurationSeconds))",message="must be at least the hold bound (half the lease, clamped to 5s..30s)",fieldPath=".rebindMarginSeconds"
+// +kubebuilder:validation:XValidation:rule="self.mode != 'Failover' || (has(self.targets) && ((has(self.targets.nodes) && size(self.targets.nodes) > 0) || has(self.targets.selector)))",message="must name at least one node or a selector when mode is Failover",fieldPath=".targets"
+type Availability struct {
+	// mode is Autonomy (the default: never self-fences, failover by hand
+	// only) or Failover (lease, self-fence, automatic re-bind).
+	// +optional
+	// +kubebuilder:default=Autonomy
+	Mode AvailabilityMode `json:"mode,omitempty"`
+
+	// leaseDurationSeconds is how long a runtime may go without an
+	// acknowledged renewal before it holds and then fences.
+	// +optional
+	// +kubebuilder:default=30
+	// +kubebuilder:validation:XValidation:rule="self >= 10 && self <= 600",message="must be between 10 and 600 seconds"
+	LeaseDurationSeconds int32 `json:"leaseDurationSeconds,omitempty"`
+
+	// runtimeStartupGraceSeconds is how long a freshly bound runtime that has
+	// never had a renewal acknowledged gets, from its first address, before
+	// holdfast declares that it failed to start. Never below the lease.
+	// +optional
+	// +kubebuilder:default=120
+	// +kubebuilder:validation:XValidation:rule="self <= 3600",message="must be at most 3600 seconds"
+	RuntimeStartupGraceSeconds int32 `json:"runtimeStartupGraceSeconds,omitempty"`
+
+	// rebindMarginSeconds is how long after an expiry holdfast waits before a
+	// new writer may start. At least the hold bound; unset means the hold
+	// bound plus 5s.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="self <= 600",message="must be at most 600 seconds"
+	RebindMarginSeconds *int32 `json:"rebindMarginSeconds,omitempty"`
+
+	// targets are the eligible standby nodes for a re-bind.
+	// +optional
+	Targets *FailoverTargets `json:"targets,omitempty"`
+
+	// colocation says whether a re-bind may land on a target that already
+	// hosts another unit's runtime (Warn) or never does (Refuse).
+	// +optional
+	// +kubebuilder:default=Warn
+	Colocation ColocationPolicy `json:"colocation,omitempty"`
+}
+
+// FailoverTargets names eligible standby nodes by name, by label, or both.
+type FailoverTargets struct {
+	// nodes are standby node names.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MinLength=1
+	Nodes []string `json:"nodes,omitempty"`
+
+	// selector chooses standby nodes by label.
+	// +optional
+	Selector *metav1.LabelSelector `json:"selector,omitempty"`
+}
+
+// RuntimeIncarnation names one life of a runtime process: a container that
+// restarts in place keeps its pod but loses every piece of lease state.
+type RuntimeIncarnation struct {
+	// podUID of the runtime pod.
+	// +required
+	PodUID string `json:"podUID"`
+	// restartCount of the runtime container.
+	// +required
+	RestartCount int32 `json:"restartCount"`
+}
+
+// LeaseExpiryRecord is the verdict captured at the Expired transition.
+type LeaseExpiryRecord struct {
+	// verdict: SelfFenced when a renewal had been acknowledged at this
+	// binding, StartupFailed when none ever was.
+	// +required
+	Verdict ExpiryVerdict `json:"verdict"`
+	// lastAttempt is what the last renewal attempt got back.
+	// +required
+	LastAttempt RenewalOutcome `json:"lastAttempt"`
+	// message carries the last attempt's error or response.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// at is when the grantor declared the lease Expired.
+	// +required
+	At metav1.Time `json:"at"`
+	// epoch of the binding the verdict was captured at.
+	// +required
+	Epoch int64 `json:"epoch"`
+}
+
+// RuntimeBinding is the unit's current binding of its runtime to a node.
+type RuntimeBinding struct {
+	// node the runtime is bound to; empty until the scheduler placed it.
+	// +optional
+	Node string `json:"node,omitempty"`
+	// epoch is the fencing token: strictly increasing per unit, one per binding.
+	// +required
+	// +kubebuilder:validation:Minimum=1
+	Epoch int64 `json:"epoch"`
+	// pod is the runtime pod's name, <unit>-runtime-e<epoch>.
+	// +optional
+	Pod string `json:"pod,omitempty"`
+	// boundAt is when the scheduler recorded the node.
+	// +optional
+	BoundAt *metav1.Time `json:"boundAt,omitempty"`
+	// firstAddressAt is when the runtime pod first had an IP; the start-up
+	// grace runs from here.
+	// +optional
+	FirstAddressAt *metav1.Time `json:"firstAddressAt,omitempty"`
+	// leaseState is the grantor's view of the control lease.
+	// +optional
+	LeaseState LeaseState `json:"leaseState,omitempty"`
+	// leaseStateEpoch is the epoch leaseState was observed at. A re-bind
+	// carries the previous state under the new epoch; a state whose epoch is
+	// behind the binding's is carried, not observed. Zero means this
+	// binding's own (objects written before the field existed).
+	// +optional
+	LeaseStateEpoch int64 `json:"leaseStateEpoch,omitempty"`
+	// leaseEstablishedBy is the runtime incarnation that first had a renewal
+	// acknowledged at this binding. Written once.
+	// +optional
+	LeaseEstablishedBy *RuntimeIncarnation `json:"leaseEstablishedBy,omitempty"`
+	// lastAcknowledgedRenewal is when the last renewal was acknowledged.
+	// +optional
+	LastAcknowledgedRenewal *metav1.MicroTime `json:"lastAcknowledgedRenewal,omitempty"`
+	// expiry is the verdict captured when the lease went Expired.
+	// +optional
+	Expiry *LeaseExpiryRecord `json:"expiry,omitempty"`
+	// unsettledRebinds are the nodes the automatic path has re-bound to since
+	// a runtime was last confirmed; each is tried at most once.
+	// +optional
+	// +listType=set
+	UnsettledRebinds []string `json:"unsettledRebinds,omitempty"`
+}
+
+// LeaseStateCarried reports whether leaseState was carried over from a
+// previous binding by a re-bind rather than observed at this one.
+func (b *RuntimeBinding) LeaseStateCarried() bool {
+	return b.LeaseStateEpoch != 0 && b.LeaseStateEpoch < b.Epoch
+}
+
+// UnitStatus is the observed state of a unit.
+type UnitStatus struct {
+	// observedGeneration is the spec generation the controller last acted on.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// runtimeBinding is the current binding.
+	// +optional
+	RuntimeBinding *RuntimeBinding `json:"runtimeBinding,omitempty"`
+
+	// conditions: RuntimeReady, Held, FailoverSuspended, FailoverRequest,
+	// LeaseExpired.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// Unit is a piece of plant equipment driven by one unit runtime pod.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Namespaced,categories=holdfast
+// +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.spec.availability.mode`
+// +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.status.runtimeBinding.node`
+// +kubebuilder:printcolumn:name="Epoch",type=integer,JSONPath=`.status.runtimeBinding.epoch`
+// +kubebuilder:printcolumn:name="Lease",type=string,JSONPath=`.status.runtimeBinding.leaseState`
+// +kubebuilder:printcolumn:name="Held",type=string,JSONPath=`.status.conditions[?(@.type=="Held")].status`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type Unit struct {
+	metav1.TypeMeta `json:",inline"`
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec UnitSpec `json:"spec"`
+	// +optional
+	Status UnitStatus `json:"status,omitempty"`
+}
+
+// UnitList is a list of Units.
+//
+// +kubebuilder:object:root=true
+type UnitList struct {
+	metav1.TypeMeta `json:",inline"`
+	// +optional
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Unit `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&Unit{}, &UnitList{})
+}
