@@ -24,8 +24,9 @@ build: ## Build every binary under cmd/ into bin/
 	@if compgen -G 'cmd/*/main.go' >/dev/null; then $(GO) build -o bin/ ./cmd/...; else echo "build: no binaries under cmd/ yet"; fi
 
 .PHONY: generate
-generate: $(CONTROLLER_GEN) ## Generate deepcopy code and the CRDs (into charts/holdfast/crds)
+generate: $(CONTROLLER_GEN) ## Generate deepcopy code (api/, scheduler plugin args) and the CRDs (into charts/holdfast/crds)
 	$(CONTROLLER_GEN) object paths=./api/...
+	$(CONTROLLER_GEN) object paths=./scheduler-plugin/apis/...
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=charts/holdfast/crds
 
 .PHONY: verify

@@ -5,6 +5,7 @@ const (
 	// LabelVoterEligible marks a node an admin allows to become an etcd voter.
 	LabelVoterEligible = "holdfast.io/voter-eligible"
 	// LabelPinned marks a node an admin does not want swapped in or out.
+	// Any value but "false" pins (see NodePinned).
 	LabelPinned = "holdfast.io/pinned"
 	// LabelDesiredRole is the role the controller wants: server or agent.
 	// Set by the controller only.
@@ -37,11 +38,14 @@ const (
 	AnnotationRoleJoin = "holdfast.io/role-join"
 	// AnnotationActuator is the node plugin's report (ActuatorReport, JSON).
 	AnnotationActuator = "holdfast.io/actuator"
-	// AnnotationProvisioned says the server unit is installed on the host.
+	// AnnotationProvisioned says the server unit is installed on the host:
+	// the value "true" (see NodeProvisioned).
 	AnnotationProvisioned = "holdfast.io/provisioned"
-	// AnnotationTombstone records the member and cluster ID of a removed member.
+	// AnnotationTombstone records the member and cluster ID of a removed
+	// member: a Tombstone in JSON.
 	AnnotationTombstone = "holdfast.io/tombstone"
-	// AnnotationFitness carries the node's fitness probe results.
+	// AnnotationFitness carries the node's fitness probe results: a
+	// NodeFitness in JSON.
 	AnnotationFitness = "holdfast.io/fitness"
 )
 
@@ -76,7 +80,8 @@ const (
 const (
 	// LabelUnit names the unit a runtime pod belongs to.
 	LabelUnit = "holdfast.io/unit"
-	// LabelEpoch carries the binding epoch a runtime pod was created for.
+	// LabelEpoch carries the binding epoch a runtime pod was created for, in
+	// decimal (see ParseEpoch).
 	LabelEpoch = "holdfast.io/epoch"
 	// SchedulerName is the profile of holdfast-scheduler that places runtime
 	// and voter-candidate pods.

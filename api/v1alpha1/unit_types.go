@@ -239,6 +239,19 @@ type RuntimeBinding struct {
 	// pod is the runtime pod's name, <unit>-runtime-e<epoch>.
 	// +optional
 	Pod string `json:"pod,omitempty"`
+	// previousNode is the node of the binding this one replaces: the node
+	// being left, which the scheduler never chooses for this epoch. The
+	// controller writes it when it authorises the epoch; empty on a first
+	// binding, whose runtime goes to a primary node.
+	// +optional
+	PreviousNode string `json:"previousNode,omitempty"`
+	// requestedNode is the node a person's failover named
+	// (holdfast.io/failover-to), copied by the controller when it authorises
+	// the epoch: the scheduler places this epoch there or nowhere. Empty when
+	// the controller re-binds on its own (the automatic path, which spends
+	// unsettledRebinds).
+	// +optional
+	RequestedNode string `json:"requestedNode,omitempty"`
 	// boundAt is when the scheduler recorded the node.
 	// +optional
 	BoundAt *metav1.Time `json:"boundAt,omitempty"`
