@@ -69,6 +69,9 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", Name, err)
 	}
+	if err := runtimepod.RequeueOnUnitChange(ctx, h, clients); err != nil {
+		return nil, fmt.Errorf("%s: %w", Name, err)
+	}
 	return newPlugin(h, args, clients.Cached), nil
 }
 
@@ -261,11 +264,11 @@ func (pl *StandbyColocation) PostBind(ctx context.Context, state fwk.CycleState,
 }
 
 // EventsToRegister requeues a refused runtime pod when another runtime pod
-// goes away or its own Unit changes (policy edited to Warn).
+// goes away. A change of its Unit (policy edited to Warn) requeues it from
+// the plugin's own informer (runtimepod.RequeueOnUnitChange).
 func (pl *StandbyColocation) EventsToRegister(_ context.Context) ([]fwk.ClusterEventWithHint, error) {
 	return []fwk.ClusterEventWithHint{
 		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Delete}, QueueingHintFn: queueOnRuntimeGone},
-		{Event: fwk.ClusterEvent{Resource: holdfastclient.Units, ActionType: fwk.Add | fwk.Update}, QueueingHintFn: runtimepod.QueueOnOwnUnitChange},
 		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add}},
 	}, nil
 }

@@ -80,6 +80,9 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", Name, err)
 	}
+	if err := runtimepod.RequeueOnUnitChange(ctx, h, clients); err != nil {
+		return nil, fmt.Errorf("%s: %w", Name, err)
+	}
 	return newPlugin(h, args, clients.Cached, clients.Live, clock.RealClock{}), nil
 }
 
@@ -441,11 +444,11 @@ func (pl *UnitPlacement) PreBind(ctx context.Context, _ fwk.CycleState, pod *cor
 	return nil
 }
 
-// EventsToRegister requeues a rejected runtime pod when its own Unit
-// changes or a node appears or changes in a way the rules read.
+// EventsToRegister requeues a rejected runtime pod when a node appears or
+// changes in a way the rules read. A change of its Unit requeues it from the
+// plugin's own informer (runtimepod.RequeueOnUnitChange).
 func (pl *UnitPlacement) EventsToRegister(_ context.Context) ([]fwk.ClusterEventWithHint, error) {
 	return []fwk.ClusterEventWithHint{
-		{Event: fwk.ClusterEvent{Resource: holdfastclient.Units, ActionType: fwk.Add | fwk.Update}, QueueingHintFn: runtimepod.QueueOnOwnUnitChange},
 		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeLabel | fwk.UpdateNodeTaint | fwk.UpdateNodeCondition}},
 	}, nil
 }

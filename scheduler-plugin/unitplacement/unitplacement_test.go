@@ -9,7 +9,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	st "k8s.io/kubernetes/pkg/scheduler/testing"
@@ -558,28 +557,5 @@ func TestPreBindOfARecordedBindingWritesNothing(t *testing.T) {
 	}
 	if writes != 0 {
 		t.Errorf("status writes = %d, want none: the binding already records this pod there", writes)
-	}
-}
-
-func TestQueueingHintWatchesOnlyTheOwnUnit(t *testing.T) {
-	pl, _ := build(t, plugintest.Client(interceptor.Funcs{}))
-	events, err := pl.EventsToRegister(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	hint := events[0].QueueingHintFn
-	pod := plugintest.RuntimePod(ns, "boiler-1", 2).Obj()
-	for _, tc := range []struct {
-		unit *holdfastv1.Unit
-		want fwk.QueueingHint
-	}{
-		{boiler().Obj(), fwk.Queue},
-		{mixer().Obj(), fwk.QueueSkip},
-		{plugintest.MakeUnit("elsewhere", "boiler-1").Obj(), fwk.QueueSkip},
-	} {
-		got, err := hint(klog.Background(), pod, nil, tc.unit)
-		if err != nil || got != tc.want {
-			t.Errorf("hint for a change of %s/%s = %v, %v; want %v", tc.unit.Namespace, tc.unit.Name, got, err, tc.want)
-		}
 	}
 }

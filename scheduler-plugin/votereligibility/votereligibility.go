@@ -14,9 +14,12 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -26,6 +29,7 @@ import (
 	configv1 "github.com/holdfast-io/holdfast/scheduler-plugin/apis/config/v1"
 	"github.com/holdfast-io/holdfast/scheduler-plugin/apis/config/validation"
 	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/holdfastclient"
+	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/requeue"
 )
 
 // Name is the plugin's name in the registry and the scheduler configuration.
@@ -69,6 +73,16 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	}
 	clients, err := holdfastclient.For(ctx, h, &holdfastv1.VoterPolicy{})
 	if err != nil {
+		return nil, fmt.Errorf("%s: %w", Name, err)
+	}
+	// A changed VoterPolicy (members, cluster ID, selector) requeues the
+	// waiting candidates from the informer the plugin reads.
+	logger := klog.FromContext(ctx)
+	activator := requeue.New(h)
+	candidates := labels.SelectorFromSet(labels.Set{holdfastv1.LabelRole: holdfastv1.RoleVoterCandidate})
+	if err := clients.OnChange(ctx, &holdfastv1.VoterPolicy{}, func(client.Object) {
+		activator.Activate(logger, metav1.NamespaceAll, candidates)
+	}); err != nil {
 		return nil, fmt.Errorf("%s: %w", Name, err)
 	}
 	return newPlugin(args, clients.Cached, clock.RealClock{}), nil
@@ -244,11 +258,10 @@ func (pl *VoterEligibility) NormalizeScore(_ context.Context, _ fwk.CycleState, 
 }
 
 // EventsToRegister requeues a rejected candidate when a node appears or its
-// labels, annotations, conditions or taints change, or when the VoterPolicy
-// changes.
+// labels, annotations, conditions or taints change. A changed VoterPolicy
+// requeues it from the plugin's own informer (see New).
 func (pl *VoterEligibility) EventsToRegister(_ context.Context) ([]fwk.ClusterEventWithHint, error) {
 	return []fwk.ClusterEventWithHint{
 		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeLabel | fwk.UpdateNodeAnnotation | fwk.UpdateNodeCondition | fwk.UpdateNodeTaint}},
-		{Event: fwk.ClusterEvent{Resource: holdfastclient.VoterPolicies, ActionType: fwk.Add | fwk.Update}},
 	}, nil
 }

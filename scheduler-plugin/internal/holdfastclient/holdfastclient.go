@@ -13,6 +13,7 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -31,13 +32,6 @@ type Clients struct {
 
 	cache cache.Cache
 }
-
-// Holdfast's kinds as cluster-event resources: the scheduler watches them
-// through its dynamic informers, named <plural>.<version>.<group>.
-const (
-	Units         fwk.EventResource = "units.v1alpha1.holdfast.io"
-	VoterPolicies fwk.EventResource = "voterpolicies.v1alpha1.holdfast.io"
-)
 
 var (
 	mu sync.Mutex
@@ -76,6 +70,25 @@ func For(ctx context.Context, h fwk.Handle, objs ...client.Object) (*Clients, er
 		return nil, fmt.Errorf("waiting for the holdfast informers to sync: %w", ctx.Err())
 	}
 	return c, nil
+}
+
+// OnChange calls fn with every object of example's kind that is added or
+// updated, once the cache holds it (and at once for every object it holds).
+func (c *Clients) OnChange(ctx context.Context, example client.Object, fn func(client.Object)) error {
+	informer, err := c.cache.GetInformer(ctx, example)
+	if err != nil {
+		return fmt.Errorf("watching %T: %w", example, err)
+	}
+	call := func(obj any) {
+		if o, ok := obj.(client.Object); ok {
+			fn(o)
+		}
+	}
+	_, err = informer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    call,
+		UpdateFunc: func(_, obj any) { call(obj) },
+	})
+	return err
 }
 
 func clientsFor(ctx context.Context, kubeConfig *rest.Config) (*Clients, error) {

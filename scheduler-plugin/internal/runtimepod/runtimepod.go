@@ -1,19 +1,21 @@
 // Package runtimepod holds what UnitPlacement and StandbyColocation both
-// know about unit runtime pods: which unit a pod belongs to, and when a
-// change to a Unit can make a rejected runtime pod schedulable.
+// know about unit runtime pods: which unit a pod belongs to, how to name it
+// to a person, and how to requeue a unit's waiting pods when it changes.
 package runtimepod
 
 import (
-	"fmt"
+	"context"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/holdfastclient"
+	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/requeue"
 )
 
 // Unit is the Unit a runtime pod belongs to: holdfast.io/unit, in the pod's
@@ -35,24 +37,13 @@ func Display(unit types.NamespacedName, fromNamespace string) string {
 	return unit.String()
 }
 
-// QueueOnOwnUnitChange requeues a runtime pod when its own Unit was added or
-// changed (a new epoch authorised, targets edited, the ledger cleared), and
-// skips every other Unit's change: renewals update Units all the time.
-func QueueOnOwnUnitChange(logger klog.Logger, pod *corev1.Pod, _, newObj any) (fwk.QueueingHint, error) {
-	unit, ok := Unit(pod)
-	if !ok {
-		return fwk.QueueSkip, nil
-	}
-	if tomb, ok := newObj.(cache.DeletedFinalStateUnknown); ok {
-		newObj = tomb.Obj
-	}
-	obj, err := meta.Accessor(newObj)
-	if err != nil {
-		return fwk.Queue, fmt.Errorf("reading the changed Unit: %w", err)
-	}
-	if obj.GetNamespace() != unit.Namespace || obj.GetName() != unit.Name {
-		return fwk.QueueSkip, nil
-	}
-	logger.V(5).Info("Unit changed; its runtime pod may now be schedulable", "pod", klog.KObj(pod), "unit", klog.KObj(obj))
-	return fwk.Queue, nil
+// RequeueOnUnitChange activates a unit's unbound runtime pods whenever the
+// Unit changes (a new epoch authorised, targets edited, the ledger emptied),
+// from the informer the plugins read, so the retry sees the change.
+func RequeueOnUnitChange(ctx context.Context, h fwk.Handle, clients *holdfastclient.Clients) error {
+	logger := klog.FromContext(ctx)
+	activator := requeue.New(h)
+	return clients.OnChange(ctx, &holdfastv1.Unit{}, func(u client.Object) {
+		activator.Activate(logger, u.GetNamespace(), labels.SelectorFromSet(labels.Set{holdfastv1.LabelUnit: u.GetName()}))
+	})
 }
