@@ -10,7 +10,9 @@ import (
 	"k8s.io/component-base/cli"
 	_ "k8s.io/component-base/metrics/prometheus/clientgo" // client metrics
 	_ "k8s.io/component-base/metrics/prometheus/version"  // version metric
+	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	_ "github.com/holdfast-io/holdfast/scheduler-plugin/apis/config/scheme" // the plugin args in the config scheme
 	"github.com/holdfast-io/holdfast/scheduler-plugin/standbycolocation"
@@ -19,6 +21,8 @@ import (
 )
 
 func main() {
+	// The plugins' informer cache is controller-runtime's; it logs through klog.
+	ctrllog.SetLogger(klog.NewKlogr())
 	command := app.NewSchedulerCommand(
 		app.WithPlugin(unitplacement.Name, unitplacement.New),
 		app.WithPlugin(standbycolocation.Name, standbycolocation.New),

@@ -28,11 +28,13 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/pkg/scheduler"
 	schedconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 	"k8s.io/kubernetes/pkg/scheduler/profile"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	hfscheme "github.com/holdfast-io/holdfast/scheduler-plugin/apis/config/scheme"
@@ -44,7 +46,10 @@ import (
 
 var env *testenv.Env
 
-func TestMain(m *testing.M) { testenv.Main(m, &env, testenv.Options{}) }
+func TestMain(m *testing.M) {
+	ctrllog.SetLogger(klog.NewKlogr())
+	testenv.Main(m, &env, testenv.Options{})
+}
 
 // registry is what cmd/holdfast-scheduler registers.
 func registry() frameworkruntime.Registry {
@@ -77,10 +82,19 @@ func restConfig(qps float32) *rest.Config {
 	return cfg
 }
 
-// startScheduler runs one scheduler in process, as kube-scheduler's own
-// setup does, with the given profiles, until the test ends.
-func startScheduler(t testing.TB, profiles []schedconfig.KubeSchedulerProfile, qps float32) {
-	t.Helper()
+// inProcess is one scheduler built in process as kube-scheduler's own
+// setup builds it.
+type inProcess struct {
+	sched       *scheduler.Scheduler
+	ctx         context.Context
+	cancel      context.CancelFunc
+	broadcaster events.EventBroadcaster
+	done        sync.WaitGroup
+}
+
+// buildScheduler builds a scheduler with the given profiles and waits until
+// its informers and handlers have synced; it does not schedule until run.
+func buildScheduler(profiles []schedconfig.KubeSchedulerProfile, qps float32) (*inProcess, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cfg := restConfig(qps)
 	cs := kubernetes.NewForConfigOrDie(cfg)
@@ -96,7 +110,7 @@ func startScheduler(t testing.TB, profiles []schedconfig.KubeSchedulerProfile, q
 	)
 	if err != nil {
 		cancel()
-		t.Fatalf("building the scheduler: %v", err)
+		return nil, fmt.Errorf("building the scheduler: %w", err)
 	}
 	broadcaster.StartRecordingToSink(ctx.Done())
 	informerFactory.Start(ctx.Done())
@@ -105,19 +119,37 @@ func startScheduler(t testing.TB, profiles []schedconfig.KubeSchedulerProfile, q
 	dynInformerFactory.WaitForCacheSync(ctx.Done())
 	if err := sched.WaitForHandlersSync(ctx); err != nil {
 		cancel()
-		t.Fatalf("waiting for the scheduler's handlers: %v", err)
+		return nil, fmt.Errorf("waiting for the scheduler's handlers: %w", err)
 	}
-	var done sync.WaitGroup
-	done.Add(1)
+	return &inProcess{sched: sched, ctx: ctx, cancel: cancel, broadcaster: broadcaster}, nil
+}
+
+// run starts scheduling.
+func (s *inProcess) run() {
+	s.done.Add(1)
 	go func() {
-		defer done.Done()
-		sched.Run(ctx)
+		defer s.done.Done()
+		s.sched.Run(s.ctx)
 	}()
-	t.Cleanup(func() {
-		cancel()
-		done.Wait()
-		broadcaster.Shutdown()
-	})
+}
+
+// stop stops scheduling and waits for the scheduler to finish.
+func (s *inProcess) stop() {
+	s.cancel()
+	s.done.Wait()
+	s.broadcaster.Shutdown()
+}
+
+// startScheduler runs one scheduler in process with the given profiles until
+// the test ends.
+func startScheduler(t testing.TB, profiles []schedconfig.KubeSchedulerProfile, qps float32) {
+	t.Helper()
+	s, err := buildScheduler(profiles, qps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.run()
+	t.Cleanup(s.stop)
 }
 
 // startHoldfastScheduler runs the shipped holdfast-scheduler profile in

@@ -57,6 +57,7 @@ var _ fwk.ScorePlugin = &StandbyColocation{}
 var _ fwk.ReservePlugin = &StandbyColocation{}
 var _ fwk.PostBindPlugin = &StandbyColocation{}
 var _ fwk.EnqueueExtensions = &StandbyColocation{}
+var _ fwk.SignPlugin = &StandbyColocation{}
 
 // New builds the plugin from its args and the scheduler's handle; it reads
 // Units through the scheduler's shared holdfast informers.
@@ -102,6 +103,16 @@ func getArgs(obj runtime.Object) (*config.StandbyColocationArgs, error) {
 
 // Name returns the plugin's name.
 func (pl *StandbyColocation) Name() string { return Name }
+
+// SignPod lets the scheduler batch pods that are not runtimes: the plugin
+// does nothing to them. A runtime pod is refused a signature: its result
+// depends on its own unit and the runtimes around it.
+func (pl *StandbyColocation) SignPod(_ context.Context, pod *corev1.Pod) ([]fwk.SignFragment, *fwk.Status) {
+	if _, ok := runtimepod.Unit(pod); ok {
+		return nil, fwk.NewStatus(fwk.Unschedulable, "a unit runtime pod is placed on its own")
+	}
+	return nil, nil
+}
 
 // guard is the pod's unit and its co-location policy, found by PreFilter.
 type guard struct {

@@ -231,3 +231,13 @@ func TestQueueingHintOnADeletedRuntime(t *testing.T) {
 		}
 	}
 }
+
+func TestSignPodBatchesOnlyPodsThatAreNotRuntimes(t *testing.T) {
+	pl, _, _ := build(t, nil)
+	if fragments, status := pl.SignPod(context.Background(), st.MakePod().Namespace(ns).Name("web").Obj()); !status.IsSuccess() || len(fragments) != 0 {
+		t.Errorf("SignPod(ordinary pod) = %v, %v; want no fragments and Success", fragments, status)
+	}
+	if _, status := pl.SignPod(context.Background(), plugintest.RuntimePod(ns, "boiler-1", 2).Obj()); status.Code() != fwk.Unschedulable {
+		t.Errorf("SignPod(runtime pod) = %v, want Unschedulable", status)
+	}
+}

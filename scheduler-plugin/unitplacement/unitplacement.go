@@ -10,6 +10,8 @@ package unitplacement
 import (
 	"context"
 	"fmt"
+	"sort"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -17,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/util/retry"
 	v1helper "k8s.io/component-helpers/scheduling/corev1"
@@ -68,6 +71,7 @@ var _ fwk.PreScorePlugin = &UnitPlacement{}
 var _ fwk.ScorePlugin = &UnitPlacement{}
 var _ fwk.PreBindPlugin = &UnitPlacement{}
 var _ fwk.EnqueueExtensions = &UnitPlacement{}
+var _ fwk.SignPlugin = &UnitPlacement{}
 
 // New builds the plugin from its args and the scheduler's handle; it watches
 // Units through the scheduler's shared holdfast informers.
@@ -116,6 +120,16 @@ func getArgs(obj runtime.Object) (*config.UnitPlacementArgs, error) {
 // Name returns the plugin's name.
 func (pl *UnitPlacement) Name() string { return Name }
 
+// SignPod lets the scheduler batch pods that are not runtimes: the plugin
+// does nothing to them. A runtime pod is refused a signature: its result
+// depends on its own unit, epoch and name, and is never reused.
+func (pl *UnitPlacement) SignPod(_ context.Context, pod *corev1.Pod) ([]fwk.SignFragment, *fwk.Status) {
+	if _, ok := runtimepod.Unit(pod); ok {
+		return nil, fwk.NewStatus(fwk.Unschedulable, "a unit runtime pod is placed on its own")
+	}
+	return nil, nil
+}
+
 // placementMode is what kind of binding an epoch is.
 type placementMode int
 
@@ -142,6 +156,8 @@ type placement struct {
 	// boundNode is set when the binding already records this very pod's
 	// node (a bind that failed after PreBind): the pod goes there or nowhere.
 	boundNode string
+	// The unit's refusals, worded once per cycle rather than once per node.
+	notPrimary, notTarget, notPrimaryOrTarget, boundElsewhere string
 }
 
 // Clone shares the placement: nothing changes it after PreFilter.
@@ -177,7 +193,13 @@ func authorise(u *holdfastv1.Unit, pod *corev1.Pod) (*placement, *fwk.Status) {
 	case b.Node != "" && b.Pod == "":
 		return nil, unschedulable("epoch %d of unit %s is already bound to node %s", epoch, display, b.Node)
 	}
-	p := &placement{unit: key, display: display, epoch: epoch, binding: *b, boundNode: b.Node, primary: u.PrimarySelector()}
+	p := &placement{
+		unit: key, display: display, epoch: epoch, binding: *b, boundNode: b.Node, primary: u.PrimarySelector(),
+		notPrimary:         "not a primary node of unit " + display,
+		notTarget:          "not a failover target of unit " + display,
+		notPrimaryOrTarget: "not a primary node or failover target of unit " + display,
+		boundElsewhere:     fmt.Sprintf("epoch %d is bound to node %s", epoch, b.Node),
+	}
 	switch {
 	case b.IsManual():
 		p.mode = manualRebind
@@ -196,40 +218,43 @@ func authorise(u *holdfastv1.Unit, pod *corev1.Pod) (*placement, *fwk.Status) {
 }
 
 // unitRefusal is why the unit's rules keep this epoch off node, or "".
-func (p *placement) unitRefusal(node *corev1.Node) string {
+// outside is true for a node the rules do not consider at all: not a
+// primary, target or requested node, or the epoch is bound elsewhere. In a
+// large cluster that is nearly every node, and the least interesting reason.
+func (p *placement) unitRefusal(node *corev1.Node) (reason string, outside bool) {
 	if p.boundNode != "" {
 		// The binding is recorded and never undone (a bind reported as
 		// failed may have landed): only that node, and the ledger already
 		// names it because of this very pod.
 		if node.Name != p.boundNode {
-			return fmt.Sprintf("epoch %d is bound to node %s", p.epoch, p.boundNode)
+			return p.boundElsewhere, true
 		}
-		return ""
+		return "", false
 	}
 	if node.Name == p.binding.PreviousNode {
-		return ReasonNodeBeingLeft
+		return ReasonNodeBeingLeft, false
 	}
 	switch p.mode {
 	case manualRebind:
 		if node.Name != p.binding.RequestedNode {
-			return ReasonNotRequested
+			return ReasonNotRequested, true
 		}
 		if !p.primary.Matches(labels.Set(node.Labels)) && !p.targets.Matches(node) {
-			return fmt.Sprintf("not a primary node or failover target of unit %s", p.display)
+			return p.notPrimaryOrTarget, false
 		}
 	case automaticRebind:
 		if !p.targets.Matches(node) {
-			return fmt.Sprintf("not a failover target of unit %s", p.display)
+			return p.notTarget, true
 		}
 		if p.binding.Tried(node.Name) {
-			return ReasonTried
+			return ReasonTried, false
 		}
 	default:
 		if !p.primary.Matches(labels.Set(node.Labels)) {
-			return fmt.Sprintf("not a primary node of unit %s", p.display)
+			return p.notPrimary, true
 		}
 	}
-	return ""
+	return "", false
 }
 
 // nodeRefusal is why no runtime may start on node now, or "".
@@ -251,8 +276,13 @@ func nodeRefusal(logger klog.Logger, node *corev1.Node, pod *corev1.Pod) string 
 
 // PreFilter reads the pod's Unit from the informer cache and refuses the
 // pod outright when its epoch is not the authorised one or another pod holds
-// it.
-func (pl *UnitPlacement) PreFilter(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+// it. It then checks every node against the unit's rules (labels, names and
+// node state only, so one pass is cheap): when none passes it refuses the
+// pod with every node's reason counted; otherwise it narrows the cycle to
+// the nodes the rules consider (members and the node being left), so that a
+// runtime in a cluster of thousands of nodes does not cost a Filter pass over
+// each of them, and Filter still words each considered node's refusal.
+func (pl *UnitPlacement) PreFilter(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	key, ok := runtimepod.Unit(pod)
 	if !ok {
 		return nil, fwk.NewStatus(fwk.Skip)
@@ -269,7 +299,46 @@ func (pl *UnitPlacement) PreFilter(ctx context.Context, state fwk.CycleState, po
 		return nil, status
 	}
 	state.Write(stateKey, p)
-	return nil, nil
+	return p.narrow(klog.FromContext(ctx), pod, nodes)
+}
+
+// narrow is PreFilter's pass over every node.
+func (p *placement) narrow(logger klog.Logger, pod *corev1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+	if len(nodes) == 0 {
+		return nil, nil
+	}
+	considered := sets.New[string]()
+	refusals := map[string]int{}
+	fits := false
+	for _, ni := range nodes {
+		node := ni.Node()
+		if node == nil {
+			continue
+		}
+		reason, outside := p.unitRefusal(node)
+		if reason == "" {
+			reason = nodeRefusal(logger, node, pod)
+		}
+		if reason == "" {
+			fits = true
+		} else {
+			refusals[reason]++
+		}
+		if !outside {
+			considered.Insert(node.Name)
+		}
+	}
+	if fits {
+		return &fwk.PreFilterResult{NodeNames: considered}, nil
+	}
+	// Counted as the scheduler counts Filter refusals, so the event reads
+	// the same either way.
+	counts := make([]string, 0, len(refusals))
+	for reason, n := range refusals {
+		counts = append(counts, fmt.Sprintf("%d %s", n, reason))
+	}
+	sort.Strings(counts)
+	return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, strings.Join(counts, ", "))
 }
 
 // PreFilterExtensions returns nil: the rules do not depend on other pods.
@@ -282,7 +351,7 @@ func (pl *UnitPlacement) Filter(ctx context.Context, state fwk.CycleState, pod *
 		return fwk.AsStatus(err)
 	}
 	node := nodeInfo.Node()
-	if reason := p.unitRefusal(node); reason != "" {
+	if reason, _ := p.unitRefusal(node); reason != "" {
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reason)
 	}
 	if reason := nodeRefusal(klog.FromContext(ctx), node, pod); reason != "" {
@@ -385,6 +454,10 @@ func (pl *UnitPlacement) PreBindPreFlight(_ context.Context, _ fwk.CycleState, p
 	return &fwk.PreBindPreFlightResult{AllowParallel: true}, nil
 }
 
+// errRecheck sends PreBind round its retry loop to decide on the
+// apiserver's copy of the Unit.
+var errRecheck = apierrors.NewConflict(holdfastv1.GroupVersion.WithResource("units").GroupResource(), "", fmt.Errorf("re-read from the apiserver"))
+
 // PreBind records nodeName, the pod and the time in the unit's binding with
 // an update conditioned on the Unit's resourceVersion, re-reading and
 // re-checking on every conflict: of two pods or two schedulers racing for
@@ -402,22 +475,40 @@ func (pl *UnitPlacement) PreBind(ctx context.Context, _ fwk.CycleState, pod *cor
 		return fwk.AsStatus(fmt.Errorf("reading node %s: %w", nodeName, err))
 	}
 	var refusal *fwk.Status
+	// The first attempt starts from the informer's copy, which saves a
+	// round trip on the path every runtime takes; a conflict, or a refusal
+	// read from that copy, is decided again on the apiserver's.
+	cached := true
 	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		reader := client.Reader(pl.live)
+		if cached {
+			reader = pl.units
+			defer func() { cached = false }()
+		}
 		refusal = nil
 		var u holdfastv1.Unit
-		if err := pl.live.Get(ctx, key, &u); err != nil {
-			if apierrors.IsNotFound(err) {
+		if err := reader.Get(ctx, key, &u); err != nil {
+			if apierrors.IsNotFound(err) && !cached {
 				refusal = unschedulable("unit %s not found", display)
 				return nil
+			}
+			if cached {
+				return errRecheck
 			}
 			return err
 		}
 		p, status := authorise(&u, pod)
 		if !status.IsSuccess() {
+			if cached {
+				return errRecheck
+			}
 			refusal = status
 			return nil
 		}
-		if reason := p.unitRefusal(node); reason != "" {
+		if reason, _ := p.unitRefusal(node); reason != "" {
+			if cached {
+				return errRecheck
+			}
 			refusal = unschedulable("node %s: %s", nodeName, reason)
 			return nil
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	st "k8s.io/kubernetes/pkg/scheduler/testing"
@@ -308,7 +309,13 @@ func TestFilter(t *testing.T) {
 // tried nothing is admitted at all (DESIGN §3 L5).
 func TestL5BudgetAutomaticRebindNeverReturnsToATriedStandby(t *testing.T) {
 	binding := holdfastv1.RuntimeBinding{Epoch: 7, PreviousNode: "standby-1", UnsettledRebinds: []string{"standby-1", "spare-1"}}
-	got := filterAll(t, boiler().Targets("standby-1").Authorised(binding).Obj(), plugintest.RuntimePod(ns, "boiler-1", 7).Obj())
+	unit := boiler().Targets("standby-1").Authorised(binding).Obj()
+	_, status := preFilterAll(t, unit, plugintest.RuntimePod(ns, "boiler-1", 7).Obj())
+	wantStatus := refused + "1 already tried in this failover, 1 the node being left, 6 not a failover target of unit boiler-1"
+	if got := statusString(status); got != wantStatus {
+		t.Errorf("PreFilter = %q, want %q", got, wantStatus)
+	}
+	got := filterAll(t, unit, plugintest.RuntimePod(ns, "boiler-1", 7).Obj())
 	want := map[string]string{
 		"primary-1": refused + "not a failover target of unit boiler-1",
 		"primary-2": refused + "not a failover target of unit boiler-1",
@@ -321,6 +328,64 @@ func TestL5BudgetAutomaticRebindNeverReturnsToATriedStandby(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("Filter per node (-want +got):\n%s", diff)
+	}
+}
+
+// preFilterAll runs PreFilter with every node of the plant, as the
+// scheduler does.
+func preFilterAll(t *testing.T, unit *holdfastv1.Unit, pod *corev1.Pod) (*fwk.PreFilterResult, *fwk.Status) {
+	t.Helper()
+	pl, fh := build(t, plugintest.Client(interceptor.Funcs{}, unit))
+	nodes, err := fh.SnapshotSharedLister().NodeInfos().List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pl.PreFilter(context.Background(), framework.NewCycleState(), pod, nodes)
+}
+
+func TestPreFilterNarrowsToTheNodesTheRulesConsider(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		unit    *holdfastv1.Unit
+		binding holdfastv1.RuntimeBinding
+		want    []string
+	}{
+		{name: "first binding: the primaries", unit: boiler().Obj(), binding: holdfastv1.RuntimeBinding{Epoch: 1},
+			want: []string{"primary-1", "primary-2"}},
+		{name: "automatic re-bind: the targets and the node being left", unit: boiler().Obj(),
+			binding: holdfastv1.RuntimeBinding{Epoch: 2, PreviousNode: "primary-1", UnsettledRebinds: []string{"standby-1"}},
+			want:    []string{"primary-1", "spare-1", "standby-1", "standby-2", "standby-3", "standby-4"}},
+		{name: "manual re-bind: the named node and the node being left", unit: boiler().Obj(),
+			binding: holdfastv1.RuntimeBinding{Epoch: 2, PreviousNode: "primary-1", RequestedNode: "spare-1"},
+			want:    []string{"primary-1", "spare-1"}},
+		{name: "recorded binding: its node", unit: boiler().Obj(),
+			binding: holdfastv1.RuntimeBinding{Epoch: 2, PreviousNode: "primary-1", Node: "spare-1", Pod: "boiler-1-runtime-e2"},
+			want:    []string{"spare-1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			unit := tc.unit.DeepCopy()
+			unit.Status.RuntimeBinding = &tc.binding
+			result, status := preFilterAll(t, unit, plugintest.RuntimePod(ns, "boiler-1", tc.binding.Epoch).Obj())
+			if !status.IsSuccess() {
+				t.Fatalf("PreFilter = %v", status)
+			}
+			if result == nil || result.AllNodes() {
+				t.Fatalf("PreFilter result = %+v, want the considered nodes only", result)
+			}
+			if diff := cmp.Diff(tc.want, sets.List(result.NodeNames)); diff != "" {
+				t.Errorf("considered nodes (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestPreFilterCountsEveryNodesReasonWhenNoneFits(t *testing.T) {
+	unit := boiler().Targets("standby-2", "standby-3").
+		Authorised(holdfastv1.RuntimeBinding{Epoch: 2, PreviousNode: "primary-1", UnsettledRebinds: []string{"spare-1"}}).Obj()
+	_, status := preFilterAll(t, unit, plugintest.RuntimePod(ns, "boiler-1", 2).Obj())
+	want := refused + "1 already tried in this failover, 1 cordoned, 1 the node being left, 1 untolerated taint maintenance, 4 not a failover target of unit boiler-1"
+	if got := statusString(status); got != want {
+		t.Errorf("PreFilter = %q\nwant        %q", got, want)
 	}
 }
 
@@ -469,6 +534,48 @@ func TestL7OneEpochBindsOnePod(t *testing.T) {
 	}
 }
 
+// TestL7OneEpochBindsOnePodWhenTheInformerLags: PreBind's first attempt
+// starts from the informer's copy; when that copy is behind (the epoch was
+// taken meanwhile), the write conflicts and the apiserver's copy decides.
+func TestL7OneEpochBindsOnePodWhenTheInformerLags(t *testing.T) {
+	authorised := holdfastv1.RuntimeBinding{Epoch: 5, PreviousNode: "primary-1"}
+	winner := holdfastv1.RuntimeBinding{Epoch: 5, PreviousNode: "primary-1", Node: "spare-1", Pod: "boiler-1-runtime-e5-a", UnsettledRebinds: []string{"spare-1"}}
+	live := plugintest.Client(interceptor.Funcs{}, boiler().Authorised(authorised).Obj())
+	stale := getUnit(t, live) // the informer's copy, before the winner's write
+	u := getUnit(t, live)
+	u.Status.RuntimeBinding = winner.DeepCopy()
+	if err := live.Status().Update(context.Background(), u); err != nil {
+		t.Fatal(err)
+	}
+	informer := plugintest.Client(interceptor.Funcs{}, stale)
+	fh, _ := plugintest.Handle(t, plant(), nil)
+	pl := newPlugin(fh, defaultArgs(t), informer, live, testingclock.NewFakePassiveClock(now))
+
+	status := pl.PreBind(context.Background(), framework.NewCycleState(), plugintest.RuntimePod(ns, "boiler-1", 5).Name("boiler-1-runtime-e5-b").Obj(), "standby-1")
+
+	want := refused + "epoch 5 of unit boiler-1 is already bound to node spare-1 by pod boiler-1-runtime-e5-a"
+	if got := statusString(status); got != want {
+		t.Errorf("PreBind = %q, want %q", got, want)
+	}
+	if diff := cmp.Diff(&winner, getUnit(t, live).Status.RuntimeBinding); diff != "" {
+		t.Errorf("the winner's binding changed (-want +got):\n%s", diff)
+	}
+}
+
+func TestPreBindConfirmsARefusalReadFromTheInformer(t *testing.T) {
+	// The informer still holds epoch 4; the apiserver has authorised 5.
+	live := plugintest.Client(interceptor.Funcs{}, boiler().Authorised(holdfastv1.RuntimeBinding{Epoch: 5, PreviousNode: "primary-1"}).Obj())
+	informer := plugintest.Client(interceptor.Funcs{}, boiler().Authorised(holdfastv1.RuntimeBinding{Epoch: 4, Node: "primary-1", Pod: "boiler-1-runtime-e4"}).Obj())
+	fh, _ := plugintest.Handle(t, plant(), nil)
+	pl := newPlugin(fh, defaultArgs(t), informer, live, testingclock.NewFakePassiveClock(now))
+	if status := pl.PreBind(context.Background(), framework.NewCycleState(), plugintest.RuntimePod(ns, "boiler-1", 5).Obj(), "standby-1"); !status.IsSuccess() {
+		t.Fatalf("PreBind = %v, want the apiserver's copy to decide", status)
+	}
+	if b := getUnit(t, live).Status.RuntimeBinding; b.Node != "standby-1" || b.Epoch != 5 {
+		t.Errorf("binding = %+v, want epoch 5 on standby-1", b)
+	}
+}
+
 func TestPreBindRetriesAConflictWithAnUnrelatedWrite(t *testing.T) {
 	unit := boiler().Authorised(holdfastv1.RuntimeBinding{Epoch: 1}).Obj()
 	var writes int
@@ -557,5 +664,15 @@ func TestPreBindOfARecordedBindingWritesNothing(t *testing.T) {
 	}
 	if writes != 0 {
 		t.Errorf("status writes = %d, want none: the binding already records this pod there", writes)
+	}
+}
+
+func TestSignPodBatchesOnlyPodsThatAreNotRuntimes(t *testing.T) {
+	pl, _ := build(t, plugintest.Client(interceptor.Funcs{}))
+	if fragments, status := pl.SignPod(context.Background(), st.MakePod().Namespace(ns).Name("web").Obj()); !status.IsSuccess() || len(fragments) != 0 {
+		t.Errorf("SignPod(ordinary pod) = %v, %v; want no fragments and Success: the plugin does nothing to it", fragments, status)
+	}
+	if _, status := pl.SignPod(context.Background(), plugintest.RuntimePod(ns, "boiler-1", 2).Obj()); status.Code() != fwk.Unschedulable {
+		t.Errorf("SignPod(runtime pod) = %v, want Unschedulable: a runtime's placement is never reused", status)
 	}
 }

@@ -63,6 +63,7 @@ var _ fwk.PreScorePlugin = &VoterEligibility{}
 var _ fwk.ScorePlugin = &VoterEligibility{}
 var _ fwk.ScoreExtensions = &VoterEligibility{}
 var _ fwk.EnqueueExtensions = &VoterEligibility{}
+var _ fwk.SignPlugin = &VoterEligibility{}
 
 // New builds the plugin from its args and the scheduler's handle; it reads
 // the VoterPolicy through the scheduler's shared holdfast informers.
@@ -78,7 +79,10 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	// A changed VoterPolicy (members, cluster ID, selector) requeues the
 	// waiting candidates from the informer the plugin reads.
 	logger := klog.FromContext(ctx)
-	activator := requeue.New(h)
+	activator, err := requeue.New(h)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", Name, err)
+	}
 	candidates := labels.SelectorFromSet(labels.Set{holdfastv1.LabelRole: holdfastv1.RoleVoterCandidate})
 	if err := clients.OnChange(ctx, &holdfastv1.VoterPolicy{}, func(client.Object) {
 		activator.Activate(logger, metav1.NamespaceAll, candidates)
@@ -115,6 +119,16 @@ func getArgs(obj runtime.Object) (*config.VoterEligibilityArgs, error) {
 
 // Name returns the plugin's name.
 func (pl *VoterEligibility) Name() string { return Name }
+
+// SignPod lets the scheduler batch pods that are not voter candidates: the
+// plugin does nothing to them. A candidate is refused a signature: its
+// result depends on the VoterPolicy, which is not node state.
+func (pl *VoterEligibility) SignPod(_ context.Context, pod *corev1.Pod) ([]fwk.SignFragment, *fwk.Status) {
+	if isCandidate(pod) {
+		return nil, fwk.NewStatus(fwk.Unschedulable, "a voter candidate is placed on its own")
+	}
+	return nil, nil
+}
 
 // candidacy is what PreFilter read from the VoterPolicy.
 type candidacy struct {

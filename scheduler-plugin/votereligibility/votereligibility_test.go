@@ -220,3 +220,13 @@ func TestBadArgsRefuseToStart(t *testing.T) {
 		t.Errorf("getArgs error = %v, want %s", err, want)
 	}
 }
+
+func TestSignPodBatchesOnlyPodsThatAreNotCandidates(t *testing.T) {
+	pl, _ := build(t)
+	if fragments, status := pl.SignPod(context.Background(), st.MakePod().Name("web").Obj()); !status.IsSuccess() || len(fragments) != 0 {
+		t.Errorf("SignPod(ordinary pod) = %v, %v; want no fragments and Success", fragments, status)
+	}
+	if _, status := pl.SignPod(context.Background(), candidate()); status.Code() != fwk.Unschedulable {
+		t.Errorf("SignPod(candidate) = %v, want Unschedulable", status)
+	}
+}

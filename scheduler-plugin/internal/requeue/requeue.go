@@ -10,9 +10,12 @@
 package requeue
 
 import (
+	"fmt"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 )
@@ -24,9 +27,18 @@ type Activator struct {
 	activator fwk.PodActivator
 }
 
-// New is an Activator over the scheduler's pod informer and queue.
-func New(h fwk.Handle) *Activator {
-	return &Activator{pods: h.SharedInformerFactory().Core().V1().Pods().Lister(), activator: h}
+// New is an Activator over the scheduler's pod informer and queue. It
+// indexes that informer by namespace (before it starts, from a plugin's
+// New), so that finding a unit's pods does not scan every pod.
+func New(h fwk.Handle) (*Activator, error) {
+	pods := h.SharedInformerFactory().Core().V1().Pods()
+	informer := pods.Informer()
+	if _, ok := informer.GetIndexer().GetIndexers()[cache.NamespaceIndex]; !ok {
+		if err := informer.AddIndexers(cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}); err != nil {
+			return nil, fmt.Errorf("indexing pods by namespace: %w", err)
+		}
+	}
+	return &Activator{pods: pods.Lister(), activator: h}, nil
 }
 
 // Activate requeues the unbound pods in namespace (all namespaces when

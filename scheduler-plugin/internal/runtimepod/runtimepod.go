@@ -42,7 +42,10 @@ func Display(unit types.NamespacedName, fromNamespace string) string {
 // from the informer the plugins read, so the retry sees the change.
 func RequeueOnUnitChange(ctx context.Context, h fwk.Handle, clients *holdfastclient.Clients) error {
 	logger := klog.FromContext(ctx)
-	activator := requeue.New(h)
+	activator, err := requeue.New(h)
+	if err != nil {
+		return err
+	}
 	return clients.OnChange(ctx, &holdfastv1.Unit{}, func(u client.Object) {
 		activator.Activate(logger, u.GetNamespace(), labels.SelectorFromSet(labels.Set{holdfastv1.LabelUnit: u.GetName()}))
 	})

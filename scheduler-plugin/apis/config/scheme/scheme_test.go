@@ -38,7 +38,7 @@ func argsOf(t *testing.T, prof *schedconfig.KubeSchedulerProfile, plugin string)
 	return nil
 }
 
-func TestShippedConfigLoadsAndEnablesTheThreePluginsFirst(t *testing.T) {
+func TestShippedConfigLoadsAndRunsTheThreeFiltersFirst(t *testing.T) {
 	cfg, err := LoadConfigFile(shippedConfig)
 	if err != nil {
 		t.Fatalf("the shipped scheduler configuration does not load: %v", err)
@@ -48,17 +48,15 @@ func TestShippedConfigLoadsAndEnablesTheThreePluginsFirst(t *testing.T) {
 	}
 	prof := profile(t, cfg, holdfastv1.SchedulerName)
 	ours := []string{"UnitPlacement", "StandbyColocation", "VoterEligibility"}
-	for _, set := range []struct {
-		point string
-		set   schedconfig.PluginSet
-	}{{"preFilter", prof.Plugins.PreFilter}, {"filter", prof.Plugins.Filter}} {
-		var got []string
-		for _, p := range set.set.Enabled {
-			got = append(got, p.Name)
-		}
-		if len(got) < 3 || !cmp.Equal(got[:3], ours) {
-			t.Errorf("%s runs %v first, want %v", set.point, got, ours)
-		}
+	var filters []string
+	for _, p := range prof.Plugins.Filter.Enabled {
+		filters = append(filters, p.Name)
+	}
+	if len(filters) < 3 || !cmp.Equal(filters[:3], ours) {
+		t.Errorf("filter runs %v first, want %v", filters, ours)
+	}
+	if n := len(prof.Plugins.PreFilter.Enabled); n != 0 {
+		t.Errorf("preFilter names %d plugins, want the default order: a PreFilter refusing before DynamicResources' breaks its PostFilter", n)
 	}
 	weights := map[string]int32{}
 	for _, p := range prof.Plugins.MultiPoint.Enabled {
