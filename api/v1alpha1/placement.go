@@ -41,14 +41,19 @@ func (b *RuntimeBinding) Tried(node string) bool {
 	return slices.Contains(b.UnsettledRebinds, node)
 }
 
-// PrimarySelector selects the unit's primary nodes (spec.nodeSelector).
-func (u *Unit) PrimarySelector() labels.Selector {
+// IsPrimary reports whether node is one of the unit's primaries: it carries
+// every label of spec.nodeSelector. A unit without a nodeSelector (the CRD
+// requires one) has no primary, rather than every node.
+func (u *Unit) IsPrimary(node *corev1.Node) bool {
 	if len(u.Spec.NodeSelector) == 0 {
-		// The CRD requires at least one label; an empty selector would
-		// otherwise match every node.
-		return labels.Nothing()
+		return false
 	}
-	return labels.SelectorFromSet(u.Spec.NodeSelector)
+	for k, v := range u.Spec.NodeSelector {
+		if got, ok := node.Labels[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
 }
 
 // TargetMatcher decides, for many nodes, whether each is one of a unit's

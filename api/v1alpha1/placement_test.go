@@ -61,14 +61,20 @@ func TestTargetMatcher(t *testing.T) {
 	}
 }
 
-func TestPrimarySelectorNeverMatchesEverything(t *testing.T) {
+func TestIsPrimary(t *testing.T) {
 	u := Unit{}
-	if u.PrimarySelector().Matches(nil) {
-		t.Error("a unit without nodeSelector matches every node")
+	if u.IsPrimary(node("n", map[string]string{"x": "y"}, "")) {
+		t.Error("a unit without nodeSelector has every node as primary")
 	}
-	u.Spec.NodeSelector = map[string]string{"holdfast.io/device": "kiln-1"}
-	if !u.PrimarySelector().Matches(labelsOf(map[string]string{"holdfast.io/device": "kiln-1", "x": "y"})) {
-		t.Error("the primary does not match")
+	u.Spec.NodeSelector = map[string]string{"holdfast.io/device": "kiln-1", "zone": "a"}
+	for labels, want := range map[*map[string]string]bool{
+		{"holdfast.io/device": "kiln-1", "zone": "a", "x": "y"}: true,
+		{"holdfast.io/device": "kiln-1"}:                        false,
+		{"holdfast.io/device": "kiln-2", "zone": "a"}:           false,
+	} {
+		if got := u.IsPrimary(node("n", *labels, "")); got != want {
+			t.Errorf("IsPrimary(%v) = %v, want %v", *labels, got, want)
+		}
 	}
 }
 

@@ -5,10 +5,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 )
-
-func labelsOf(m map[string]string) labels.Set { return labels.Set(m) }
 
 func TestParseNodeReports(t *testing.T) {
 	if tb, err := ParseTombstone(`{"memberID":"8e9e05c52164694d","clusterID":"cdf818194e3a8c32"}`); err != nil || tb.ClusterID != "cdf818194e3a8c32" || tb.MemberID != "8e9e05c52164694d" {

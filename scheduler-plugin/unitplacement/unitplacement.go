@@ -16,7 +16,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -151,7 +150,7 @@ type placement struct {
 	epoch   int64
 	binding holdfastv1.RuntimeBinding
 	mode    placementMode
-	primary labels.Selector
+	unitObj *holdfastv1.Unit
 	targets holdfastv1.TargetMatcher
 	// boundNode is set when the binding already records this very pod's
 	// node (a bind that failed after PreBind): the pod goes there or nowhere.
@@ -194,7 +193,7 @@ func authorise(u *holdfastv1.Unit, pod *corev1.Pod) (*placement, *fwk.Status) {
 		return nil, unschedulable("epoch %d of unit %s is already bound to node %s", epoch, display, b.Node)
 	}
 	p := &placement{
-		unit: key, display: display, epoch: epoch, binding: *b, boundNode: b.Node, primary: u.PrimarySelector(),
+		unit: key, display: display, epoch: epoch, binding: *b, boundNode: b.Node, unitObj: u,
 		notPrimary:         "not a primary node of unit " + display,
 		notTarget:          "not a failover target of unit " + display,
 		notPrimaryOrTarget: "not a primary node or failover target of unit " + display,
@@ -239,7 +238,7 @@ func (p *placement) unitRefusal(node *corev1.Node) (reason string, outside bool)
 		if node.Name != p.binding.RequestedNode {
 			return ReasonNotRequested, true
 		}
-		if !p.primary.Matches(labels.Set(node.Labels)) && !p.targets.Matches(node) {
+		if !p.unitObj.IsPrimary(node) && !p.targets.Matches(node) {
 			return p.notPrimaryOrTarget, false
 		}
 	case automaticRebind:
@@ -250,7 +249,7 @@ func (p *placement) unitRefusal(node *corev1.Node) (reason string, outside bool)
 			return ReasonTried, false
 		}
 	default:
-		if !p.primary.Matches(labels.Set(node.Labels)) {
+		if !p.unitObj.IsPrimary(node) {
 			return p.notPrimary, true
 		}
 	}
@@ -309,6 +308,10 @@ func (p *placement) narrow(logger klog.Logger, pod *corev1.Pod, nodes []fwk.Node
 	}
 	considered := sets.New[string]()
 	refusals := map[string]int{}
+	// Nodes outside the rules, nearly all of a large cluster, share one
+	// reason per placement: counted, not hashed, in the common pass.
+	var outsideReason string
+	outsideCount := 0
 	fits := false
 	for _, ni := range nodes {
 		node := ni.Node()
@@ -316,6 +319,12 @@ func (p *placement) narrow(logger klog.Logger, pod *corev1.Pod, nodes []fwk.Node
 			continue
 		}
 		reason, outside := p.unitRefusal(node)
+		if outside {
+			outsideReason = reason
+			outsideCount++
+			continue
+		}
+		considered.Insert(node.Name)
 		if reason == "" {
 			reason = nodeRefusal(logger, node, pod)
 		}
@@ -324,12 +333,12 @@ func (p *placement) narrow(logger klog.Logger, pod *corev1.Pod, nodes []fwk.Node
 		} else {
 			refusals[reason]++
 		}
-		if !outside {
-			considered.Insert(node.Name)
-		}
 	}
 	if fits {
 		return &fwk.PreFilterResult{NodeNames: considered}, nil
+	}
+	if outsideCount > 0 {
+		refusals[outsideReason] += outsideCount
 	}
 	// Counted as the scheduler counts Filter refusals, so the event reads
 	// the same either way.
