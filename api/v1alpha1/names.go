@@ -70,6 +70,10 @@ const (
 	AnnotationFailoverConfirmFenced = "holdfast.io/failover-confirm-fenced"
 	// AnnotationRestart asks for a restart of the runtime (RFC 3339 time).
 	AnnotationRestart = "holdfast.io/restart"
+	// AnnotationRequestID is set by the webhook beside any of the three
+	// annotations above: the ID of its audit record of the request, which
+	// names the person who asked. The controller's audit lines refer to it.
+	AnnotationRequestID = "holdfast.io/request-id"
 )
 
 // Runtime pods.
@@ -114,7 +118,13 @@ const (
 
 // Unit condition reasons.
 const (
-	// Held
+	// Held is the unit's ISA-88 Hold: True from the Hold until a person's
+	// restart once the new runtime holds its lease and is ready.
+	ReasonRuntimeLost    = "RuntimeLost"
+	ReasonManualFailover = "ManualFailover"
+	ReasonRestarted      = "Restarted"
+	// LeaseExpired False reasons (AwaitingFirstRenewal, LeaseRenewed,
+	// Autonomy) and Held reasons of the Foundation.
 	ReasonRenewalAcknowledged  = "RenewalAcknowledged"
 	ReasonAwaitingFirstRenewal = "AwaitingFirstRenewal"
 	ReasonAutonomy             = "Autonomy"
