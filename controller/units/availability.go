@@ -701,8 +701,12 @@ func restart(p *Plan, in *Inputs) {
 	if !ready {
 		return
 	}
-	msg := fmt.Sprintf("Restart: the runtime at epoch %d on node %s holds its lease and is ready; the Hold is cleared (restart asked at %s)",
-		b.Epoch, nodeOrUnknown(b.Node), at.UTC().Format(time.RFC3339))
+	state := "is ready"
+	if u.Spec.Availability.Mode == holdfastv1.Failover {
+		state = "holds its lease and is ready"
+	}
+	msg := fmt.Sprintf("Restart: the runtime at epoch %d on node %s %s; the Hold is cleared (restart asked at %s)",
+		b.Epoch, nodeOrUnknown(b.Node), state, at.UTC().Format(time.RFC3339))
 	setCondition(&p.Status, metav1.Condition{Type: holdfastv1.ConditionHeld, Status: metav1.ConditionFalse, Reason: holdfastv1.ReasonRestarted, Message: msg}, in.Now)
 	r := normal(EventRestarted)
 	r.Message, r.Manual, r.RequestID, r.Epoch, r.Node = msg, true, u.Annotations[holdfastv1.AnnotationRequestID], b.Epoch, b.Node

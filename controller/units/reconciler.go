@@ -19,9 +19,11 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -76,6 +78,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	})
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("units").
+		// One per manager; tests run several managers in one process.
+		WithOptions(controller.Options{SkipNameValidation: ptr.To(true)}).
 		For(&holdfastv1.Unit{}).
 		Owns(&corev1.Pod{}).
 		Watches(&corev1.Node{}, nodeToUnits, builder.WithPredicates(predicate.Funcs{
