@@ -91,13 +91,21 @@ func (e *RefusedError) Error() string {
 func (e *RefusedError) Unwrap() error { return ErrFenced }
 
 // Permit is the right to make one output write, stamped with the epoch the
-// write must carry. Release it when the write has returned: the fence waits
-// for every outstanding permit before it reports Fenced.
+// write must carry. Only a Keeper makes one, and every driver write takes
+// one, so no output reaches a device except through Acquire. Release it
+// when the write has returned: the fence waits for every outstanding permit
+// before it reports Fenced.
 type Permit struct {
-	Epoch   int64
-	Kind    WriteKind
+	epoch   int64
+	kind    WriteKind
 	release func()
 }
+
+// Epoch is the binding epoch the write carries (L7).
+func (p *Permit) Epoch() int64 { return p.epoch }
+
+// Kind is what the write is for.
+func (p *Permit) Kind() WriteKind { return p.kind }
 
 // Release ends the permit. It is safe to call more than once.
 func (p *Permit) Release() {
@@ -239,7 +247,7 @@ func (k *Keeper) Acquire(kind WriteKind) (*Permit, error) {
 		k.writes.RUnlock()
 		return nil, &RefusedError{State: s, Kind: kind}
 	}
-	return &Permit{Epoch: k.cfg.Epoch, Kind: kind, release: k.writes.RUnlock}, nil
+	return &Permit{epoch: k.cfg.Epoch, kind: kind, release: k.writes.RUnlock}, nil
 }
 
 // Grant applies one renewal that arrived at arrival (read on the Keeper's
