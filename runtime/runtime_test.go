@@ -47,6 +47,7 @@ type opts struct {
 	stateDir string
 	sim      *devicesim.Sim
 	clock    *testingclock.FakeClock
+	program  runtime.Program
 }
 
 func modbusDriver(t *testing.T, name, addr string, timeout time.Duration) driver.Driver {
@@ -85,6 +86,9 @@ func start(t *testing.T, o opts) *fixture {
 		{Name: "counter", Device: "coupler-1", Register: counterReg},
 		{Name: "valve", Device: "coupler-1", Register: valveReg, Hold: &zero},
 	}
+	if o.program == nil {
+		o.program = runtime.StepProgram(outputs, map[string]uint16{"counter": 1})
+	}
 	rt, err := runtime.New(runtime.Config{
 		Lease: lease.Config{Unit: unit, Epoch: o.epoch, Mode: o.mode, LeaseDuration: leaseLength, Clock: o.clock,
 			Incarnation: holdfastv1.RuntimeIncarnation{PodUID: "uid-" + t.Name(), RestartCount: 0}},
@@ -92,7 +96,7 @@ func start(t *testing.T, o opts) *fixture {
 		Drivers:      []driver.Driver{modbusDriver(t, "coupler-1", o.sim.Addr(), 2*time.Second)},
 		Outputs:      outputs,
 		Inputs:       []runtime.Input{{Name: "level", Device: "coupler-1", Register: inputReg}},
-		Program:      runtime.StepProgram(outputs, map[string]uint16{"counter": 1}),
+		Program:      o.program,
 		ScanInterval: scanEvery,
 		StateDir:     o.stateDir,
 	}, ktesting.NewLogger(t, ktesting.NewConfig()))
