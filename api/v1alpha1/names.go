@@ -92,6 +92,25 @@ const (
 	HealthServiceLiveness  = "holdfast.liveness"
 )
 
+// Environment of the runtime container, set by the controller's pod (the
+// unit and the epoch through the downward API from the pod's own labels).
+// cmd/unit-runtime reads EnvUnit, EnvEpoch, EnvMode, EnvPodName and
+// EnvPodUID as flag defaults.
+const (
+	EnvUnit          = "HOLDFAST_UNIT" // namespace/name
+	EnvUnitName      = "HOLDFAST_UNIT_NAME"
+	EnvNamespace     = "HOLDFAST_NAMESPACE"
+	EnvEpoch         = "HOLDFAST_EPOCH"
+	EnvMode          = "HOLDFAST_MODE"
+	EnvPodName       = "POD_NAME"
+	EnvPodUID        = "POD_UID"
+	EnvNodeName      = "HOLDFAST_NODE_NAME"
+	EnvPodIP         = "HOLDFAST_POD_IP"
+	EnvLeaseDuration = "HOLDFAST_LEASE_DURATION"
+	EnvLeasePort     = "HOLDFAST_LEASE_PORT"
+	EnvHealthPort    = "HOLDFAST_HEALTH_PORT"
+)
+
 // The voter swap Lease (DESIGN §2, §6).
 const (
 	SwapLeaseNamespace = "kube-system"

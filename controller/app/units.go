@@ -44,6 +44,7 @@ type unitsOptions struct {
 	timings   leadership.Timings
 	standDown time.Duration
 	electID   string
+	watchNS   string
 }
 
 var unitsOpts = &unitsOptions{}
@@ -62,6 +63,8 @@ func unitsFlags(fs *flag.FlagSet, _ *Common) {
 	o.timings.WarmStart = leadership.WarmStartBudget
 	fs.StringVar(&o.electID, "units-leader-election-id", UnitsElectionID, "")
 	doc("units-leader-election-id", "Name of the grantor's election Lease in --leader-election-namespace.", "none")
+	fs.StringVar(&o.watchNS, "watch-namespace", "", "")
+	doc("watch-namespace", "Reconcile the Units of this namespace only; empty reconciles every namespace. Two grantors must never watch the same Units under different election Leases.", "none")
 	fs.DurationVar(&o.timings.ElectionLeaseDuration, "leader-election-lease-duration", leadership.DefaultElectionLeaseDuration, "")
 	doc("leader-election-lease-duration", "How long a standby waits, from the last leader record it saw change, before it takes the grantor's leadership. For this process the election is most of the grantor gap, hence 6s and not controller-runtime's 15s.",
 		"read-idle + ping + 2 x poll + this + warm start + 5s <= lease - 2 x lease/6 (20s at the default 30s lease); and this > --leader-election-renew-deadline (client-go refuses otherwise)")
@@ -110,6 +113,7 @@ func runUnits(ctx context.Context, c *Common) int {
 		Namespace: c.Namespace, ElectionID: o.electID, Identity: c.Identity,
 		Timings: o.timings, StandDown: o.standDown,
 		HealthAddr: c.HealthAddr, MetricsAddr: c.MetricsAddr, AuditPath: c.AuditPath,
+		WatchNamespace: o.watchNS,
 	})
 	if err != nil {
 		klog.ErrorS(err, "The units role stopped", "ending", ending)
@@ -134,6 +138,9 @@ type UnitsConfig struct {
 	StandDown                       time.Duration
 	HealthAddr, MetricsAddr         string
 	AuditPath                       string
+	// WatchNamespace limits the Units (and their pods) this process
+	// reconciles to one namespace; empty is every namespace.
+	WatchNamespace string
 	// Clock drives the grantor and the decisions; nil is the real clock.
 	Clock clock.WithTicker
 	// Started, when set, is told the bound health and metrics addresses.
@@ -146,6 +153,16 @@ func Scheme() *runtime.Scheme {
 	_ = clientgoscheme.AddToScheme(s)
 	_ = holdfastv1.AddToScheme(s)
 	return s
+}
+
+func cacheOptions(ns string, hasUnit *labels.Requirement) cache.Options {
+	o := cache.Options{ByObject: map[client.Object]cache.ByObject{
+		&corev1.Pod{}: {Label: labels.NewSelector().Add(*hasUnit)},
+	}}
+	if ns != "" {
+		o.DefaultNamespaces = map[string]cache.Config{ns: {}}
+	}
+	return o
 }
 
 // RunUnits runs the grantor and the unit availability controller until ctx
@@ -183,9 +200,7 @@ func RunUnits(ctx context.Context, cfg *rest.Config, uc UnitsConfig) (leadership
 		// Probes and metrics are served apart from the manager.
 		HealthProbeBindAddress: "0",
 		Metrics:                metricsserver.Options{BindAddress: "0"},
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			&corev1.Pod{}: {Label: labels.NewSelector().Add(*hasUnit)},
-		}},
+		Cache:                  cacheOptions(uc.WatchNamespace, hasUnit),
 	})
 	if err != nil {
 		return leadership.Exited, err

@@ -344,8 +344,11 @@ func (l *loop) nextWait() time.Duration {
 		return 0
 	case l.obs.Anchor.IsZero():
 		return StartupInterval(d)
+	case now.Sub(l.obs.Anchor) >= d:
+		// The runtime's lease has run out: no deadline left to fit.
+		return StartupInterval(d)
 	default:
-		return RenewInterval(d, now.Sub(l.obs.Anchor))
+		return lease.RenewInterval(d, now.Sub(l.obs.Anchor))
 	}
 }
 

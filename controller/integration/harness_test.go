@@ -53,6 +53,8 @@ type controller struct {
 }
 
 type controllerOptions struct {
+	// namespace scopes the controller to one test's Units.
+	namespace  string
 	identity   string
 	electionID string
 	standDown  time.Duration
@@ -85,7 +87,7 @@ func startController(t *testing.T, o controllerOptions) *controller {
 		c.ending, c.err = app.RunUnits(ctx, env.Config, app.UnitsConfig{
 			Namespace: electionNamespace, ElectionID: o.electionID, Identity: o.identity,
 			Timings: leadership.Defaults(), StandDown: o.standDown,
-			HealthAddr: "127.0.0.1:0", MetricsAddr: "0", AuditPath: c.auditPath,
+			HealthAddr: "127.0.0.1:0", MetricsAddr: "0", AuditPath: c.auditPath, WatchNamespace: o.namespace,
 			Started: func(h, _ string) { c.health = h; close(started) },
 		})
 	}()

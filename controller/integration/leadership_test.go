@@ -109,7 +109,7 @@ func TestALostLeadershipStandsDownRenewingWhatItHolds(t *testing.T) {
 	node(t, "lost-edge-1", map[string]string{"holdfast.io/device": "kiln-9"})
 	node(t, "lost-standby-1", nil)
 	endpoint := newConnCounter(t)
-	c := startController(t, controllerOptions{identity: "ctl-lost", electionID: id, standDown: 5 * time.Second})
+	c := startController(t, controllerOptions{namespace: ns, identity: "ctl-lost", electionID: id, standDown: 5 * time.Second})
 	eventually(t, 30*time.Second, "leadership", func() (bool, string) {
 		h := holder(electionLease(t, id))
 		return strings.HasPrefix(h, "ctl-lost_"), h

@@ -51,7 +51,7 @@ func TestAnAutonomyUnitFailsOverOnlyByHandWithAConfirmedFence(t *testing.T) {
 	ns := env.Namespace(t)
 	node(t, "press-edge-1", map[string]string{"holdfast.io/device": "press-2"})
 	node(t, "press-standby-1", nil)
-	c := startController(t, controllerOptions{})
+	c := startController(t, controllerOptions{namespace: ns})
 
 	u := &holdfastv1.Unit{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "press-2"},

@@ -10,7 +10,7 @@ import (
 
 	"k8s.io/client-go/tools/leaderelection"
 
-	"github.com/holdfast-io/holdfast/controller/grantor"
+	"github.com/holdfast-io/holdfast/api/lease"
 )
 
 // The grantor's defaults (flags of holdfast-controller).
@@ -90,8 +90,8 @@ func (t Timings) Gap() time.Duration {
 // anchor is one renewal older than the grantor's last acknowledgement (L1),
 // and the leader can be lost up to one interval after that
 // acknowledgement, so the lease minus two renewal intervals.
-func BudgetAfterARenewal(lease time.Duration) time.Duration {
-	return lease - 2*lease/grantor.CadenceDivisor
+func BudgetAfterARenewal(d time.Duration) time.Duration {
+	return d - 2*lease.RenewInterval(d, 0)
 }
 
 // Spare is what the gap leaves of the budget at lease.

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/holdfast-io/holdfast/controller/grantor"
+	"github.com/holdfast-io/holdfast/api/lease"
 )
 
 // TestGrantorGapFitsInsideTheBudgetAfterARenewal holds the election timings,
@@ -54,8 +54,8 @@ func TestGrantorGapFitsInsideTheBudgetAfterARenewal(t *testing.T) {
 	if third := ReferenceLease - 2*ReferenceLease/3; third-d.Gap() >= RequiredSpare {
 		t.Errorf("a cadence of a third would leave %v", third-d.Gap())
 	}
-	if grantor.CadenceDivisor != 6 {
-		t.Errorf("the renewal cadence is a sixth of the lease (L2), divisor %d", grantor.CadenceDivisor)
+	if got := lease.RenewInterval(ReferenceLease, 0); got != ReferenceLease/6 {
+		t.Errorf("the renewal cadence is a sixth of the lease (L2), got %v", got)
 	}
 }
 

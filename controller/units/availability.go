@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/holdfast-io/holdfast/api/lease"
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/controller/grantor"
 )
@@ -74,7 +75,7 @@ func Decide(in Inputs) Plan {
 	failover := a.Mode == holdfastv1.Failover
 	if failover {
 		// A pass never goes longer than one renewal interval.
-		p.RequeueAfter = a.LeaseDuration() / grantor.CadenceDivisor
+		p.RequeueAfter = lease.RenewInterval(a.LeaseDuration(), 0)
 	}
 
 	if p.Status.RuntimeBinding == nil {

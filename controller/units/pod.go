@@ -14,23 +14,6 @@ import (
 // RuntimeContainer is the name of the runtime container in a runtime pod.
 const RuntimeContainer = "runtime"
 
-// Environment of the runtime container. The unit and the epoch come through
-// the downward API from the pod's own labels, so the pod and the process can
-// never disagree about which binding they are.
-const (
-	EnvUnitName      = "HOLDFAST_UNIT_NAME"
-	EnvNamespace     = "HOLDFAST_NAMESPACE"
-	EnvEpoch         = "HOLDFAST_EPOCH"
-	EnvPodName       = "HOLDFAST_POD_NAME"
-	EnvPodUID        = "HOLDFAST_POD_UID"
-	EnvNodeName      = "HOLDFAST_NODE_NAME"
-	EnvPodIP         = "HOLDFAST_POD_IP"
-	EnvMode          = "HOLDFAST_AVAILABILITY_MODE"
-	EnvLeaseDuration = "HOLDFAST_LEASE_DURATION"
-	EnvLeasePort     = "HOLDFAST_LEASE_PORT"
-	EnvHealthPort    = "HOLDFAST_HEALTH_PORT"
-)
-
 // PodName is the runtime pod of a binding: <unit>-runtime-e<epoch>.
 func PodName(unit string, epoch int64) string {
 	return fmt.Sprintf("%s-runtime-e%d", unit, epoch)
@@ -58,18 +41,23 @@ func RuntimePod(u *holdfastv1.Unit, epoch int64, p Placement) *corev1.Pod {
 	if mode == "" {
 		mode = holdfastv1.Autonomy
 	}
+	// The unit and the epoch come through the downward API from the pod's
+	// own labels, so the pod and the process can never disagree about
+	// which binding they are; HOLDFAST_UNIT is composed from the two
+	// before it by the kubelet's $(VAR) expansion.
 	env := []corev1.EnvVar{
-		fieldEnv(EnvUnitName, "metadata.labels['"+holdfastv1.LabelUnit+"']"),
-		fieldEnv(EnvNamespace, "metadata.namespace"),
-		fieldEnv(EnvEpoch, "metadata.labels['"+holdfastv1.LabelEpoch+"']"),
-		fieldEnv(EnvPodName, "metadata.name"),
-		fieldEnv(EnvPodUID, "metadata.uid"),
-		fieldEnv(EnvNodeName, "spec.nodeName"),
-		fieldEnv(EnvPodIP, "status.podIP"),
-		{Name: EnvMode, Value: string(mode)},
-		{Name: EnvLeaseDuration, Value: a.LeaseDuration().String()},
-		{Name: EnvLeasePort, Value: strconv.Itoa(int(rt.LeasePort))},
-		{Name: EnvHealthPort, Value: strconv.Itoa(int(rt.HealthPort))},
+		fieldEnv(holdfastv1.EnvNamespace, "metadata.namespace"),
+		fieldEnv(holdfastv1.EnvUnitName, "metadata.labels['"+holdfastv1.LabelUnit+"']"),
+		{Name: holdfastv1.EnvUnit, Value: "$(" + holdfastv1.EnvNamespace + ")/$(" + holdfastv1.EnvUnitName + ")"},
+		fieldEnv(holdfastv1.EnvEpoch, "metadata.labels['"+holdfastv1.LabelEpoch+"']"),
+		fieldEnv(holdfastv1.EnvPodName, "metadata.name"),
+		fieldEnv(holdfastv1.EnvPodUID, "metadata.uid"),
+		fieldEnv(holdfastv1.EnvNodeName, "spec.nodeName"),
+		fieldEnv(holdfastv1.EnvPodIP, "status.podIP"),
+		{Name: holdfastv1.EnvMode, Value: string(mode)},
+		{Name: holdfastv1.EnvLeaseDuration, Value: a.LeaseDuration().String()},
+		{Name: holdfastv1.EnvLeasePort, Value: strconv.Itoa(int(rt.LeasePort))},
+		{Name: holdfastv1.EnvHealthPort, Value: strconv.Itoa(int(rt.HealthPort))},
 	}
 	env = append(env, rt.Env...)
 

@@ -1,0 +1,326 @@
+package main_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	leaseapi "github.com/holdfast-io/holdfast/api/lease"
+	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/runtime/leasetest"
+	"github.com/holdfast-io/holdfast/test/devicesim"
+)
+
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "unit-runtime-bin")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "unit-runtime")
+	if out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building unit-runtime: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// freePortN returns three distinct loopback ports nothing listens on.
+func freePortN(t *testing.T, n int) (int, int, int) {
+	t.Helper()
+	var ports []int
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+	}
+	return ports[0], ports[1], ports[2]
+}
+
+type proc struct {
+	cmd     *exec.Cmd
+	lease   string
+	health  string
+	metrics string
+	logPath string
+	done    chan error
+}
+
+const (
+	unit      = "plant/kiln-1"
+	counter   = 100
+	valve     = 101
+	leaseTime = 10 * time.Second
+)
+
+// startRuntime runs the real binary against the device simulator.
+func startRuntime(t *testing.T, sim *devicesim.Sim, epoch int64, extra ...string) *proc {
+	t.Helper()
+	lp, hp, mp := freePortN(t, 3)
+	dir := t.TempDir()
+	p := &proc{
+		lease:   fmt.Sprintf("http://127.0.0.1:%d%s", lp, leaseapi.Path),
+		health:  fmt.Sprintf("127.0.0.1:%d", hp),
+		metrics: fmt.Sprintf("http://127.0.0.1:%d/metrics", mp),
+		logPath: filepath.Join(dir, "runtime.log"),
+		done:    make(chan error, 1),
+	}
+	args := append([]string{
+		"--unit", unit, "--epoch", fmt.Sprint(epoch), "--mode", "Failover", "--lease-duration", leaseTime.String(),
+		"--bind-address", "127.0.0.1", "--lease-port", fmt.Sprint(lp), "--health-port", fmt.Sprint(hp), "--metrics-port", fmt.Sprint(mp),
+		"--device", "coupler-1=modbus://" + sim.Addr() + "?epochRegister=9000&timeout=1s",
+		"--output", fmt.Sprintf("counter=coupler-1:%d,step=1", counter),
+		"--output", fmt.Sprintf("valve=coupler-1:%d,hold=0", valve),
+		"--input", "level=coupler-1:200",
+		"--scan-interval", "100ms", "--driver-health-interval", "200ms",
+		"--state-dir", filepath.Join(dir, "state"), "--pod-uid", fmt.Sprintf("uid-e%d", epoch),
+	}, extra...)
+	logf, err := os.Create(p.logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.cmd = exec.Command(binary, args...)
+	p.cmd.Stdout, p.cmd.Stderr = logf, logf
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.done <- p.cmd.Wait(); logf.Close() }()
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(10 * time.Second):
+			_ = p.cmd.Process.Kill()
+		}
+		if t.Failed() {
+			b, _ := os.ReadFile(p.logPath)
+			t.Logf("unit-runtime epoch %d log:\n%s", epoch, b)
+		}
+	})
+	eventually(t, 10*time.Second, "the lease endpoint to answer", func() bool {
+		_, err := p.status()
+		return err == nil
+	})
+	return p
+}
+
+func (p *proc) status() (leaseapi.Status, error) {
+	var s leaseapi.Status
+	resp, err := http.Get(p.lease)
+	if err != nil {
+		return s, err
+	}
+	defer resp.Body.Close()
+	return s, json.NewDecoder(resp.Body).Decode(&s)
+}
+
+func (p *proc) probe(t *testing.T, service string) healthpb.HealthCheckResponse_ServingStatus {
+	t.Helper()
+	conn, err := grpc.NewClient(p.health, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: service})
+	if err != nil {
+		t.Fatalf("probe %s: %v", service, err)
+	}
+	return resp.Status
+}
+
+func (p *proc) metric(t *testing.T, name string) string {
+	t.Helper()
+	resp, err := http.Get(p.metrics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, name+" ") {
+			return strings.TrimPrefix(line, name+" ")
+		}
+	}
+	return ""
+}
+
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func grantor(p *proc, epoch int64) *leasetest.Grantor {
+	return &leasetest.Grantor{URL: p.lease, Unit: unit, Epoch: epoch, Duration: leaseTime, Name: fmt.Sprintf("test-grantor-e%d", epoch)}
+}
+
+func writesAt(sim *devicesim.Sim, epoch int64) []devicesim.Write {
+	var out []devicesim.Write
+	for _, w := range sim.Writes() {
+		if w.Epoch == epoch {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+// The real binary against the device simulator over TCP and a grantor over
+// HTTP: renewals stop, the runtime holds for holdBound then fences, the
+// device's log shows no write attempt after the fence, and a second runtime
+// at a higher epoch adopts what the device holds and writes, with the two
+// epochs never interleaved (L1, L3, L7, L10).
+func TestRenewalsStopTheRuntimeHoldsThenFencesAndTheNextEpochTakesOver(t *testing.T) {
+	sim, err := devicesim.Start(devicesim.Config{Address: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sim.Close()
+	sim.SetRegister(counter, 1000)
+	sim.SetRegister(valve, 55)
+
+	first := startRuntime(t, sim, 1)
+	if s, _ := first.status(); s.State != leaseapi.Ungranted || !s.Fenced {
+		t.Fatalf("a fresh Failover runtime reports %+v, want Ungranted and fenced", s)
+	}
+	if got := first.probe(t, holdfastv1.HealthServiceReadiness); got != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Fatalf("readiness before the grant = %v", got)
+	}
+	ctx, stopRenewals := context.WithCancel(context.Background())
+	g1 := grantor(first, 1)
+	go g1.Run(ctx)
+	eventually(t, 10*time.Second, "epoch 1 to write", func() bool { return len(writesAt(sim, 1)) >= 10 })
+	if w := writesAt(sim, 1); w[0].Register != counter || w[0].Value != 1001 || w[1].Register != valve || w[1].Value != 55 {
+		t.Fatalf("epoch 1's first writes %+v, want the adopted operating point (counter 1001, valve 55)", w[:2])
+	}
+	if r, _ := g1.Last(); r.Incarnation.PodUID != "uid-e1" || r.Incarnation.RestartCount != 0 || r.State != leaseapi.Held {
+		t.Fatalf("reply %+v, want Held with incarnation uid-e1/0", r)
+	}
+
+	// Renewals stop.
+	stopRenewals()
+	lastAck, _ := g1.LastAck()
+	var holding, fenced leaseapi.Status
+	eventually(t, 2*leaseTime, "the runtime to hold", func() bool {
+		holding, _ = first.status()
+		return holding.State == leaseapi.Holding
+	})
+	eventually(t, 2*leaseTime, "the runtime to fence", func() bool {
+		fenced, _ = first.status()
+		return fenced.State == leaseapi.Fenced
+	})
+	fencedSeen := time.Now()
+	hold := holdfastv1.HoldBound(leaseTime)
+	if *holding.RemainingMillis > 0 || *holding.RemainingMillis <= -hold.Milliseconds() {
+		t.Fatalf("Holding reported %dms from the deadline, want within the hold bound %v", *holding.RemainingMillis, hold)
+	}
+	if *fenced.RemainingMillis > -hold.Milliseconds() || !fenced.Fenced {
+		t.Fatalf("Fenced reported %dms from the deadline, want at least the hold bound %v past it", *fenced.RemainingMillis, hold)
+	}
+	// L1: the runtime's deadline is no later than the grantor's Expired.
+	if deadline := fenced.Deadline.Add(0); deadline.After(lastAck.Add(leaseTime).Add(50 * time.Millisecond)) {
+		t.Fatalf("the runtime's deadline %v is after the grantor's Expired %v", deadline, lastAck.Add(leaseTime))
+	}
+	if v := sim.Registers(valve, 1)[0]; v != 0 {
+		t.Fatalf("valve = %d after the hold, want its hold value 0", v)
+	}
+	// Reads go on, writes do not, the process is alive and not ready.
+	reads := sim.ReadsServed()
+	time.Sleep(time.Second) // ten scans
+	for _, w := range writesAt(sim, 1) {
+		if w.Time.After(fencedSeen) {
+			t.Fatalf("epoch 1 attempted a write after its fence was reported: %+v", w)
+		}
+	}
+	if sim.ReadsServed() <= reads {
+		t.Fatal("the fenced runtime stopped reading")
+	}
+	if got := first.probe(t, holdfastv1.HealthServiceLiveness); got != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("liveness of the fenced runtime = %v, want SERVING", got)
+	}
+	if got := first.probe(t, holdfastv1.HealthServiceReadiness); got != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Fatalf("readiness of the fenced runtime = %v, want NOT_SERVING", got)
+	}
+	if got := first.metric(t, "holdfast_runtime_fenced"); got != "1" {
+		t.Fatalf("holdfast_runtime_fenced = %q, want 1", got)
+	}
+	heldCounter := sim.Registers(counter, 1)[0]
+
+	// The next binding takes over.
+	second := startRuntime(t, sim, 2)
+	ctx2, stop2 := context.WithCancel(context.Background())
+	defer stop2()
+	go grantor(second, 2).Run(ctx2)
+	eventually(t, 10*time.Second, "epoch 2 to write", func() bool { return len(writesAt(sim, 2)) >= 10 })
+	if w := writesAt(sim, 2); w[0].Register != counter || w[0].Value != heldCounter+1 || w[1].Register != valve || w[1].Value != 0 {
+		t.Fatalf("epoch 2's first writes %+v, want the held operating point adopted (counter %d, valve 0)", w[:2], heldCounter+1)
+	}
+	// A grant for the old epoch reaching the new runtime is refused.
+	resp, err := http.Post(second.lease, "application/json", strings.NewReader(
+		`{"unit":"plant/kiln-1","epoch":1,"durationMillis":10000,"ackAgeMillis":0,"grantor":"stale","seq":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusConflict {
+		t.Fatalf("a grant for epoch 1 at the epoch 2 runtime answered %s, want 409", resp.Status)
+	}
+
+	log := sim.Writes()
+	if err := devicesim.CheckOneWriter(log); err != nil {
+		t.Fatalf("two writers overlapped: %v", err)
+	}
+	last1, _ := devicesim.LastAttempt(log, 1)
+	first2 := writesAt(sim, 2)[0].Time
+	if !last1.Before(first2) {
+		t.Fatalf("epoch 1's last attempt %v is not before epoch 2's first write %v", last1, first2)
+	}
+	t.Logf("epoch 1: %d writes, last at %v; fence reported by %v; epoch 2 first wrote at %v",
+		len(writesAt(sim, 1)), last1.Format(time.StampMilli), fencedSeen.Format(time.StampMilli), first2.Format(time.StampMilli))
+}
+
+// A bad flag exits 2 naming the flag and the reason, and starts nothing.
+func TestBadFlagsExitWithTheFlagAndTheReason(t *testing.T) {
+	out, err := exec.Command(binary, "--unit", "kiln-1", "--epoch", "0", "--output", "x=nowhere:1").CombinedOutput()
+	var ee *exec.ExitError
+	if err == nil || !errors.As(err, &ee) || ee.ExitCode() != 2 {
+		t.Fatalf("bad flags: exit %v, want 2\n%s", err, out)
+	}
+	for _, want := range []string{"--unit=kiln-1: must be namespace/name", "--epoch=0: must be at least 1", `--output=x=nowhere:1: device "nowhere": no such --device`} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	out, err = exec.Command(binary, "--help").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "-lease-port") {
+		t.Fatalf("--help: %v\n%s", err, out)
+	}
+}

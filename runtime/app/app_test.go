@@ -1,0 +1,111 @@
+package app
+
+import (
+	"bytes"
+	"flag"
+	"strings"
+	"testing"
+
+	"k8s.io/klog/v2/ktesting"
+
+	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+)
+
+func TestHelpDocumentsEveryFlag(t *testing.T) {
+	var out bytes.Buffer
+	_, _, err := Parse([]string{"--help"}, &out, ktesting.NewLogger(t, ktesting.NewConfig()))
+	if err != flag.ErrHelp {
+		t.Fatalf("--help = %v, want flag.ErrHelp", err)
+	}
+	help := out.String()
+	var o Options
+	n := 0
+	NewFlagSet(&o).VisitAll(func(f *flag.Flag) {
+		n++
+		if len(f.Usage) < 20 {
+			t.Errorf("--%s has no real description: %q", f.Name, f.Usage)
+		}
+		if !strings.Contains(help, "-"+f.Name+" ") && !strings.Contains(help, "-"+f.Name+"\n") {
+			t.Errorf("--help does not document --%s", f.Name)
+		}
+	})
+	newKlogFlags().VisitAll(func(f *flag.Flag) {
+		if !strings.Contains(help, "-"+f.Name) {
+			t.Errorf("--help does not document the klog flag -%s", f.Name)
+		}
+	})
+	for _, name := range []string{"unit", "epoch", "mode", "lease-port", "health-port", "device", "state-dir", "pod-uid", "restart-count"} {
+		if NewFlagSet(&o).Lookup(name) == nil {
+			t.Errorf("no --%s flag", name)
+		}
+	}
+	if n < 20 {
+		t.Fatalf("only %d flags visited", n)
+	}
+}
+
+func TestBadFlagsNameTheFlagAndTheReason(t *testing.T) {
+	_, _, err := Parse([]string{
+		"--unit", "a/b/c", "--epoch", "-1", "--mode", "Hot", "--lease-duration", "5s",
+		"--lease-port", "9440", "--health-port", "9440", "--tls-cert-file", "x.pem",
+		"--device", "c1=modbus://127.0.0.1:502?unit=300", "--device", "c2=ftp://x:1", "--device", "nameless",
+		"--device", "c3=sim://", "--output", "o=c9:1", "--output", "p=c3:70000", "--output", "q=c3:1,ramp=2", "--input", "i=c3:1,step=1",
+		"--scan-interval", "0s", "--mqtt-queue-size", "-1", "--restart-count", "-2",
+	}, &bytes.Buffer{}, ktesting.NewLogger(t, ktesting.NewConfig()))
+	if err == nil {
+		t.Fatal("bad flags were accepted")
+	}
+	for _, want := range []string{
+		"--unit=a/b/c: must be namespace/name",
+		"--epoch=-1: must be at least 1",
+		"--mode=Hot: must be Failover or Autonomy",
+		"--lease-duration=5s: must be between 10s and 600s",
+		"--lease-port=9440: the lease, health and metrics ports must differ",
+		"--tls-cert-file=x.pem: must be given together with --tls-key-file",
+		"--device=c1=modbus://127.0.0.1:502?unit=300: device c1: unit:",
+		`--device=c2=ftp://x:1: scheme "ftp": must be modbus or sim`,
+		"--device=nameless: must be NAME=URL",
+		`--output=o=c9:1: device "c9": no such --device`,
+		`--output=p=c3:70000: register "70000": must be 0..65535`,
+		"--output=q=c3:1,ramp=2: ramp: unknown option",
+		"--input=i=c3:1,step=1: an input takes no options",
+		"--scan-interval=0s: must be positive",
+		"--mqtt-queue-size=-1: must not be negative",
+		"--restart-count=-2: must be -1",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q:\n%v", want, err)
+		}
+	}
+}
+
+func TestFlagsBuildTheConfig(t *testing.T) {
+	t.Setenv(EnvPodUID, "uid-7")
+	dir := t.TempDir()
+	args := []string{"--unit", "plant/kiln-1", "--epoch", "4", "--mode", "Failover", "--bind-address", "127.0.0.1",
+		"--device", "c1=modbus://127.0.0.1:5020?epochRegister=9000", "--device", "s=sim://?connectDelay=300ms",
+		"--output", "counter=c1:100,step=2", "--output", "valve=c1:101,hold=7", "--input", "level=s:3", "--state-dir", dir}
+	for want := int32(0); want < 3; want++ {
+		cfg, o, err := Parse(args, &bytes.Buffer{}, ktesting.NewLogger(t, ktesting.NewConfig()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.Lease.Incarnation.PodUID != "uid-7" || cfg.Lease.Incarnation.RestartCount != want {
+			t.Fatalf("start %d: incarnation %+v, want uid-7/%d counted in the state dir", want, cfg.Lease.Incarnation, want)
+		}
+		if cfg.Lease.Mode != holdfastv1.Failover || cfg.Lease.Epoch != 4 || cfg.LeaseAddr != "127.0.0.1:9443" ||
+			cfg.HealthAddr != "127.0.0.1:9440" || cfg.MetricsAddr != "127.0.0.1:9441" || len(cfg.Drivers) != 2 ||
+			len(cfg.Outputs) != 2 || *cfg.Outputs[1].Hold != 7 || cfg.Outputs[0].Hold != nil || len(cfg.Inputs) != 1 || o.Unit != "plant/kiln-1" {
+			t.Fatalf("config %+v", cfg)
+		}
+		next := cfg.Program.Scan(map[string]uint16{"counter": 10, "valve": 3}, nil)
+		if next["counter"] != 12 || next["valve"] != 3 {
+			t.Fatalf("program step = %v", next)
+		}
+	}
+	t.Setenv(EnvPodUID, "uid-8")
+	cfg, _, err := Parse(args, &bytes.Buffer{}, ktesting.NewLogger(t, ktesting.NewConfig()))
+	if err != nil || cfg.Lease.Incarnation.RestartCount != 0 {
+		t.Fatalf("a new pod in an old state dir: %+v %v, want restart count 0", cfg.Lease.Incarnation, err)
+	}
+}
