@@ -210,7 +210,7 @@ func RunUnits(ctx context.Context, cfg *rest.Config, uc UnitsConfig) (leadership
 	rec := &units.Reconciler{Notify: notify}
 	g := grantor.New(grantor.Options{Name: uc.Identity, Clock: clk, Notify: rec.NotifyFunc()})
 	tenure := leadership.NewTenure(clk, uc.StandDown)
-	rec.Client = mgr.GetClient()
+	rec.Client, rec.APIReader = mgr.GetClient(), mgr.GetAPIReader()
 	rec.Recorder = mgr.GetEventRecorder("holdfast-controller")
 	rec.Grantor, rec.HoldOff, rec.Audit, rec.Clock, rec.Actor = g, tenure, trail, clk, actor
 	if err := rec.SetupWithManager(mgr); err != nil {

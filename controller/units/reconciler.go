@@ -43,12 +43,15 @@ type HoldOff interface {
 
 // Reconciler is the unit availability controller.
 type Reconciler struct {
-	Client   client.Client
-	Recorder events.EventRecorder
-	Grantor  *grantor.Grantor
-	HoldOff  HoldOff
-	Audit    *audit.Logger
-	Clock    clock.PassiveClock
+	Client client.Client
+	// APIReader reads past the cache: a pass about to record a decision
+	// first checks that it decided on the object as it is now.
+	APIReader client.Reader
+	Recorder  events.EventRecorder
+	Grantor   *grantor.Grantor
+	HoldOff   HoldOff
+	Audit     *audit.Logger
+	Clock     clock.PassiveClock
 	// Actor names this process in audit lines.
 	Actor string
 	// Notify carries the grantor's observations into the queue.
@@ -161,6 +164,20 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			log.Info("Re-bind withdrawn: the runtime answered while the decision was taken")
 			r.ensureLoop(&u, pod)
 			return reconcile.Result{Requeue: true}, nil
+		}
+	}
+	if plan.Record != nil && r.APIReader != nil {
+		var fresh holdfastv1.Unit
+		if err := r.APIReader.Get(ctx, req.NamespacedName, &fresh); err != nil {
+			return reconcile.Result{}, err
+		}
+		if fresh.ResourceVersion != u.ResourceVersion {
+			// The cache is behind: a decision taken on it would be
+			// announced and then refused by the write.
+			if plan.Rebind != nil {
+				r.ensureLoop(&u, pod)
+			}
+			return reconcile.Result{RequeueAfter: 50 * time.Millisecond}, nil
 		}
 	}
 	if err := r.execute(ctx, &u, pod, plan); err != nil {
