@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -25,6 +26,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
@@ -35,9 +38,32 @@ import (
 	"github.com/holdfast-io/holdfast/test/testenv"
 )
 
-var env *testenv.Env
+var (
+	env *testenv.Env
+	// The real binaries the process-level tests run, built into bin/test.
+	unitRuntimeBinary, controllerBinary string
+)
 
-func TestMain(m *testing.M) { testenv.Main(m, &env, testenv.Options{}) }
+func TestMain(m *testing.M) {
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	dir := filepath.Join(root, "bin", "test")
+	unitRuntimeBinary = filepath.Join(dir, "unit-runtime")
+	controllerBinary = filepath.Join(dir, "holdfast-controller")
+	for bin, pkg := range map[string]string{unitRuntimeBinary: "./cmd/unit-runtime", controllerBinary: "./cmd/holdfast-controller"} {
+		cmd := exec.Command("go", "build", "-o", bin, pkg)
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "building %s: %v\n%s", pkg, err, out)
+			os.Exit(1)
+		}
+	}
+	ctrl.SetLogger(klog.NewKlogr())
+	testenv.Main(m, &env, testenv.Options{})
+}
 
 const electionNamespace = "holdfast-system"
 

@@ -273,12 +273,12 @@ func noteLeaseState(p *Plan, in *Inputs) bool {
 		inc := *v.AckedBy
 		b.LeaseEstablishedBy = &inc
 	}
-	if v.Acked && (b.LastAcknowledgedRenewal == nil ||
-		v.LastAck.Sub(b.LastAcknowledgedRenewal.Time) >= a.LeaseDuration()/3 || v.State == holdfastv1.LeaseHeld && b.LeaseState != holdfastv1.LeaseHeld) {
+	transition := v.State != "" && (v.State != b.LeaseState || b.LeaseStateCarried())
+	if v.Acked && (b.LastAcknowledgedRenewal == nil || transition || v.LastAck.Sub(b.LastAcknowledgedRenewal.Time) >= a.LeaseDuration()/3) {
 		t := metav1.NewMicroTime(v.LastAck)
 		b.LastAcknowledgedRenewal = &t
 	}
-	if v.State == "" || (v.State == b.LeaseState && !b.LeaseStateCarried()) {
+	if !transition {
 		leaseStateGauges(u, b.LeaseState)
 		return false
 	}
