@@ -78,13 +78,18 @@ const (
 // startRuntime runs the real binary against the device simulator.
 func startRuntime(t *testing.T, sim *devicesim.Sim, epoch int64, extra ...string) *proc {
 	t.Helper()
+	return startRuntimeIn(t, t.TempDir(), sim, epoch, extra...)
+}
+
+// startRuntimeIn runs the binary with its state (and log) in dir.
+func startRuntimeIn(t *testing.T, dir string, sim *devicesim.Sim, epoch int64, extra ...string) *proc {
+	t.Helper()
 	lp, hp, mp := freePortN(t, 3)
-	dir := t.TempDir()
 	p := &proc{
 		lease:   fmt.Sprintf("http://127.0.0.1:%d%s", lp, leaseapi.Path),
 		health:  fmt.Sprintf("127.0.0.1:%d", hp),
 		metrics: fmt.Sprintf("http://127.0.0.1:%d/metrics", mp),
-		logPath: filepath.Join(dir, "runtime.log"),
+		logPath: filepath.Join(dir, fmt.Sprintf("runtime-%d.log", time.Now().UnixNano())),
 		done:    make(chan error, 1),
 	}
 	args := append([]string{
@@ -322,5 +327,57 @@ func TestBadFlagsExitWithTheFlagAndTheReason(t *testing.T) {
 	out, err = exec.Command(binary, "--help").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "-lease-port") {
 		t.Fatalf("--help: %v\n%s", err, out)
+	}
+}
+
+// L10 at process level: a container restarted in place (SIGKILL, same pod
+// and state dir) reports a new incarnation, starts fenced, and once granted
+// writes from the operating point it saved, not from what the device holds.
+func TestARestartInPlaceRestoresItsStateAndReportsANewIncarnation(t *testing.T) {
+	sim, err := devicesim.Start(devicesim.Config{Address: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sim.Close()
+	sim.SetRegister(counter, 40)
+	dir := t.TempDir()
+	p := startRuntimeIn(t, dir, sim, 3)
+	ctx, stop := context.WithCancel(context.Background())
+	go grantor(p, 3).Run(ctx)
+	eventually(t, 10*time.Second, "epoch 3 to write", func() bool { return len(writesAt(sim, 3)) >= 6 })
+	stop()
+	if err := p.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	p.done <- <-p.done
+	b, err := os.ReadFile(filepath.Join(dir, "state", "state.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var snap struct {
+		Epoch   int64             `json:"epoch"`
+		Outputs map[string]uint16 `json:"outputs"`
+	}
+	if err := json.Unmarshal(b, &snap); err != nil || snap.Epoch != 3 {
+		t.Fatalf("state file %s: %v", b, err)
+	}
+	sim.SetRegister(counter, 9000) // the device drifted; a restart in place must not adopt it
+	before := len(writesAt(sim, 3))
+
+	again := startRuntimeIn(t, dir, sim, 3)
+	s, err := again.status()
+	if err != nil || s.State != leaseapi.Ungranted || s.Incarnation.PodUID != "uid-e3" || s.Incarnation.RestartCount != 1 {
+		t.Fatalf("restarted runtime reports %+v (%v), want Ungranted with incarnation uid-e3/1", s, err)
+	}
+	time.Sleep(300 * time.Millisecond) // three scans, fenced: nothing written
+	if n := len(writesAt(sim, 3)); n != before {
+		t.Fatalf("the restarted runtime wrote %d times before it was granted", n-before)
+	}
+	ctx2, stop2 := context.WithCancel(context.Background())
+	defer stop2()
+	go grantor(again, 3).Run(ctx2)
+	eventually(t, 10*time.Second, "the restarted runtime to write", func() bool { return len(writesAt(sim, 3)) > before })
+	if w := writesAt(sim, 3)[before]; w.Register != counter || w.Value != snap.Outputs["counter"]+1 {
+		t.Fatalf("first write after the restart %+v, want counter %d (restored %d)", w, snap.Outputs["counter"]+1, snap.Outputs["counter"])
 	}
 }
