@@ -206,7 +206,10 @@ func TestAutonomyNeverFences(t *testing.T) {
 }
 
 // The fence is reported only once the write in flight has returned, so a
-// reader that sees Fenced knows nothing permitted is still on the wire.
+// reader that sees Fenced knows nothing permitted is still on the wire; and
+// while a write is wedged GET answers at once with the truth, past the
+// deadline and the hold bound and not Fenced, for the node plugin's
+// watchdog.
 func TestFenceWaitsForTheWriteInFlight(t *testing.T) {
 	k, clk := newKeeper(t, holdfastv1.Failover)
 	k.Grant(grant(3, 1, 10*time.Second, age(0)), clk.Now())
@@ -214,20 +217,37 @@ func TestFenceWaitsForTheWriteInFlight(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go k.Run(ctx)
+	waitForWaiter(t, clk)
 	clk.Step(16 * time.Second)
 	if canWriteNoWait(k) {
 		t.Fatal("a write was permitted past the fence")
 	}
-	done := make(chan leaseapi.State)
-	go func() { done <- k.Status().State }()
+	time.Sleep(100 * time.Millisecond) // Run is waiting for the write
+	answered := make(chan leaseapi.Status, 1)
+	go func() { answered <- k.Status() }()
+	var s leaseapi.Status
 	select {
-	case s := <-done:
-		t.Fatalf("status answered %s while a permitted write was in flight", s)
-	case <-time.After(100 * time.Millisecond):
+	case s = <-answered:
+	case <-time.After(2 * time.Second):
+		p.Release()
+		t.Fatal("GET /v1/lease blocked behind a wedged write")
+	}
+	if s.State == leaseapi.Fenced || s.Fenced {
+		t.Fatalf("status reported %s while a permitted write was in flight", s.State)
+	}
+	if *s.RemainingMillis > -s.HoldBoundMillis {
+		t.Fatalf("status remaining %dms, want past the hold bound %dms", *s.RemainingMillis, s.HoldBoundMillis)
 	}
 	p.Release()
-	if s := <-done; s != leaseapi.Fenced {
-		t.Fatalf("status after the write returned: %s, want Fenced", s)
+	deadline := time.Now().Add(5 * time.Second)
+	for k.Status().State != leaseapi.Fenced {
+		if time.Now().After(deadline) {
+			t.Fatal("not Fenced after the write returned")
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
