@@ -292,3 +292,31 @@ func waitForWaiter(t *testing.T, clk *testingclock.FakeClock) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// #579/#1801 in the small: the POSTs keep landing but the grantor never
+// gets a usable answer back, so the age each one carries climbs from the
+// last renewal it saw acknowledged; the runtime extends nothing on them and
+// fences on the report, at that renewal + duration + hold bound, however
+// many POSTs land.
+func TestAReversePartitionFencesOnTheReportedAge(t *testing.T) {
+	k, clk := newKeeper(t, holdfastv1.Failover)
+	k.Grant(grant(3, 1, 30*time.Second, age(0)), clk.Now()) // acknowledged at t0: the grantor's lastAck
+	lastAck := clk.Now()
+	seq := uint64(1)
+	for clk.Now().Sub(lastAck) < time.Minute {
+		clk.Step(5 * time.Second)
+		seq++
+		k.Grant(grant(3, seq, 30*time.Second, age(clk.Now().Sub(lastAck))), clk.Now())
+		elapsed := clk.Now().Sub(lastAck)
+		want := leaseapi.Held
+		switch {
+		case elapsed >= 45*time.Second:
+			want = leaseapi.Fenced
+		case elapsed >= 30*time.Second:
+			want = leaseapi.Holding
+		}
+		if got := k.Status().State; got != want {
+			t.Fatalf("%v after the last acknowledged renewal, with POSTs still landing: %s, want %s", elapsed, got, want)
+		}
+	}
+}
