@@ -319,7 +319,9 @@ func (o *Options) Config(log klog.Logger) (runtime.Config, error) {
 	restarts := int32(o.RestartCount)
 	if o.RestartCount == -1 {
 		restarts = 0
-		if o.StateDir != "" {
+		if o.StateDir == "" {
+			log.Info("Warning: neither --restart-count nor --state-dir is set, so every start reports restart count 0 and a container restarted in place cannot be told from the one before it; mount an emptyDir and pass --state-dir")
+		} else {
 			d, err := state.Open(o.StateDir)
 			if err != nil {
 				return runtime.Config{}, fmt.Errorf("--state-dir=%s: %w", o.StateDir, err)
