@@ -2,9 +2,19 @@ package app
 
 import (
 	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"flag"
+	"math/big"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/klog/v2/ktesting"
 
@@ -143,5 +153,32 @@ func TestTheRuntimePodsEnvironmentIsTheDefault(t *testing.T) {
 	cfg, _, err = Parse([]string{"--epoch", "13"}, &bytes.Buffer{}, ktesting.NewLogger(t, ktesting.NewConfig()))
 	if err != nil || cfg.Lease.Epoch != 13 {
 		t.Fatalf("--epoch 13 over the environment's 12: %v %v", cfg.Lease.Epoch, err)
+	}
+}
+
+func TestTLSFlagsLoadTheLeaseEndpointsCertificate(t *testing.T) {
+	dir := t.TempDir()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "runtime"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, _ := x509.MarshalECPrivateKey(key)
+	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	_ = os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
+	_ = os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600)
+	base := []string{"--unit", "plant/kiln-1", "--epoch", "1", "--restart-count", "0"}
+	cfg, _, err := Parse(append(base, "--tls-cert-file", certFile, "--tls-key-file", keyFile), &bytes.Buffer{}, ktesting.NewLogger(t, ktesting.NewConfig()))
+	if err != nil || cfg.LeaseTLS == nil || len(cfg.LeaseTLS.Certificates) != 1 {
+		t.Fatalf("TLS flags: %v, %+v", err, cfg.LeaseTLS)
+	}
+	_, _, err = Parse(append(base, "--tls-cert-file", keyFile, "--tls-key-file", certFile), &bytes.Buffer{}, ktesting.NewLogger(t, ktesting.NewConfig()))
+	if err == nil || !strings.Contains(err.Error(), "--tls-cert-file="+keyFile) {
+		t.Fatalf("swapped certificate and key: %v, want an error naming --tls-cert-file", err)
 	}
 }
