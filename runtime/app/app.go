@@ -124,7 +124,7 @@ func NewFlagSet(o *Options) *flag.FlagSet {
 	fs.DurationVar(&o.ScanInterval, "scan-interval", time.Second, "time between scans; liveness fails when no scan completes within max(60s, 10 scan intervals)")
 	fs.DurationVar(&o.DriverGrace, "driver-grace", 60*time.Second, "readiness fails when every field driver has been gone longer than this")
 	fs.DurationVar(&o.HealthInterval, "driver-health-interval", 5*time.Second, "how often a network driver that is down is dialled again")
-	fs.StringVar(&o.StateDir, "state-dir", "", "directory of the state file (operating point restored by a restart in place, start count); use a volume that lives as long as the pod; empty keeps no state")
+	fs.StringVar(&o.StateDir, "state-dir", os.Getenv(holdfastv1.RuntimeEnvStateDir), "directory of the state file (operating point restored by a restart in place, start count); use a volume that lives as long as the pod (an emptyDir); empty keeps no state (env "+holdfastv1.RuntimeEnvStateDir+")")
 	fs.StringVar(&o.PodUID, "pod-uid", os.Getenv(holdfastv1.RuntimeEnvPodUID), "the runtime pod's UID, half of the incarnation reported on every reply (env "+holdfastv1.RuntimeEnvPodUID+", from the downward API)")
 	fs.StringVar(&o.PodName, "pod-name", os.Getenv(holdfastv1.RuntimeEnvPodName), "the runtime pod's name, for logs and the MQTT client ID (env "+holdfastv1.RuntimeEnvPodName+")")
 	fs.IntVar(&o.RestartCount, "restart-count", -1, "the container's restart count, the other half of the incarnation; -1 counts this pod's starts in --state-dir (the kubelet's restart count when the state dir is the pod's emptyDir)")

@@ -128,12 +128,16 @@ func TestTheRuntimePodsEnvironmentIsTheDefault(t *testing.T) {
 		holdfastv1.RuntimeEnvNamespace: "plant", holdfastv1.RuntimeEnvUnitName: "kiln-1", holdfastv1.RuntimeEnvEpoch: "12",
 		holdfastv1.RuntimeEnvMode: "Failover", holdfastv1.RuntimeEnvLeaseDuration: "45s", holdfastv1.RuntimeEnvLeasePort: "19443",
 		holdfastv1.RuntimeEnvHealthPort: "19440", holdfastv1.RuntimeEnvPodUID: "uid-9", holdfastv1.RuntimeEnvPodName: "kiln-1-runtime-e12",
+		holdfastv1.RuntimeEnvStateDir: t.TempDir(),
 	} {
 		t.Setenv(k, v)
 	}
 	cfg, o, err := Parse([]string{"--restart-count", "2"}, &bytes.Buffer{}, ktesting.NewLogger(t, ktesting.NewConfig()))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if cfg.StateDir != os.Getenv(holdfastv1.RuntimeEnvStateDir) {
+		t.Fatalf("state dir %q, want the environment's", cfg.StateDir)
 	}
 	if cfg.Lease.Unit != "plant/kiln-1" || cfg.Lease.Epoch != 12 || cfg.Lease.Mode != holdfastv1.Failover ||
 		cfg.Lease.LeaseDuration.String() != "45s" || cfg.LeaseAddr != ":19443" || cfg.HealthAddr != ":19440" ||
