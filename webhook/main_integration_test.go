@@ -16,11 +16,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/holdfast-io/holdfast/test/testenv"
@@ -87,6 +89,8 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) (int, error) {
+	// The server's request logs are not what the tests read.
+	log.SetLogger(logr.Discard())
 	e, err := testenv.Start(testenv.Options{Webhooks: envtest.WebhookInstallOptions{
 		Paths: []string{filepath.Join("config", "validating-webhook-configuration.yaml")},
 	}})
