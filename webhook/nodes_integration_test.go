@@ -20,7 +20,7 @@ import (
 
 // makeNode creates a Node (Ready unless said otherwise) and removes it after
 // the test. No kubelet runs: the test is the kubelet.
-func makeNode(t *testing.T, name string, labels, annotations map[string]string, ready bool) *corev1.Node {
+func makeNode(t testing.TB, name string, labels, annotations map[string]string, ready bool) *corev1.Node {
 	t.Helper()
 	ctx := context.Background()
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels, Annotations: annotations}}
@@ -44,7 +44,7 @@ func makeNode(t *testing.T, name string, labels, annotations map[string]string, 
 	return n
 }
 
-func getNode(t *testing.T, name string) *corev1.Node {
+func getNode(t testing.TB, name string) *corev1.Node {
 	t.Helper()
 	var n corev1.Node
 	if err := env.Client.Get(context.Background(), client.ObjectKey{Name: name}, &n); err != nil {

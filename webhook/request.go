@@ -72,7 +72,7 @@ type verdict struct {
 func (v *verdict) invalidf(err *field.Error)   { v.invalid = append(v.invalid, err) }
 func (v *verdict) forbid(err *field.Error)     { v.forbidden = append(v.forbidden, err) }
 func (v *verdict) forbidAll(l field.ErrorList) { v.forbidden = append(v.forbidden, l...) }
-func (v *verdict) allowed() bool               { return len(v.invalid) == 0 && len(v.forbidden) == 0 }
+func (v verdict) allowed() bool                { return len(v.invalid) == 0 && len(v.forbidden) == 0 }
 
 // err is the API error the apiserver hands the client: 422 Invalid when
 // anything is malformed (listing the policy reasons too), else 403 Forbidden.

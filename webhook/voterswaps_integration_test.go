@@ -145,6 +145,10 @@ func TestRunningVoterSwapNotDeleted(t *testing.T) {
 	if err := env.Client.Get(context.Background(), client.ObjectKey{Name: "swap-cp3-edge7"}, &holdfastv1.VoterSwap{}); err != nil {
 		t.Fatalf("the running swap is gone: %v", err)
 	}
+	// Its spec never changes (the CRD's own rule answers first; the webhook
+	// holds the same rule in Go).
+	res = env.Kubectl().Run(t, "", "patch", "voterswap", "swap-cp3-edge7", "--type=merge", "-p", `{"spec":{"incoming":"edge-8"}}`)
+	refusal(t, "swap-spec-change", res, "spec is immutable: delete this VoterSwap and create a new one")
 }
 
 // lastAudit is the newest audit line of a kind.
