@@ -5,7 +5,10 @@ package webhook_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -21,10 +24,15 @@ import (
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 )
 
-// benchRate is the offered load: requests start every 2ms whatever the
-// latency of the ones before (open loop), as kubectl users and components
-// would send them.
-const benchRate = 500
+// benchRate is the offered load, 500/s unless HOLDFAST_BENCH_RATE says
+// otherwise: requests start every 1/rate whatever the latency of the ones
+// before (open loop), as kubectl users and components would send them.
+var benchRate = func() int {
+	if r, err := strconv.Atoi(os.Getenv("HOLDFAST_BENCH_RATE")); err == nil && r > 0 {
+		return r
+	}
+	return 500
+}()
 
 // BenchmarkAdmissionLatency measures what the webhook adds to guarded
 // requests through the real apiserver: the same b.N requests at 500/s with
@@ -40,9 +48,16 @@ func BenchmarkAdmissionLatency(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	makeNode(b, "bench-1", nil, nil, true)
+	// Spread over many objects, as node plugins write their own Nodes: 500
+	// writes a second to one object would measure conflict retries instead.
+	const objects = 50
 	ns := env.Namespace(b)
-	env.Kubectl().MustRun(b, unitYAML(ns, "kiln-b", "    mode: Autonomy"), "apply", "-f", "-")
+	var units strings.Builder
+	for i := 0; i < objects; i++ {
+		makeNode(b, fmt.Sprintf("bench-%d", i), nil, nil, true)
+		units.WriteString(strings.Replace(unitYAML(ns, fmt.Sprintf("kiln-b%d", i), "    mode: Autonomy"), "apiVersion", "---\napiVersion", 1))
+	}
+	env.Kubectl().MustRun(b, units.String(), "apply", "-f", "-")
 
 	for _, tc := range []struct {
 		name string
@@ -50,19 +65,24 @@ func BenchmarkAdmissionLatency(b *testing.B) {
 	}{
 		{"node-holdfast-annotation", func(i int) error {
 			patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:"{\"fsyncP99Millis\":%d}"}}}`, holdfastv1.AnnotationFitness, i)
-			return c.Patch(ctx, nodeRef("bench-1"), client.RawPatch(types.MergePatchType, []byte(patch)))
+			return c.Patch(ctx, nodeRef(fmt.Sprintf("bench-%d", i%objects)), client.RawPatch(types.MergePatchType, []byte(patch)))
 		}},
 		{"unit-restart-annotation", func(i int) error {
 			patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, holdfastv1.AnnotationRestart,
 				epoch0.Add(time.Duration(i)*time.Second).Format(time.RFC3339))
-			return c.Patch(ctx, unitRef(ns, "kiln-b"), client.RawPatch(types.MergePatchType, []byte(patch)))
+			return c.Patch(ctx, unitRef(ns, fmt.Sprintf("kiln-b%d", i%objects)), client.RawPatch(types.MergePatchType, []byte(patch)))
 		}},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
-			with := paced(b, b.N, tc.send)
+			with, failedWith := paced(b.N, tc.send)
 			restore := unregister(b)
-			without := paced(b, b.N, tc.send)
+			without, failedWithout := paced(b.N, tc.send)
 			restore()
+			// Requests the apiserver failed (an overloaded machine times the
+			// webhook call out) count in the latencies and are reported.
+			b.ReportMetric(float64(failedWith), "failed-registered")
+			b.ReportMetric(float64(failedWithout), "failed-unregistered")
+			b.ReportMetric(float64(benchRate), "req/s")
 			p50w, p99w := percentile(with, 50), percentile(with, 99)
 			p50o, p99o := percentile(without, 50), percentile(without, 99)
 			b.ReportMetric(ms(p50w), "p50-ms-registered")
@@ -78,12 +98,13 @@ func BenchmarkAdmissionLatency(b *testing.B) {
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-// paced sends n requests at benchRate and returns each one's latency.
-func paced(b *testing.B, n int, send func(int) error) []time.Duration {
+// paced sends n requests at benchRate and returns each one's latency and
+// how many failed.
+func paced(n int, send func(int) error) ([]time.Duration, int) {
 	lat := make([]time.Duration, n)
 	errs := make(chan error, n)
 	var wg sync.WaitGroup
-	tick := time.NewTicker(time.Second / benchRate)
+	tick := time.NewTicker(time.Second / time.Duration(benchRate))
 	defer tick.Stop()
 	for i := 0; i < n; i++ {
 		<-tick.C
@@ -99,10 +120,7 @@ func paced(b *testing.B, n int, send func(int) error) []time.Duration {
 	}
 	wg.Wait()
 	close(errs)
-	for err := range errs {
-		b.Fatalf("a benchmark request failed: %v", err)
-	}
-	return lat
+	return lat, len(errs)
 }
 
 func percentile(d []time.Duration, p int) time.Duration {
@@ -140,7 +158,7 @@ func waitForRegistration(b *testing.B, registered bool) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		patch := []byte(`{"metadata":{"labels":{"holdfast.io/desired-role":"agent"}}}`)
-		err := env.Client.Patch(ctx, nodeRef("bench-1"), client.RawPatch(types.MergePatchType, patch), client.DryRunAll)
+		err := env.Client.Patch(ctx, nodeRef("bench-0"), client.RawPatch(types.MergePatchType, patch), client.DryRunAll)
 		if apierrors.IsForbidden(err) == registered {
 			return
 		}
