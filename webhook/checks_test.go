@@ -74,7 +74,7 @@ func heldLease(nodes string) *coordinationv1.Lease {
 	}
 }
 
-var oos = corev1.Taint{Key: TaintOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute}
+var oos = corev1.Taint{Key: corev1.TaintNodeOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute}
 
 func TestNodeRules(t *testing.T) {
 	o := testOptions()

@@ -18,10 +18,6 @@ import (
 	"github.com/holdfast-io/holdfast/webhook/rules"
 )
 
-// TaintOutOfService is the taint that lets the control plane force-delete a
-// node's pods and detach its volumes (non-graceful node shutdown).
-const TaintOutOfService = "node.kubernetes.io/out-of-service"
-
 var nodeGVR = corev1.SchemeGroupVersion.WithResource("nodes").GroupResource()
 var nodeGK = corev1.SchemeGroupVersion.WithKind("Node").GroupKind()
 
@@ -77,12 +73,12 @@ func needsForNode(old, newN *corev1.Node) nodeNeeds {
 // and the old one did not, or -1.
 func outOfServiceAdded(old, newN *corev1.Node) int {
 	for _, t := range oldTaints(old) {
-		if t.Key == TaintOutOfService {
+		if t.Key == corev1.TaintNodeOutOfService {
 			return -1
 		}
 	}
 	for i, t := range newN.Spec.Taints {
-		if t.Key == TaintOutOfService {
+		if t.Key == corev1.TaintNodeOutOfService {
 			return i
 		}
 	}
@@ -223,7 +219,7 @@ func (nv *NodeValidator) validate(ctx context.Context, old, n *corev1.Node) (adm
 	}
 	f, err := nv.facts(ctx, needsForNode(old, n), n.Name)
 	if err != nil {
-		return nil, err
+		return nil, readFailed("reading what the change depends on", err)
 	}
 	v := checkNode(nv.Options, r, old, n, f)
 	return nil, v.err(nodeGVR, nodeGK, n.Name)
