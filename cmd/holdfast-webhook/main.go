@@ -29,6 +29,7 @@ func run() error {
 	opts := webhook.DefaultOptions()
 	fs := flag.NewFlagSet("holdfast-webhook", flag.ExitOnError)
 	opts.AddFlags(fs)
+	host := fs.String("host", "", "address the webhook serves HTTPS on (all addresses when empty)")
 	port := fs.Int("port", 9443, "port the webhook serves HTTPS on")
 	certDir := fs.String("cert-dir", "/tmp/k8s-webhook-server/serving-certs", "directory holding tls.crt and tls.key")
 	probeAddr := fs.String("health-probe-bind-address", ":8081", "address of /healthz and /readyz")
@@ -48,16 +49,17 @@ func run() error {
 	if err != nil {
 		return fmt.Errorf("reaching the apiserver: %w", err)
 	}
-	srv := crwebhook.NewServer(crwebhook.Options{Port: *port, CertDir: *certDir})
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme,
-		WebhookServer:          srv,
+		WebhookServer:          crwebhook.NewServer(crwebhook.Options{Host: *host, Port: *port, CertDir: *certDir}),
 		HealthProbeBindAddress: *probeAddr,
 		Metrics:                metricsserver.Options{BindAddress: *metricsAddr},
 	})
 	if err != nil {
 		return err
 	}
+	// GetWebhookServer also adds the server to the manager's runnables.
+	srv := mgr.GetWebhookServer()
 	webhook.Register(srv, scheme, mgr.GetAPIReader(), &opts)
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return err
