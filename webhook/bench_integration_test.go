@@ -83,6 +83,9 @@ func BenchmarkAdmissionLatency(b *testing.B) {
 			b.ReportMetric(float64(failedWith), "failed-registered")
 			b.ReportMetric(float64(failedWithout), "failed-unregistered")
 			b.ReportMetric(float64(benchRate), "req/s")
+			if failedWith+failedWithout > 0 {
+				b.Logf("requests failed; the last run's first failure: %v", firstErr)
+			}
 			p50w, p99w := percentile(with, 50), percentile(with, 99)
 			p50o, p99o := percentile(without, 50), percentile(without, 99)
 			b.ReportMetric(ms(p50w), "p50-ms-registered")
@@ -120,8 +123,15 @@ func paced(n int, send func(int) error) ([]time.Duration, int) {
 	}
 	wg.Wait()
 	close(errs)
-	return lat, len(errs)
+	if err, ok := <-errs; ok {
+		firstErr = err
+		return lat, len(errs) + 1
+	}
+	return lat, 0
 }
+
+// firstErr is the first failure of the last paced run, for the log.
+var firstErr error
 
 func percentile(d []time.Duration, p int) time.Duration {
 	s := append([]time.Duration(nil), d...)
