@@ -126,6 +126,7 @@ type Runtime struct {
 	lastScan    time.Time
 	lastInputs  map[string]uint16
 	restored    bool
+	started     time.Time
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -273,6 +274,10 @@ func (r *Runtime) MetricsAddr() string {
 // loops. Nothing it does waits for a broker or a device to answer.
 func (r *Runtime) Start(ctx context.Context) error {
 	r.log.Info("Starting unit runtime", "mode", r.cfg.Lease.Mode, "incarnation", r.cfg.Lease.Incarnation)
+	r.mu.Lock()
+	r.started = r.clock.Now()
+	r.lastScan = r.started // the stall budget runs from the start until the first scan completes
+	r.mu.Unlock()
 	if err := r.restore(); err != nil {
 		return err
 	}
@@ -324,9 +329,6 @@ func (r *Runtime) Start(ctx context.Context) error {
 			r.driverChanged(d.Name(), true)
 		}
 	}
-	r.mu.Lock()
-	r.lastScan = r.clock.Now()
-	r.mu.Unlock()
 	r.wg.Add(1)
 	go func() { defer r.wg.Done(); r.scanLoop(ctx) }()
 	r.log.Info("Unit runtime started")
@@ -389,7 +391,7 @@ func (r *Runtime) driverStates() []health.DriverState {
 func (r *Runtime) startedAt() time.Time {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.lastScan
+	return r.started
 }
 
 func (r *Runtime) lastScanAt() time.Time {

@@ -50,7 +50,7 @@ type opts struct {
 	program  runtime.Program
 }
 
-func modbusDriver(t *testing.T, name, addr string, timeout time.Duration) driver.Driver {
+func modbusDriver(t testing.TB, name, addr string, timeout time.Duration) driver.Driver {
 	t.Helper()
 	cfg, err := modbus.ParseURL(name, "modbus://"+addr+"?epochRegister=9000&timeout="+timeout.String())
 	if err != nil {

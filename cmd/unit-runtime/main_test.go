@@ -5,68 +5,22 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	leaseapi "github.com/holdfast-io/holdfast/api/lease"
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/runtime/leasetest"
+	"github.com/holdfast-io/holdfast/runtime/runtimetest"
 	"github.com/holdfast-io/holdfast/test/devicesim"
 )
-
-var binary string
-
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "unit-runtime-bin")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binary = filepath.Join(dir, "unit-runtime")
-	if out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "building unit-runtime: %v\n%s", err, out)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
-
-// freePortN returns three distinct loopback ports nothing listens on.
-func freePortN(t *testing.T, n int) (int, int, int) {
-	t.Helper()
-	var ports []int
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ln.Close()
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-	}
-	return ports[0], ports[1], ports[2]
-}
-
-type proc struct {
-	cmd     *exec.Cmd
-	lease   string
-	health  string
-	metrics string
-	logPath string
-	done    chan error
-}
 
 const (
 	unit      = "plant/kiln-1"
@@ -75,97 +29,47 @@ const (
 	leaseTime = 10 * time.Second
 )
 
-// startRuntime runs the real binary against the device simulator.
-func startRuntime(t *testing.T, sim *devicesim.Sim, epoch int64, extra ...string) *proc {
-	t.Helper()
-	lp, hp, mp := freePortN(t, 3)
-	dir := t.TempDir()
-	p := &proc{
-		lease:   fmt.Sprintf("http://127.0.0.1:%d%s", lp, leaseapi.Path),
-		health:  fmt.Sprintf("127.0.0.1:%d", hp),
-		metrics: fmt.Sprintf("http://127.0.0.1:%d/metrics", mp),
-		logPath: filepath.Join(dir, "runtime.log"),
-		done:    make(chan error, 1),
-	}
-	args := append([]string{
-		"--unit", unit, "--epoch", fmt.Sprint(epoch), "--mode", "Failover", "--lease-duration", leaseTime.String(),
-		"--bind-address", "127.0.0.1", "--lease-port", fmt.Sprint(lp), "--health-port", fmt.Sprint(hp), "--metrics-port", fmt.Sprint(mp),
-		"--device", "coupler-1=modbus://" + sim.Addr() + "?epochRegister=9000&timeout=1s",
-		"--output", fmt.Sprintf("counter=coupler-1:%d,step=1", counter),
-		"--output", fmt.Sprintf("valve=coupler-1:%d,hold=0", valve),
-		"--input", "level=coupler-1:200",
-		"--scan-interval", "100ms", "--driver-health-interval", "200ms",
-		"--state-dir", filepath.Join(dir, "state"), "--pod-uid", fmt.Sprintf("uid-e%d", epoch),
-	}, extra...)
-	logf, err := os.Create(p.logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.cmd = exec.Command(binary, args...)
-	p.cmd.Stdout, p.cmd.Stderr = logf, logf
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { p.done <- p.cmd.Wait(); logf.Close() }()
-	t.Cleanup(func() {
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-p.done:
-		case <-time.After(10 * time.Second):
-			_ = p.cmd.Process.Kill()
-		}
-		if t.Failed() {
-			b, _ := os.ReadFile(p.logPath)
-			t.Logf("unit-runtime epoch %d log:\n%s", epoch, b)
-		}
-	})
-	eventually(t, 10*time.Second, "the lease endpoint to answer", func() bool {
-		_, err := p.status()
-		return err == nil
-	})
-	return p
+// proc wraps a runtimetest.Process with the checks these tests make.
+type proc struct {
+	*runtimetest.Process
+	t *testing.T
 }
 
-func (p *proc) status() (leaseapi.Status, error) {
-	var s leaseapi.Status
-	resp, err := http.Get(p.lease)
-	if err != nil {
-		return s, err
-	}
-	defer resp.Body.Close()
-	return s, json.NewDecoder(resp.Body).Decode(&s)
+func startRuntime(t *testing.T, sim *devicesim.Sim, epoch int64) *proc {
+	t.Helper()
+	return startRuntimeIn(t, t.TempDir(), sim, epoch)
 }
+
+// startRuntimeIn runs the real binary with its state in dir.
+func startRuntimeIn(t *testing.T, dir string, sim *devicesim.Sim, epoch int64) *proc {
+	t.Helper()
+	p := runtimetest.Start(t, runtimetest.Build(t), runtimetest.Options{
+		Unit: unit, Epoch: epoch, LeaseDuration: leaseTime, StateDir: filepath.Join(dir, "state"),
+		Devices: []string{"coupler-1=modbus://" + sim.Addr() + "?epochRegister=9000&timeout=1s"},
+		Outputs: []string{fmt.Sprintf("counter=coupler-1:%d,step=1", counter), fmt.Sprintf("valve=coupler-1:%d,hold=0", valve)},
+		Inputs:  []string{"level=coupler-1:200"},
+	})
+	return &proc{Process: p, t: t}
+}
+
+func (p *proc) status() (leaseapi.Status, error) { return p.Status() }
 
 func (p *proc) probe(t *testing.T, service string) healthpb.HealthCheckResponse_ServingStatus {
 	t.Helper()
-	conn, err := grpc.NewClient(p.health, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: service})
+	s, err := p.Probe(service)
 	if err != nil {
 		t.Fatalf("probe %s: %v", service, err)
 	}
-	return resp.Status
+	return s
 }
 
 func (p *proc) metric(t *testing.T, name string) string {
 	t.Helper()
-	resp, err := http.Get(p.metrics)
+	v, err := p.Metric(name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	for _, line := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(line, name+" ") {
-			return strings.TrimPrefix(line, name+" ")
-		}
-	}
-	return ""
+	return v
 }
 
 func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
@@ -180,7 +84,7 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() bo
 }
 
 func grantor(p *proc, epoch int64) *leasetest.Grantor {
-	return &leasetest.Grantor{URL: p.lease, Unit: unit, Epoch: epoch, Duration: leaseTime, Name: fmt.Sprintf("test-grantor-e%d", epoch)}
+	return &leasetest.Grantor{URL: p.LeaseURL, Unit: unit, Epoch: epoch, Duration: leaseTime, Name: fmt.Sprintf("test-grantor-e%d", epoch)}
 }
 
 func writesAt(sim *devicesim.Sim, epoch int64) []devicesim.Write {
@@ -284,7 +188,7 @@ func TestRenewalsStopTheRuntimeHoldsThenFencesAndTheNextEpochTakesOver(t *testin
 		t.Fatalf("epoch 2's first writes %+v, want the held operating point adopted (counter %d, valve 0)", w[:2], heldCounter+1)
 	}
 	// A grant for the old epoch reaching the new runtime is refused.
-	resp, err := http.Post(second.lease, "application/json", strings.NewReader(
+	resp, err := http.Post(second.LeaseURL, "application/json", strings.NewReader(
 		`{"unit":"plant/kiln-1","epoch":1,"durationMillis":10000,"ackAgeMillis":0,"grantor":"stale","seq":1}`))
 	if err != nil {
 		t.Fatal(err)
@@ -309,6 +213,7 @@ func TestRenewalsStopTheRuntimeHoldsThenFencesAndTheNextEpochTakesOver(t *testin
 
 // A bad flag exits 2 naming the flag and the reason, and starts nothing.
 func TestBadFlagsExitWithTheFlagAndTheReason(t *testing.T) {
+	binary := runtimetest.Build(t)
 	out, err := exec.Command(binary, "--unit", "kiln-1", "--epoch", "0", "--output", "x=nowhere:1").CombinedOutput()
 	var ee *exec.ExitError
 	if err == nil || !errors.As(err, &ee) || ee.ExitCode() != 2 {
@@ -322,5 +227,54 @@ func TestBadFlagsExitWithTheFlagAndTheReason(t *testing.T) {
 	out, err = exec.Command(binary, "--help").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "-lease-port") {
 		t.Fatalf("--help: %v\n%s", err, out)
+	}
+}
+
+// L10 at process level: a container restarted in place (SIGKILL, same pod
+// and state dir) reports a new incarnation, starts fenced, and once granted
+// writes from the operating point it saved, not from what the device holds.
+func TestARestartInPlaceRestoresItsStateAndReportsANewIncarnation(t *testing.T) {
+	sim, err := devicesim.Start(devicesim.Config{Address: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sim.Close()
+	sim.SetRegister(counter, 40)
+	dir := t.TempDir()
+	p := startRuntimeIn(t, dir, sim, 3)
+	ctx, stop := context.WithCancel(context.Background())
+	go grantor(p, 3).Run(ctx)
+	eventually(t, 10*time.Second, "epoch 3 to write", func() bool { return len(writesAt(sim, 3)) >= 6 })
+	stop()
+	p.Kill()
+	b, err := os.ReadFile(filepath.Join(dir, "state", "state.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var snap struct {
+		Epoch   int64             `json:"epoch"`
+		Outputs map[string]uint16 `json:"outputs"`
+	}
+	if err := json.Unmarshal(b, &snap); err != nil || snap.Epoch != 3 {
+		t.Fatalf("state file %s: %v", b, err)
+	}
+	sim.SetRegister(counter, 9000) // the device drifted; a restart in place must not adopt it
+	before := len(writesAt(sim, 3))
+
+	again := startRuntimeIn(t, dir, sim, 3)
+	s, err := again.status()
+	if err != nil || s.State != leaseapi.Ungranted || s.Incarnation.PodUID != "uid-e3" || s.Incarnation.RestartCount != 1 {
+		t.Fatalf("restarted runtime reports %+v (%v), want Ungranted with incarnation uid-e3/1", s, err)
+	}
+	time.Sleep(300 * time.Millisecond) // three scans, fenced: nothing written
+	if n := len(writesAt(sim, 3)); n != before {
+		t.Fatalf("the restarted runtime wrote %d times before it was granted", n-before)
+	}
+	ctx2, stop2 := context.WithCancel(context.Background())
+	defer stop2()
+	go grantor(again, 3).Run(ctx2)
+	eventually(t, 10*time.Second, "the restarted runtime to write", func() bool { return len(writesAt(sim, 3)) > before })
+	if w := writesAt(sim, 3)[before]; w.Register != counter || w.Value != snap.Outputs["counter"]+1 {
+		t.Fatalf("first write after the restart %+v, want counter %d (restored %d)", w, snap.Outputs["counter"]+1, snap.Outputs["counter"])
 	}
 }

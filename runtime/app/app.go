@@ -9,10 +9,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/url"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -28,16 +30,6 @@ import (
 	"github.com/holdfast-io/holdfast/runtime/lease"
 	"github.com/holdfast-io/holdfast/runtime/state"
 	"github.com/holdfast-io/holdfast/runtime/telemetry"
-)
-
-// Environment variables read as flag defaults (the downward API sets the
-// pod's; the controller may pass the rest as flags or env).
-const (
-	EnvPodUID  = "POD_UID"
-	EnvPodName = "POD_NAME"
-	EnvUnit    = "HOLDFAST_UNIT"
-	EnvEpoch   = "HOLDFAST_EPOCH"
-	EnvMode    = "HOLDFAST_MODE"
 )
 
 // Options are the parsed flags.
@@ -66,17 +58,15 @@ type Options struct {
 	MQTTTopic      string
 	MQTTQueueSize  int
 	MQTTClientID   string
+
+	// envErrs are environment defaults that did not parse, by flag.
+	envErrs map[string]error
 }
 
 type listFlag []string
 
 func (l *listFlag) String() string     { return strings.Join(*l, " ") }
 func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
-
-func envInt64(name string) int64 {
-	n, _ := strconv.ParseInt(os.Getenv(name), 10, 64)
-	return n
-}
 
 func envOr(name, def string) string {
 	if v := os.Getenv(name); v != "" {
@@ -85,16 +75,46 @@ func envOr(name, def string) string {
 	return def
 }
 
+// envParse reads an environment default with parse, keeping def when the
+// variable is unset and recording an error naming the flag when it does
+// not parse.
+func envParse[T any](o *Options, flag, name string, def T, parse func(string) (T, error)) T {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	x, err := parse(v)
+	if err != nil {
+		if o.envErrs == nil {
+			o.envErrs = map[string]error{}
+		}
+		o.envErrs[flag] = fmt.Errorf("--%s (from %s=%s): %v", flag, name, v, err)
+		return def
+	}
+	return x
+}
+
+func parseInt64(s string) (int64, error) { return strconv.ParseInt(s, 10, 64) }
+
+// envUnit is namespace/name from the pod's namespace and unit label.
+func envUnit() string {
+	ns, name := os.Getenv(holdfastv1.RuntimeEnvNamespace), os.Getenv(holdfastv1.RuntimeEnvUnitName)
+	if ns == "" || name == "" {
+		return ""
+	}
+	return ns + "/" + name
+}
+
 // NewFlagSet registers every flag of the reference runtime on a new set.
 func NewFlagSet(o *Options) *flag.FlagSet {
 	fs := flag.NewFlagSet("unit-runtime", flag.ContinueOnError)
-	fs.StringVar(&o.Unit, "unit", os.Getenv(EnvUnit), "the unit this runtime drives, namespace/name (env "+EnvUnit+"); required")
-	fs.Int64Var(&o.Epoch, "epoch", envInt64(EnvEpoch), "the binding epoch this runtime was created for, at least 1 (env "+EnvEpoch+"); grants for any other epoch are refused with 409; required")
-	fs.StringVar(&o.Mode, "mode", envOr(EnvMode, string(holdfastv1.Autonomy)), "availability mode: Failover (starts fenced, holds a control lease, holds then fences when renewals stop) or Autonomy (never fences) (env "+EnvMode+")")
-	fs.DurationVar(&o.LeaseDuration, "lease-duration", 30*time.Second, "the unit's lease duration, 10s..600s; sets the hold bound reported before the first grant (every grant carries its own duration)")
+	fs.StringVar(&o.Unit, "unit", envUnit(), "the unit this runtime drives, namespace/name (env "+holdfastv1.RuntimeEnvNamespace+" and "+holdfastv1.RuntimeEnvUnitName+"); required")
+	fs.Int64Var(&o.Epoch, "epoch", envParse(o, "epoch", holdfastv1.RuntimeEnvEpoch, 0, parseInt64), "the binding epoch this runtime was created for, at least 1 (env "+holdfastv1.RuntimeEnvEpoch+"); grants for any other epoch are refused with 409; required")
+	fs.StringVar(&o.Mode, "mode", envOr(holdfastv1.RuntimeEnvMode, string(holdfastv1.Autonomy)), "availability mode: Failover (starts fenced, holds a control lease, holds then fences when renewals stop) or Autonomy (never fences) (env "+holdfastv1.RuntimeEnvMode+")")
+	fs.DurationVar(&o.LeaseDuration, "lease-duration", envParse(o, "lease-duration", holdfastv1.RuntimeEnvLeaseDuration, 30*time.Second, time.ParseDuration), "the unit's lease duration, 10s..600s; sets the hold bound reported before the first grant (every grant carries its own duration) (env "+holdfastv1.RuntimeEnvLeaseDuration+")")
 	fs.StringVar(&o.BindAddress, "bind-address", "", "address the lease, health and metrics endpoints listen on; empty means every interface")
-	fs.IntVar(&o.LeasePort, "lease-port", 9443, "port of the control lease endpoint (POST/GET /v1/lease; the Unit's spec.runtime.leasePort)")
-	fs.IntVar(&o.HealthPort, "health-port", 9440, "port of the gRPC health server with the services "+holdfastv1.HealthServiceReadiness+" and "+holdfastv1.HealthServiceLiveness+" (the Unit's spec.runtime.healthPort)")
+	fs.IntVar(&o.LeasePort, "lease-port", envParse(o, "lease-port", holdfastv1.RuntimeEnvLeasePort, 9443, strconv.Atoi), "port of the control lease endpoint (POST/GET /v1/lease; the Unit's spec.runtime.leasePort) (env "+holdfastv1.RuntimeEnvLeasePort+")")
+	fs.IntVar(&o.HealthPort, "health-port", envParse(o, "health-port", holdfastv1.RuntimeEnvHealthPort, 9440, strconv.Atoi), "port of the gRPC health server with the services "+holdfastv1.HealthServiceReadiness+" and "+holdfastv1.HealthServiceLiveness+" (the Unit's spec.runtime.healthPort) (env "+holdfastv1.RuntimeEnvHealthPort+")")
 	fs.IntVar(&o.MetricsPort, "metrics-port", 9441, "port of the Prometheus /metrics endpoint; 0 disables it")
 	fs.StringVar(&o.TLSCertFile, "tls-cert-file", "", "certificate for the lease endpoint; with --tls-key-file the endpoint serves HTTPS and HTTP/2, otherwise HTTP/1.1 and h2c")
 	fs.StringVar(&o.TLSKeyFile, "tls-key-file", "", "private key of --tls-cert-file")
@@ -104,9 +124,9 @@ func NewFlagSet(o *Options) *flag.FlagSet {
 	fs.DurationVar(&o.ScanInterval, "scan-interval", time.Second, "time between scans; liveness fails when no scan completes within max(60s, 10 scan intervals)")
 	fs.DurationVar(&o.DriverGrace, "driver-grace", 60*time.Second, "readiness fails when every field driver has been gone longer than this")
 	fs.DurationVar(&o.HealthInterval, "driver-health-interval", 5*time.Second, "how often a network driver that is down is dialled again")
-	fs.StringVar(&o.StateDir, "state-dir", "", "directory of the state file (operating point restored by a restart in place, start count); use a volume that lives as long as the pod; empty keeps no state")
-	fs.StringVar(&o.PodUID, "pod-uid", os.Getenv(EnvPodUID), "the runtime pod's UID, half of the incarnation reported on every reply (env "+EnvPodUID+", from the downward API)")
-	fs.StringVar(&o.PodName, "pod-name", os.Getenv(EnvPodName), "the runtime pod's name, for logs and the MQTT client ID (env "+EnvPodName+")")
+	fs.StringVar(&o.StateDir, "state-dir", os.Getenv(holdfastv1.RuntimeEnvStateDir), "directory of the state file (operating point restored by a restart in place, start count); use a volume that lives as long as the pod (an emptyDir); empty keeps no state (env "+holdfastv1.RuntimeEnvStateDir+")")
+	fs.StringVar(&o.PodUID, "pod-uid", os.Getenv(holdfastv1.RuntimeEnvPodUID), "the runtime pod's UID, half of the incarnation reported on every reply (env "+holdfastv1.RuntimeEnvPodUID+", from the downward API)")
+	fs.StringVar(&o.PodName, "pod-name", os.Getenv(holdfastv1.RuntimeEnvPodName), "the runtime pod's name, for logs and the MQTT client ID (env "+holdfastv1.RuntimeEnvPodName+")")
 	fs.IntVar(&o.RestartCount, "restart-count", -1, "the container's restart count, the other half of the incarnation; -1 counts this pod's starts in --state-dir (the kubelet's restart count when the state dir is the pod's emptyDir)")
 	fs.StringVar(&o.MQTTBroker, "mqtt-broker", "", "MQTT broker for status and values, mqtt://HOST:PORT or tls://HOST:PORT; empty publishes nothing. Start-up never waits for it")
 	fs.StringVar(&o.MQTTTopic, "mqtt-topic-prefix", telemetry.DefaultTopicPrefix, "topics are PREFIX/NAMESPACE/NAME/status (retained) and PREFIX/NAMESPACE/NAME/values")
@@ -162,11 +182,9 @@ func Parse(args []string, stderr io.Writer, log klog.Logger) (runtime.Config, *O
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() { Usage(stderr, NewFlagSet(&Options{}), newKlogFlags()) }
 	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.Usage()
-		}
-		return runtime.Config{}, nil, err
+		return runtime.Config{}, nil, err // the flag package printed the usage
 	}
+	fs.Visit(func(f *flag.Flag) { delete(o.envErrs, f.Name) }) // a flag given wins over its environment
 	if fs.NArg() > 0 {
 		return runtime.Config{}, nil, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
@@ -177,6 +195,9 @@ func Parse(args []string, stderr io.Writer, log klog.Logger) (runtime.Config, *O
 // Config turns the options into a runtime.Config.
 func (o *Options) Config(log klog.Logger) (runtime.Config, error) {
 	var errs []error
+	for _, name := range slices.Sorted(maps.Keys(o.envErrs)) {
+		errs = append(errs, o.envErrs[name])
+	}
 	bad := func(flag, value, reason string) {
 		errs = append(errs, fmt.Errorf("--%s=%s: %s", flag, value, reason))
 	}
@@ -298,7 +319,9 @@ func (o *Options) Config(log klog.Logger) (runtime.Config, error) {
 	restarts := int32(o.RestartCount)
 	if o.RestartCount == -1 {
 		restarts = 0
-		if o.StateDir != "" {
+		if o.StateDir == "" {
+			log.Info("Warning: neither --restart-count nor --state-dir is set, so every start reports restart count 0 and a container restarted in place cannot be told from the one before it; mount an emptyDir and pass --state-dir")
+		} else {
 			d, err := state.Open(o.StateDir)
 			if err != nil {
 				return runtime.Config{}, fmt.Errorf("--state-dir=%s: %w", o.StateDir, err)

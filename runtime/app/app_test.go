@@ -2,9 +2,19 @@ package app
 
 import (
 	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"flag"
+	"math/big"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/klog/v2/ktesting"
 
@@ -80,7 +90,7 @@ func TestBadFlagsNameTheFlagAndTheReason(t *testing.T) {
 }
 
 func TestFlagsBuildTheConfig(t *testing.T) {
-	t.Setenv(EnvPodUID, "uid-7")
+	t.Setenv(holdfastv1.RuntimeEnvPodUID, "uid-7")
 	dir := t.TempDir()
 	args := []string{"--unit", "plant/kiln-1", "--epoch", "4", "--mode", "Failover", "--bind-address", "127.0.0.1",
 		"--device", "c1=modbus://127.0.0.1:5020?epochRegister=9000", "--device", "s=sim://?connectDelay=300ms",
@@ -103,9 +113,76 @@ func TestFlagsBuildTheConfig(t *testing.T) {
 			t.Fatalf("program step = %v", next)
 		}
 	}
-	t.Setenv(EnvPodUID, "uid-8")
+	t.Setenv(holdfastv1.RuntimeEnvPodUID, "uid-8")
 	cfg, _, err := Parse(args, &bytes.Buffer{}, ktesting.NewLogger(t, ktesting.NewConfig()))
 	if err != nil || cfg.Lease.Incarnation.RestartCount != 0 {
 		t.Fatalf("a new pod in an old state dir: %+v %v, want restart count 0", cfg.Lease.Incarnation, err)
+	}
+}
+
+// The controller's runtime pod passes the binding through the environment
+// (api/v1alpha1 RuntimeEnv*); with no flags at all the runtime takes it
+// from there, and a value that does not parse is refused naming both.
+func TestTheRuntimePodsEnvironmentIsTheDefault(t *testing.T) {
+	for k, v := range map[string]string{
+		holdfastv1.RuntimeEnvNamespace: "plant", holdfastv1.RuntimeEnvUnitName: "kiln-1", holdfastv1.RuntimeEnvEpoch: "12",
+		holdfastv1.RuntimeEnvMode: "Failover", holdfastv1.RuntimeEnvLeaseDuration: "45s", holdfastv1.RuntimeEnvLeasePort: "19443",
+		holdfastv1.RuntimeEnvHealthPort: "19440", holdfastv1.RuntimeEnvPodUID: "uid-9", holdfastv1.RuntimeEnvPodName: "kiln-1-runtime-e12",
+		holdfastv1.RuntimeEnvStateDir: t.TempDir(),
+	} {
+		t.Setenv(k, v)
+	}
+	cfg, o, err := Parse([]string{"--restart-count", "2"}, &bytes.Buffer{}, ktesting.NewLogger(t, ktesting.NewConfig()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.StateDir != os.Getenv(holdfastv1.RuntimeEnvStateDir) {
+		t.Fatalf("state dir %q, want the environment's", cfg.StateDir)
+	}
+	if cfg.Lease.Unit != "plant/kiln-1" || cfg.Lease.Epoch != 12 || cfg.Lease.Mode != holdfastv1.Failover ||
+		cfg.Lease.LeaseDuration.String() != "45s" || cfg.LeaseAddr != ":19443" || cfg.HealthAddr != ":19440" ||
+		cfg.Lease.Incarnation.PodUID != "uid-9" || cfg.Lease.Incarnation.RestartCount != 2 || o.PodName != "kiln-1-runtime-e12" {
+		t.Fatalf("config from the environment: %+v", cfg.Lease)
+	}
+	t.Setenv(holdfastv1.RuntimeEnvLeaseDuration, "thirty")
+	t.Setenv(holdfastv1.RuntimeEnvEpoch, "twelve")
+	_, _, err = Parse(nil, &bytes.Buffer{}, ktesting.NewLogger(t, ktesting.NewConfig()))
+	for _, want := range []string{"--lease-duration (from HOLDFAST_LEASE_DURATION=thirty)", "--epoch (from HOLDFAST_EPOCH=twelve)"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v, want it to name %q", err, want)
+		}
+	}
+	// A flag still wins over the environment, even one that does not parse.
+	t.Setenv(holdfastv1.RuntimeEnvLeaseDuration, "45s")
+	cfg, _, err = Parse([]string{"--epoch", "13"}, &bytes.Buffer{}, ktesting.NewLogger(t, ktesting.NewConfig()))
+	if err != nil || cfg.Lease.Epoch != 13 {
+		t.Fatalf("--epoch 13 over the environment's 12: %v %v", cfg.Lease.Epoch, err)
+	}
+}
+
+func TestTLSFlagsLoadTheLeaseEndpointsCertificate(t *testing.T) {
+	dir := t.TempDir()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "runtime"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, _ := x509.MarshalECPrivateKey(key)
+	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	_ = os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
+	_ = os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600)
+	base := []string{"--unit", "plant/kiln-1", "--epoch", "1", "--restart-count", "0"}
+	cfg, _, err := Parse(append(base, "--tls-cert-file", certFile, "--tls-key-file", keyFile), &bytes.Buffer{}, ktesting.NewLogger(t, ktesting.NewConfig()))
+	if err != nil || cfg.LeaseTLS == nil || len(cfg.LeaseTLS.Certificates) != 1 {
+		t.Fatalf("TLS flags: %v, %+v", err, cfg.LeaseTLS)
+	}
+	_, _, err = Parse(append(base, "--tls-cert-file", keyFile, "--tls-key-file", certFile), &bytes.Buffer{}, ktesting.NewLogger(t, ktesting.NewConfig()))
+	if err == nil || !strings.Contains(err.Error(), "--tls-cert-file="+keyFile) {
+		t.Fatalf("swapped certificate and key: %v, want an error naming --tls-cert-file", err)
 	}
 }

@@ -330,8 +330,11 @@ func (k *Keeper) setLocked(s leaseapi.State, now time.Time) *Transition {
 
 // observe brings the reported state up to the clock. Entering Fenced first
 // waits for every write in flight, so a reader that sees Fenced knows no
-// permitted write is still on the wire.
-func (k *Keeper) observe() {
+// permitted write is still on the wire. With wait false it does not wait:
+// while a write is in flight the state stays as reported, which is what a
+// watchdog reading GET /v1/lease must see of a runtime wedged in a write
+// (past deadline + hold bound and not Fenced).
+func (k *Keeper) observe(wait bool) {
 	k.mu.Lock()
 	now := k.clock.Now()
 	s := k.stateAt(now)
@@ -347,7 +350,11 @@ func (k *Keeper) observe() {
 	}
 	k.mu.Unlock()
 
-	k.writes.Lock()
+	if wait {
+		k.writes.Lock()
+	} else if !k.writes.TryLock() {
+		return
+	}
 	k.mu.Lock()
 	now = k.clock.Now()
 	var tr *Transition
@@ -414,7 +421,7 @@ func (k *Keeper) Remaining() (time.Duration, bool) {
 
 // Status is the answer to GET /v1/lease.
 func (k *Keeper) Status() leaseapi.Status {
-	k.observe()
+	k.observe(false)
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	st := leaseapi.Status{
@@ -444,7 +451,7 @@ func (k *Keeper) Status() leaseapi.Status {
 // runs the hold, reports the fence and notifies.
 func (k *Keeper) Run(ctx context.Context) {
 	for {
-		k.observe()
+		k.observe(true)
 		k.mu.Lock()
 		var wait time.Duration = -1
 		if k.granted && k.cfg.Mode == holdfastv1.Failover {

@@ -206,7 +206,10 @@ func TestAutonomyNeverFences(t *testing.T) {
 }
 
 // The fence is reported only once the write in flight has returned, so a
-// reader that sees Fenced knows nothing permitted is still on the wire.
+// reader that sees Fenced knows nothing permitted is still on the wire; and
+// while a write is wedged GET answers at once with the truth, past the
+// deadline and the hold bound and not Fenced, for the node plugin's
+// watchdog.
 func TestFenceWaitsForTheWriteInFlight(t *testing.T) {
 	k, clk := newKeeper(t, holdfastv1.Failover)
 	k.Grant(grant(3, 1, 10*time.Second, age(0)), clk.Now())
@@ -214,20 +217,37 @@ func TestFenceWaitsForTheWriteInFlight(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go k.Run(ctx)
+	waitForWaiter(t, clk)
 	clk.Step(16 * time.Second)
 	if canWriteNoWait(k) {
 		t.Fatal("a write was permitted past the fence")
 	}
-	done := make(chan leaseapi.State)
-	go func() { done <- k.Status().State }()
+	time.Sleep(100 * time.Millisecond) // Run is waiting for the write
+	answered := make(chan leaseapi.Status, 1)
+	go func() { answered <- k.Status() }()
+	var s leaseapi.Status
 	select {
-	case s := <-done:
-		t.Fatalf("status answered %s while a permitted write was in flight", s)
-	case <-time.After(100 * time.Millisecond):
+	case s = <-answered:
+	case <-time.After(2 * time.Second):
+		p.Release()
+		t.Fatal("GET /v1/lease blocked behind a wedged write")
+	}
+	if s.State == leaseapi.Fenced || s.Fenced {
+		t.Fatalf("status reported %s while a permitted write was in flight", s.State)
+	}
+	if *s.RemainingMillis > -s.HoldBoundMillis {
+		t.Fatalf("status remaining %dms, want past the hold bound %dms", *s.RemainingMillis, s.HoldBoundMillis)
 	}
 	p.Release()
-	if s := <-done; s != leaseapi.Fenced {
-		t.Fatalf("status after the write returned: %s, want Fenced", s)
+	deadline := time.Now().Add(5 * time.Second)
+	for k.Status().State != leaseapi.Fenced {
+		if time.Now().After(deadline) {
+			t.Fatal("not Fenced after the write returned")
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -270,5 +290,33 @@ func waitForWaiter(t *testing.T, clk *testingclock.FakeClock) {
 			t.Fatal("Run never set a timer")
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// #579/#1801 in the small: the POSTs keep landing but the grantor never
+// gets a usable answer back, so the age each one carries climbs from the
+// last renewal it saw acknowledged; the runtime extends nothing on them and
+// fences on the report, at that renewal + duration + hold bound, however
+// many POSTs land.
+func TestAReversePartitionFencesOnTheReportedAge(t *testing.T) {
+	k, clk := newKeeper(t, holdfastv1.Failover)
+	k.Grant(grant(3, 1, 30*time.Second, age(0)), clk.Now()) // acknowledged at t0: the grantor's lastAck
+	lastAck := clk.Now()
+	seq := uint64(1)
+	for clk.Now().Sub(lastAck) < time.Minute {
+		clk.Step(5 * time.Second)
+		seq++
+		k.Grant(grant(3, seq, 30*time.Second, age(clk.Now().Sub(lastAck))), clk.Now())
+		elapsed := clk.Now().Sub(lastAck)
+		want := leaseapi.Held
+		switch {
+		case elapsed >= 45*time.Second:
+			want = leaseapi.Fenced
+		case elapsed >= 30*time.Second:
+			want = leaseapi.Holding
+		}
+		if got := k.Status().State; got != want {
+			t.Fatalf("%v after the last acknowledged renewal, with POSTs still landing: %s, want %s", elapsed, got, want)
+		}
 	}
 }
