@@ -70,9 +70,11 @@ const (
 	AnnotationFailoverConfirmFenced = "holdfast.io/failover-confirm-fenced"
 	// AnnotationRestart asks for a restart of the runtime (RFC 3339 time).
 	AnnotationRestart = "holdfast.io/restart"
-	// AnnotationRequestID is set by the webhook beside any of the three
-	// annotations above: the ID of its audit record of the request, which
-	// names the person who asked. The controller's audit lines refer to it.
+	// AnnotationRequestID names a person's request: set by whoever asks
+	// (kubectl holdfast sets a fresh ID) beside any of the three annotations
+	// above. The webhook's audit record of the request, which names the
+	// requester, and the controller's audit lines of what it did about it
+	// both carry it, so the two trails join on it.
 	AnnotationRequestID = "holdfast.io/request-id"
 )
 
@@ -90,25 +92,6 @@ const (
 	// lease and the drivers, liveness only to a stalled scan.
 	HealthServiceReadiness = "holdfast.readiness"
 	HealthServiceLiveness  = "holdfast.liveness"
-)
-
-// Environment of the runtime container, set by the controller's pod (the
-// unit and the epoch through the downward API from the pod's own labels).
-// cmd/unit-runtime reads EnvUnit, EnvEpoch, EnvMode, EnvPodName and
-// EnvPodUID as flag defaults.
-const (
-	EnvUnit          = "HOLDFAST_UNIT" // namespace/name
-	EnvUnitName      = "HOLDFAST_UNIT_NAME"
-	EnvNamespace     = "HOLDFAST_NAMESPACE"
-	EnvEpoch         = "HOLDFAST_EPOCH"
-	EnvMode          = "HOLDFAST_MODE"
-	EnvPodName       = "POD_NAME"
-	EnvPodUID        = "POD_UID"
-	EnvNodeName      = "HOLDFAST_NODE_NAME"
-	EnvPodIP         = "HOLDFAST_POD_IP"
-	EnvLeaseDuration = "HOLDFAST_LEASE_DURATION"
-	EnvLeasePort     = "HOLDFAST_LEASE_PORT"
-	EnvHealthPort    = "HOLDFAST_HEALTH_PORT"
 )
 
 // The voter swap Lease (DESIGN §2, §6).

@@ -344,9 +344,6 @@ func (l *loop) nextWait() time.Duration {
 		return 0
 	case l.obs.Anchor.IsZero():
 		return StartupInterval(d)
-	case now.Sub(l.obs.Anchor) >= d:
-		// The runtime's lease has run out: no deadline left to fit.
-		return StartupInterval(d)
 	default:
 		return lease.RenewInterval(d, now.Sub(l.obs.Anchor))
 	}

@@ -195,6 +195,11 @@ func primaryLoss(t *testing.T, sig syscall.Signal, wantAttempt holdfastv1.Renewa
 		if err := old.signal(syscall.SIGCONT); err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Logf("the woken runtime's log:\n%s", old.log())
+			}
+		})
 		eventually(t, 10*time.Second, "the woken runtime reporting itself fenced", func() (bool, string) {
 			st, err := old.leaseStatus()
 			return err == nil && st.Fenced && st.Epoch == 1, fmt.Sprintf("%+v %v", st, err)

@@ -210,6 +210,29 @@ func (k *kubelet) sync(pod *corev1.Pod) {
 
 func (k *kubelet) start(pod *corev1.Pod, ip string) {
 	c := pod.Spec.Containers[0]
+	// Every emptyDir lives as long as the pod: a directory of its own,
+	// seen by the process at the host path in place of the mount path.
+	mounts := map[string]string{}
+	for _, vm := range c.VolumeMounts {
+		for _, v := range pod.Spec.Volumes {
+			if v.Name == vm.Name && v.EmptyDir != nil {
+				dir := filepath.Join(k.dir, string(pod.UID), v.Name)
+				if err := os.MkdirAll(dir, 0o700); err != nil {
+					k.t.Errorf("kubelet: %v", err)
+					return
+				}
+				mounts[vm.MountPath] = dir
+			}
+		}
+	}
+	mount := func(v string) string {
+		for mp, dir := range mounts {
+			if v == mp || strings.HasPrefix(v, mp+"/") {
+				return dir + strings.TrimPrefix(v, mp)
+			}
+		}
+		return v
+	}
 	vars := map[string]string{}
 	var envList []string
 	for _, e := range c.Env {
@@ -217,14 +240,14 @@ func (k *kubelet) start(pod *corev1.Pod, ip string) {
 		if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil {
 			v = fieldValue(pod, e.ValueFrom.FieldRef.FieldPath, ip)
 		} else {
-			v = expand(v, vars)
+			v = mount(expand(v, vars))
 		}
 		vars[e.Name] = v
 		envList = append(envList, e.Name+"="+v)
 	}
 	args := make([]string, len(c.Args))
 	for i, a := range c.Args {
-		args[i] = expand(a, vars)
+		args[i] = mount(expand(a, vars))
 	}
 	logPath := filepath.Join(k.dir, pod.Name+".log")
 	logFile, err := os.Create(logPath)
@@ -350,14 +373,13 @@ func expand(s string, vars map[string]string) string {
 	return b.String()
 }
 
-// runtimeArgs are the Unit's spec.runtime.args for the reference runtime:
-// everything binding-specific comes from the pod's environment.
+// runtimeArgs are the Unit's spec.runtime.args for the reference runtime.
 func runtimeArgs(deviceAddr string) []string {
 	return []string{
+		// Many nodes share one host here: each runtime listens on its
+		// node's own address. Ports, lease and state come from the pod's
+		// environment.
 		"--bind-address=$(HOLDFAST_POD_IP)",
-		"--lease-port=$(HOLDFAST_LEASE_PORT)",
-		"--health-port=$(HOLDFAST_HEALTH_PORT)",
-		"--lease-duration=$(HOLDFAST_LEASE_DURATION)",
 		"--metrics-port=0",
 		"--scan-interval=200ms",
 		"--device=coupler=modbus://" + deviceAddr + "?epochRegister=9000&timeout=1s",

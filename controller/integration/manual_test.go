@@ -152,7 +152,7 @@ func TestAnAutonomyUnitFailsOverOnlyByHandWithAConfirmedFence(t *testing.T) {
 		if l.Unit != unitName {
 			continue
 		}
-		if l.Reason == units.EventManualRebind && (l.Actor != "person (webhook request req-9)" || l.Epoch != 2 || l.Node != "press-standby-1") {
+		if l.Reason == units.EventManualRebind && (l.Actor != "person (request req-9, requester in the webhook's audit record)" || l.Epoch != 2 || l.Node != "press-standby-1") {
 			t.Errorf("the re-bind's audit line must name the request, the epoch and the node: %+v", l)
 		}
 	}

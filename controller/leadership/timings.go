@@ -91,7 +91,7 @@ func (t Timings) Gap() time.Duration {
 // and the leader can be lost up to one interval after that
 // acknowledgement, so the lease minus two renewal intervals.
 func BudgetAfterARenewal(d time.Duration) time.Duration {
-	return d - 2*lease.RenewInterval(d, 0)
+	return d - 2*d/lease.CadenceDivisor
 }
 
 // Spare is what the gap leaves of the budget at lease.

@@ -135,7 +135,8 @@ func bookkeeping(p *Plan, in *Inputs) {
 		}
 	}
 	setCondition(&p.Status, ready, in.Now)
-	if b.Origin == holdfastv1.OriginAutomatic && b.Node != "" && !slices.Contains(b.UnsettledRebinds, b.Node) {
+	// Once: a runtime confirmed at this binding has settled the ledger.
+	if b.Origin == holdfastv1.OriginAutomatic && b.Node != "" && b.LeaseEstablishedBy == nil && !slices.Contains(b.UnsettledRebinds, b.Node) {
 		b.UnsettledRebinds = append(b.UnsettledRebinds, b.Node)
 	}
 	if a.Mode != holdfastv1.Failover {
@@ -507,7 +508,8 @@ func holdOff(p *Plan, in *Inputs, what string) bool {
 	}
 	p.holdOffWait = true
 	p.at(in, in.HoldOffUntil)
-	setCondition(&p.Status, metav1.Condition{Type: holdfastv1.ConditionFailoverRequest, Status: metav1.ConditionUnknown,
+	// True: a request waits (webhook/rules.RebindPending reads it so).
+	setCondition(&p.Status, metav1.Condition{Type: holdfastv1.ConditionFailoverRequest, Status: metav1.ConditionTrue,
 		Reason: holdfastv1.ReasonLeadershipHoldOff,
 		Message: fmt.Sprintf("Until %s no lease expiry is read as a fence (%s waits): this controller took leadership recently, and a predecessor that lost it may still be renewing; holdfast.io/failover-confirm-fenced bypasses the wait",
 			in.HoldOffUntil.UTC().Format(time.RFC3339), what)}, in.Now)

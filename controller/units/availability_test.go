@@ -15,6 +15,7 @@ import (
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/controller/grantor"
+	"github.com/holdfast-io/holdfast/webhook/rules"
 )
 
 var t0 = time.Date(2026, 9, 22, 10, 0, 0, 0, time.UTC)
@@ -511,6 +512,9 @@ func TestTheBudgetTriesEachFreeStandbyOnceThenSuspendsAndTheFirstRenewalLiftsIt(
 	s.ack()
 	s.pod.Status.Conditions[0].Status = corev1.ConditionTrue
 	s.pass()
+	s.advance(time.Second)
+	s.ack()
+	s.pass() // and it stays settled
 	b = s.u.Status.RuntimeBinding
 	if c := s.cond(holdfastv1.ConditionFailoverSuspended); c.Status != metav1.ConditionFalse || c.Reason != holdfastv1.ReasonRuntimeConfirmed {
 		t.Fatalf("the first acknowledged renewal lifts the suspension: %+v", c)
@@ -738,5 +742,46 @@ func TestARestartClearsTheHoldOnceTheNewRuntimeHoldsItsLeaseAndIsReady(t *testin
 	s.pass()
 	if c := s.cond(holdfastv1.ConditionHeld); c.Status != metav1.ConditionTrue {
 		t.Fatal("a stale restart cleared a later Hold")
+	}
+}
+
+func TestFreeTargetsAreNamedReadySchedulableNotTheNodeLeftAndColocationPermitting(t *testing.T) {
+	u := failoverUnit()
+	u.Spec.Availability.Targets = &holdfastv1.FailoverTargets{Nodes: []string{"edge-1", "s-ready", "s-notready", "s-cordoned", "s-busy"},
+		Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"holdfast.io/standby": "kiln"}}}
+	u.Status.RuntimeBinding = &holdfastv1.RuntimeBinding{Epoch: 2, Node: "edge-1"}
+	ready := []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
+	nodes := []corev1.Node{
+		{ObjectMeta: metav1.ObjectMeta{Name: "edge-1"}, Status: corev1.NodeStatus{Conditions: ready}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "s-ready"}, Status: corev1.NodeStatus{Conditions: ready}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "s-notready"}, Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse}}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "s-cordoned"}, Spec: corev1.NodeSpec{Unschedulable: true}, Status: corev1.NodeStatus{Conditions: ready}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "s-busy"}, Status: corev1.NodeStatus{Conditions: ready}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "s-labelled", Labels: map[string]string{"holdfast.io/standby": "kiln"}}, Status: corev1.NodeStatus{Conditions: ready}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "other"}, Status: corev1.NodeStatus{Conditions: ready}},
+	}
+	others := []corev1.Pod{
+		{ObjectMeta: metav1.ObjectMeta{Namespace: "plant", Name: "press-2-runtime-e1", Labels: map[string]string{holdfastv1.LabelUnit: "press-2"}}, Spec: corev1.PodSpec{NodeName: "s-busy"}},
+		{ObjectMeta: metav1.ObjectMeta{Namespace: "plant", Name: "kiln-1-runtime-e1", Labels: map[string]string{holdfastv1.LabelUnit: "kiln-1"}}, Spec: corev1.PodSpec{NodeName: "s-labelled"}},
+	}
+	if got := FreeTargets(u, nodes, others); !slices.Equal(got, []string{"s-busy", "s-labelled", "s-ready"}) {
+		t.Errorf("colocation Warn: %v", got)
+	}
+	u.Spec.Availability.Colocation = holdfastv1.ColocationRefuse
+	if got := FreeTargets(u, nodes, others); !slices.Equal(got, []string{"s-labelled", "s-ready"}) {
+		t.Errorf("colocation Refuse (the unit's own pod does not count): %v", got)
+	}
+}
+
+func TestTheHoldOffIsARebindPendingForTheWebhook(t *testing.T) {
+	s := newSim(t, failoverUnit())
+	s.held()
+	s.holdOff = t0.Add(140 * time.Second)
+	s.fail(grantor.Unreachable, "timeout")
+	s.advance(30 * time.Second)
+	s.pass()
+	s.pass()
+	if !rules.RebindPending(s.u) {
+		t.Fatal("the webhook's RebindPending must read the controller's hold-off and expiry the way the controller writes them")
 	}
 }

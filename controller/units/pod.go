@@ -11,8 +11,16 @@ import (
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 )
 
-// RuntimeContainer is the name of the runtime container in a runtime pod.
-const RuntimeContainer = "runtime"
+const (
+	// RuntimeContainer is the name of the runtime container in a runtime pod.
+	RuntimeContainer = "runtime"
+	// StateDir is where the pod's state volume is mounted: an emptyDir,
+	// which lives as long as the pod, so a restart in place restores its
+	// operating point and counts its starts (the incarnation's restart
+	// count), and a new binding starts with nothing.
+	StateDir    = "/var/lib/holdfast/state"
+	stateVolume = "state"
+)
 
 // PodName is the runtime pod of a binding: <unit>-runtime-e<epoch>.
 func PodName(unit string, epoch int64) string {
@@ -43,21 +51,20 @@ func RuntimePod(u *holdfastv1.Unit, epoch int64, p Placement) *corev1.Pod {
 	}
 	// The unit and the epoch come through the downward API from the pod's
 	// own labels, so the pod and the process can never disagree about
-	// which binding they are; HOLDFAST_UNIT is composed from the two
-	// before it by the kubelet's $(VAR) expansion.
+	// which binding they are.
 	env := []corev1.EnvVar{
-		fieldEnv(holdfastv1.EnvNamespace, "metadata.namespace"),
-		fieldEnv(holdfastv1.EnvUnitName, "metadata.labels['"+holdfastv1.LabelUnit+"']"),
-		{Name: holdfastv1.EnvUnit, Value: "$(" + holdfastv1.EnvNamespace + ")/$(" + holdfastv1.EnvUnitName + ")"},
-		fieldEnv(holdfastv1.EnvEpoch, "metadata.labels['"+holdfastv1.LabelEpoch+"']"),
-		fieldEnv(holdfastv1.EnvPodName, "metadata.name"),
-		fieldEnv(holdfastv1.EnvPodUID, "metadata.uid"),
-		fieldEnv(holdfastv1.EnvNodeName, "spec.nodeName"),
-		fieldEnv(holdfastv1.EnvPodIP, "status.podIP"),
-		{Name: holdfastv1.EnvMode, Value: string(mode)},
-		{Name: holdfastv1.EnvLeaseDuration, Value: a.LeaseDuration().String()},
-		{Name: holdfastv1.EnvLeasePort, Value: strconv.Itoa(int(rt.LeasePort))},
-		{Name: holdfastv1.EnvHealthPort, Value: strconv.Itoa(int(rt.HealthPort))},
+		fieldEnv(holdfastv1.RuntimeEnvNamespace, "metadata.namespace"),
+		fieldEnv(holdfastv1.RuntimeEnvUnitName, "metadata.labels['"+holdfastv1.LabelUnit+"']"),
+		fieldEnv(holdfastv1.RuntimeEnvEpoch, "metadata.labels['"+holdfastv1.LabelEpoch+"']"),
+		fieldEnv(holdfastv1.RuntimeEnvPodName, "metadata.name"),
+		fieldEnv(holdfastv1.RuntimeEnvPodUID, "metadata.uid"),
+		fieldEnv(holdfastv1.RuntimeEnvNodeName, "spec.nodeName"),
+		fieldEnv(holdfastv1.RuntimeEnvPodIP, "status.podIP"),
+		{Name: holdfastv1.RuntimeEnvMode, Value: string(mode)},
+		{Name: holdfastv1.RuntimeEnvLeaseDuration, Value: a.LeaseDuration().String()},
+		{Name: holdfastv1.RuntimeEnvLeasePort, Value: strconv.Itoa(int(rt.LeasePort))},
+		{Name: holdfastv1.RuntimeEnvHealthPort, Value: strconv.Itoa(int(rt.HealthPort))},
+		{Name: holdfastv1.RuntimeEnvStateDir, Value: StateDir},
 	}
 	env = append(env, rt.Env...)
 
@@ -92,6 +99,7 @@ func RuntimePod(u *holdfastv1.Unit, epoch int64, p Placement) *corev1.Pod {
 				{Key: corev1.TaintNodeNotReady, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute},
 				{Key: corev1.TaintNodeUnreachable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute},
 			},
+			Volumes: []corev1.Volume{{Name: stateVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
 			Containers: []corev1.Container{{
 				Name:            RuntimeContainer,
 				Image:           rt.Image,
@@ -99,6 +107,7 @@ func RuntimePod(u *holdfastv1.Unit, epoch int64, p Placement) *corev1.Pod {
 				Args:            rt.Args,
 				Env:             env,
 				Resources:       rt.Resources,
+				VolumeMounts:    []corev1.VolumeMount{{Name: stateVolume, MountPath: StateDir}},
 				Ports: []corev1.ContainerPort{
 					{Name: "health", ContainerPort: rt.HealthPort, HostPort: rt.HealthPort, Protocol: corev1.ProtocolTCP},
 					{Name: "lease", ContainerPort: rt.LeasePort, HostPort: rt.LeasePort, Protocol: corev1.ProtocolTCP},

@@ -57,18 +57,23 @@ func TestTheRuntimePodNeverNamesANodeAndCarriesItsBinding(t *testing.T) {
 		env[e.Name] = e
 	}
 	for name, path := range map[string]string{
-		holdfastv1.EnvEpoch:     "metadata.labels['holdfast.io/epoch']",
-		holdfastv1.EnvUnitName:  "metadata.labels['holdfast.io/unit']",
-		holdfastv1.EnvNamespace: "metadata.namespace",
-		holdfastv1.EnvPodUID:    "metadata.uid",
+		holdfastv1.RuntimeEnvEpoch:     "metadata.labels['holdfast.io/epoch']",
+		holdfastv1.RuntimeEnvUnitName:  "metadata.labels['holdfast.io/unit']",
+		holdfastv1.RuntimeEnvNamespace: "metadata.namespace",
+		holdfastv1.RuntimeEnvPodUID:    "metadata.uid",
+		holdfastv1.RuntimeEnvPodIP:     "status.podIP",
 	} {
 		if e := env[name]; e.ValueFrom == nil || e.ValueFrom.FieldRef == nil || e.ValueFrom.FieldRef.FieldPath != path {
 			t.Errorf("%s must come through the downward API from %s: %+v", name, path, e)
 		}
 	}
-	if env[holdfastv1.EnvUnit].Value != "$(HOLDFAST_NAMESPACE)/$(HOLDFAST_UNIT_NAME)" || env[holdfastv1.EnvMode].Value != "Failover" ||
-		env[holdfastv1.EnvLeaseDuration].Value != "30s" || env[holdfastv1.EnvLeasePort].Value != "9443" || env["PLANT"].Value != "north" {
+	if env[holdfastv1.RuntimeEnvMode].Value != "Failover" || env[holdfastv1.RuntimeEnvLeaseDuration].Value != "30s" ||
+		env[holdfastv1.RuntimeEnvLeasePort].Value != "9443" || env[holdfastv1.RuntimeEnvHealthPort].Value != "9440" ||
+		env[holdfastv1.RuntimeEnvStateDir].Value != StateDir || env["PLANT"].Value != "north" {
 		t.Errorf("env %+v", env)
+	}
+	if v := first.Spec.Volumes; len(v) != 1 || v[0].EmptyDir == nil || first.Spec.Containers[0].VolumeMounts[0].MountPath != StateDir {
+		t.Errorf("the state directory is an emptyDir that lives as long as the pod: %+v", v)
 	}
 	for _, tol := range []string{corev1.TaintNodeNotReady, corev1.TaintNodeUnreachable} {
 		found := false

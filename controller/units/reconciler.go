@@ -33,6 +33,7 @@ import (
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/controller/audit"
 	"github.com/holdfast-io/holdfast/controller/grantor"
+	"github.com/holdfast-io/holdfast/webhook/rules"
 )
 
 // HoldOff gives the hold-off deadline of a unit's lease and margin (the
@@ -322,19 +323,16 @@ func (r *Reconciler) inputs(ctx context.Context, u *holdfastv1.Unit, pod *corev1
 			}
 			others = all.Items
 		}
-		free, err := FreeTargets(u, nodes.Items, others)
-		if err != nil {
-			klog.FromContext(ctx).Error(err, "Reading the failover targets")
-		}
-		in.FreeTargets = free
+		in.FreeTargets = FreeTargets(u, nodes.Items, others)
 	}
 	return in, nil
 }
 
 // FreeTargets are the eligible standbys fit to take the unit now: named by
-// its targets, Ready, schedulable, not the node it is leaving, and, under
-// colocation Refuse, hosting no other unit's runtime. Sorted.
-func FreeTargets(u *holdfastv1.Unit, nodes []corev1.Node, runtimePods []corev1.Pod) ([]string, error) {
+// its targets (rules.EligibleTarget, the webhook's own rule), Ready, not
+// cordoned, not the node it is leaving, and, under colocation Refuse,
+// hosting no other unit's runtime. Sorted.
+func FreeTargets(u *holdfastv1.Unit, nodes []corev1.Node, runtimePods []corev1.Pod) []string {
 	a := &u.Spec.Availability
 	b := u.Status.RuntimeBinding
 	busy := map[string]bool{}
@@ -345,18 +343,12 @@ func FreeTargets(u *holdfastv1.Unit, nodes []corev1.Node, runtimePods []corev1.P
 		}
 	}
 	var free []string
-	var firstErr error
 	for i := range nodes {
 		n := &nodes[i]
 		if b != nil && n.Name == b.Node {
 			continue
 		}
-		named, err := a.Targets.Names(n)
-		if err != nil {
-			firstErr = err
-			continue
-		}
-		if !named || !nodeFit(n) {
+		if !rules.EligibleTarget(u, n) || !nodeFit(n) {
 			continue
 		}
 		if a.Colocation == holdfastv1.ColocationRefuse && busy[n.Name] {
@@ -365,20 +357,12 @@ func FreeTargets(u *holdfastv1.Unit, nodes []corev1.Node, runtimePods []corev1.P
 		free = append(free, n.Name)
 	}
 	sort.Strings(free)
-	return free, firstErr
+	return free
 }
 
 // nodeFit: Ready and not cordoned.
 func nodeFit(n *corev1.Node) bool {
-	if n.Spec.Unschedulable {
-		return false
-	}
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
+	return !n.Spec.Unschedulable && rules.NodeReady(n)
 }
 
 // execute carries out a plan: the Event, then the status (the conditions),
@@ -403,9 +387,11 @@ func (r *Reconciler) execute(ctx context.Context, u *holdfastv1.Unit, pod *corev
 		}
 		actor := r.Actor
 		if rec.Manual {
-			actor = "person"
-			if rec.RequestID != "" {
-				actor = "person (webhook request " + rec.RequestID + ")"
+			// Only admission sees the requester: the webhook's record of
+			// the request names them, and this line refers to it.
+			actor = "person (request " + rec.RequestID + ", requester in the webhook's audit record)"
+			if rec.RequestID == "" {
+				actor = "person (no " + holdfastv1.AnnotationRequestID + "; requester in the webhook's audit record of this unit's annotation change)"
 			}
 		}
 		if err := r.Audit.Write(audit.Record{
