@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"strconv"
 	"sync"
 	"time"
 
@@ -101,8 +100,10 @@ func runUnits(ctx context.Context, c *Common) int {
 	}
 	// client-go reads these when it builds a transport, and from nowhere
 	// else: set them before the first one.
-	_ = os.Setenv("HTTP2_READ_IDLE_TIMEOUT_SECONDS", strconv.Itoa(int(o.timings.ReadIdleTimeout/time.Second)))
-	_ = os.Setenv("HTTP2_PING_TIMEOUT_SECONDS", strconv.Itoa(int(o.timings.PingTimeout/time.Second)))
+	if err := leadership.SetAPIServerHealthCheck(o.timings.ReadIdleTimeout, o.timings.PingTimeout); err != nil {
+		klog.ErrorS(err, "Setting the apiserver health check")
+		return 1
+	}
 
 	cfg, err := restConfig(c.Kubeconfig)
 	if err != nil {

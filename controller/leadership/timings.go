@@ -6,6 +6,8 @@ package leadership
 
 import (
 	"fmt"
+	"os"
+	"strconv"
 	"time"
 
 	"k8s.io/client-go/tools/leaderelection"
@@ -121,4 +123,15 @@ func (t Timings) Validate() error {
 		}
 	}
 	return nil
+}
+
+// SetAPIServerHealthCheck sets client-go's HTTP/2 health check of the
+// apiserver connections this process builds from now on: client-go reads
+// HTTP2_READ_IDLE_TIMEOUT_SECONDS and HTTP2_PING_TIMEOUT_SECONDS when it
+// builds a transport, and from nowhere else, so call it before the first.
+func SetAPIServerHealthCheck(readIdle, ping time.Duration) error {
+	if err := os.Setenv("HTTP2_READ_IDLE_TIMEOUT_SECONDS", strconv.Itoa(int(readIdle/time.Second))); err != nil {
+		return err
+	}
+	return os.Setenv("HTTP2_PING_TIMEOUT_SECONDS", strconv.Itoa(int(ping/time.Second)))
 }
