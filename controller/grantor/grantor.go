@@ -138,6 +138,12 @@ func New(opts Options) *Grantor {
 	if opts.TLSConfig != nil {
 		g.scheme = "https"
 	}
+	// The runtime takes a grant only when its seq is above the last one it
+	// took from a grantor of that name, and a restarted controller keeps its
+	// pod name: seq starts at the wall clock so a new process of the same
+	// name is never taken for a stale one (its grants would be answered 200
+	// and extend nothing).
+	g.seq.Store(uint64(opts.Clock.Now().UnixNano()))
 	return g
 }
 

@@ -10,10 +10,12 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/holdfast-io/holdfast/api/lease"
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	runtimelease "github.com/holdfast-io/holdfast/runtime/lease"
 )
 
 // endpoint answers the lease protocol at the HTTP boundary the way the
@@ -253,4 +255,38 @@ func TestPauseReturnsOnlyWhenNoAttemptIsInFlightAndEnsureResumesTheObservation(t
 	if obs.Acked() {
 		t.Fatalf("epoch 3 must start with nothing acknowledged (the runtime is at 2): %+v", obs)
 	}
+}
+
+// TestARestartedGrantorOfTheSameNameExtendsTheRuntimesLease runs against
+// the runtime's own lease endpoint (runtime/lease's Keeper and Handler): a
+// grantor process that restarts under the same name (a controller pod
+// restarted in place) must extend the lease at once, not be answered as
+// stale until its seq catches up.
+func TestARestartedGrantorOfTheSameNameExtendsTheRuntimesLease(t *testing.T) {
+	k, err := runtimelease.NewKeeper(runtimelease.Config{Unit: "plant/kiln-1", Epoch: 1, Mode: holdfastv1.Failover, LeaseDuration: 10 * time.Second}, klog.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(runtimelease.NewHandler(k, klog.Background()))
+	defer srv.Close()
+	target := Target{Unit: unit, Epoch: 1, Address: srv.Listener.Addr().String(), Duration: 10 * time.Second}
+	held := func() (time.Duration, bool) {
+		rem, ok := k.Remaining()
+		return rem, ok && k.Status().State == lease.Held
+	}
+	first := New(Options{Name: "ctl-0"})
+	first.Ensure(target)
+	waitFor(t, "the first process to grant", func() bool { _, ok := held(); return ok })
+	// Let it renew a few times, so its seq is well ahead of a fresh start.
+	waitFor(t, "a few renewals", func() bool { o, _ := first.Observe(unit); return o.Acks >= 3 })
+	first.StopAll()
+	before, _ := held()
+
+	second := New(Options{Name: "ctl-0"})
+	defer second.StopAll()
+	second.Ensure(target)
+	waitFor(t, "the restarted process to extend the lease", func() bool {
+		rem, ok := held()
+		return ok && rem > before
+	})
 }
