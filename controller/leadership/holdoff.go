@@ -23,11 +23,14 @@ func NewTenure(clk clock.PassiveClock, standDown time.Duration) *Tenure {
 	return &Tenure{clock: clk, standDown: standDown}
 }
 
-// Acquire records that leadership was acquired now.
+// Acquire records that leadership was acquired now, unless the reconciler's
+// first pass already did in this tenure.
 func (t *Tenure) Acquire() time.Time {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.acquired = t.clock.Now()
+	if t.acquired.IsZero() {
+		t.acquired = t.clock.Now()
+	}
 	leaderGauge.Set(1)
 	return t.acquired
 }
@@ -46,8 +49,19 @@ func (t *Tenure) Acquired() time.Time {
 // lease plus the hold bound after that, which the margin covers. Zero when
 // there is no hold-off: --lease-stand-down 0 disables the stand-down and the
 // hold-off together.
+//
+// Only a leader asks. A leader whose warm start has not recorded the
+// acquisition yet (the two start together) records it now: the hold-off
+// must hold from the first pass.
 func (t *Tenure) HoldOffUntil(lease, margin time.Duration) time.Time {
-	return HoldOffDeadline(t.Acquired(), t.standDown, lease, margin)
+	t.mu.Lock()
+	if t.acquired.IsZero() {
+		t.acquired = t.clock.Now()
+		leaderGauge.Set(1)
+	}
+	acquired := t.acquired
+	t.mu.Unlock()
+	return HoldOffDeadline(acquired, t.standDown, lease, margin)
 }
 
 // HoldOffDeadline is acquired + standDown + lease + margin, or zero when the
