@@ -121,8 +121,8 @@ func (a *Actuator) Provisioned(ctx context.Context) (bool, error) {
 // Promote makes the host a server that joins the members in join
 // (AnnotationRoleJoin): join target and drop-in, role file server, agent
 // unit stopped and disabled, server unit unmasked, enabled and started. It
-// returns when the server unit is active, with the time it was started (the
-// zero time when it was already active).
+// returns when the server unit is active, with the time this or an earlier
+// promote started it.
 func (a *Actuator) Promote(ctx context.Context, join string) (time.Time, error) {
 	if _, errs := holdfastv1.ParseRoleJoin(join); len(errs) > 0 {
 		return time.Time{}, &RefusedError{Reason: errs.ToAggregate().Error()}
@@ -174,9 +174,14 @@ func (a *Actuator) Promote(ctx context.Context, join string) (time.Time, error) 
 		return time.Time{}, err
 	}
 	if state == "active" {
-		return time.Time{}, nil
+		// Already started by this promote before a crash, or by an earlier
+		// one: report that start.
+		return st.ServerStartedAt()
 	}
 	started := a.cfg.Clock.Now()
+	if err := st.SetServerStartedAt(started); err != nil {
+		return time.Time{}, err
+	}
 	if err := a.sd.Start(ctx, a.cfg.ServerUnit); err != nil {
 		return time.Time{}, err
 	}

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 )
@@ -294,3 +295,25 @@ func syncDir(dir string) error {
 
 // ClearMember forgets the local member once its data was moved aside.
 func (s State) ClearMember() error { return s.remove(MemberFile) }
+
+// StartedAtFile records when a promote last started the server unit, so a
+// resumed promote reports the same start.
+const StartedAtFile = "server-started-at"
+
+// ServerStartedAt is when a promote last started the server unit; zero when
+// none did.
+func (s State) ServerStartedAt() (time.Time, error) {
+	b, err := os.ReadFile(filepath.Join(s.Dir, StartedAtFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return time.Time{}, nil
+	}
+	if err != nil {
+		return time.Time{}, err
+	}
+	return time.Parse(time.RFC3339Nano, strings.TrimSpace(string(b)))
+}
+
+// SetServerStartedAt records a start of the server unit.
+func (s State) SetServerStartedAt(t time.Time) error {
+	return s.write(StartedAtFile, []byte(t.UTC().Format(time.RFC3339Nano)+"\n"))
+}
