@@ -9,7 +9,10 @@ cd "$(dirname "$0")/.."
 containerd_version=v2.4.2
 runc_version=v1.5.3
 out="bin/cri/containerd-${containerd_version}_runc-${runc_version}"
+# bin/cri/current names the built versions for test/crihost.
+link() { ln -sfn "$(basename "${out}")" bin/cri/current; }
 if [[ -x "${out}/containerd" && -x "${out}/containerd-shim-runc-v2" && -x "${out}/ctr" && -x "${out}/runc" ]]; then
+	link
 	echo "cri-bin: ${out} already built"
 	exit 0
 fi
@@ -30,5 +33,7 @@ GOBIN="$(pwd)/${tmp}" CGO_ENABLED=1 go install -trimpath -ldflags "-s -w" -tags 
 	"github.com/opencontainers/runc@${runc_version}"
 rm -rf "${out}"
 mv "${tmp}" "${out}"
+chmod 755 "${out}"
 trap - EXIT
+link
 echo "cri-bin: built in $(($(date +%s) - start))s"

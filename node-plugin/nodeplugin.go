@@ -28,6 +28,7 @@ import (
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/node-plugin/actuator"
+	"github.com/holdfast-io/holdfast/node-plugin/fence"
 	"github.com/holdfast-io/holdfast/node-plugin/hoststate"
 	"github.com/holdfast-io/holdfast/node-plugin/role"
 	"github.com/holdfast-io/holdfast/node-plugin/tombstone"
@@ -158,6 +159,22 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 			}
 			return vp.Spec.Etcd.Endpoints, nil
 		}}}); err != nil {
+		return err
+	}
+	cri, err := fence.NewCRI(ctx, o.CRIEndpoint)
+	if err != nil {
+		return fmt.Errorf("connecting to CRI at %s: %w", o.CRIEndpoint, err)
+	}
+	agent := &fence.Agent{CRI: cri, Units: fence.CacheUnits{Client: mgr.GetClient()}, Lease: fence.HTTPLease{},
+		Notifier: fence.EventNotifier{Client: mgr.GetClient(), NodeName: o.NodeName}, Clock: clock.RealClock{}, AuditDir: o.HostDir}
+	if err := (&fence.UnitReconciler{Agent: agent}).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	probe, err := fence.ReadyzProbe(cfg)
+	if err != nil {
+		return err
+	}
+	if err := mgr.Add(&fence.Loop{Agent: agent, Probe: probe, Every: time.Second}); err != nil {
 		return err
 	}
 	return mgr.Start(ctx)

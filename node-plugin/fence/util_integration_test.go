@@ -1,0 +1,12 @@
+//go:build integration
+
+package fence_test
+
+import (
+	"io/fs"
+	"os"
+)
+
+var errNotExist = fs.ErrNotExist
+
+func readFile(p string) ([]byte, error) { return os.ReadFile(p) }
