@@ -30,6 +30,7 @@ import (
 	"github.com/holdfast-io/holdfast/node-plugin/actuator"
 	"github.com/holdfast-io/holdfast/node-plugin/fence"
 	"github.com/holdfast-io/holdfast/node-plugin/hoststate"
+	"github.com/holdfast-io/holdfast/node-plugin/prestage"
 	"github.com/holdfast-io/holdfast/node-plugin/role"
 	"github.com/holdfast-io/holdfast/node-plugin/tombstone"
 )
@@ -175,6 +176,13 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		return err
 	}
 	if err := mgr.Add(&fence.Loop{Agent: agent, Probe: probe, Every: time.Second}); err != nil {
+		return err
+	}
+	images, err := prestage.NewCRI(ctx, o.CRIEndpoint)
+	if err != nil {
+		return fmt.Errorf("connecting to the CRI image service at %s: %w", o.CRIEndpoint, err)
+	}
+	if err := (&prestage.Reconciler{Client: mgr.GetClient(), NodeName: o.NodeName, Images: images}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	return mgr.Start(ctx)

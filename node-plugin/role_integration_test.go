@@ -1,6 +1,6 @@
 //go:build integration
 
-package role_test
+package nodeplugin_test
 
 import (
 	"context"
@@ -21,6 +21,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
@@ -105,7 +106,9 @@ func startPlugin(t *testing.T, node string, units func(state hoststate.State, co
 	return &plugin{node: node, mgr: m, sd: sd, state: state}
 }
 
-func ctrlConfig() ctrlConfigT { return ctrlConfigT{SkipNameValidation: new(true)} }
+// ctrlConfig lets several test managers register a controller of the same
+// name in one process.
+func ctrlConfig() config.Controller { return config.Controller{SkipNameValidation: new(true)} }
 
 func createNode(t *testing.T, name string) {
 	t.Helper()

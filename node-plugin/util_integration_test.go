@@ -1,6 +1,6 @@
 //go:build integration
 
-package fence_test
+package nodeplugin_test
 
 import (
 	"io/fs"

@@ -1,6 +1,6 @@
 //go:build integration
 
-package fence_test
+package nodeplugin_test
 
 import (
 	"context"
@@ -22,7 +22,6 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
@@ -146,7 +145,7 @@ func freePort(t *testing.T) int32 {
 func startManager(t *testing.T, setup func(ctrl.Manager) error) client.Client {
 	t.Helper()
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: env.Scheme, Metrics: metricsserver.Options{BindAddress: "0"},
-		Controller: config.Controller{SkipNameValidation: new(true)}})
+		Controller: ctrlConfig()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +162,7 @@ func startManager(t *testing.T, setup func(ctrl.Manager) error) client.Client {
 	return mgr.GetClient()
 }
 
-func eventually(t *testing.T, what string, cond func() bool) time.Duration {
+func waitFor(t *testing.T, what string, cond func() bool) time.Duration {
 	t.Helper()
 	start := time.Now()
 	for time.Since(start) < 60*time.Second {
@@ -216,12 +215,12 @@ func TestStaleEpochRuntimeStoppedAndSandboxRemoved(t *testing.T) {
 	// Re-bind: epoch 2. The new runtime (current) runs beside the old one.
 	_, newC := r.runtime("boiler", 2, port2, holdfastv1.Failover)
 	r.bind(u, 2)
-	took := eventually(t, "stale sandbox removed", func() bool { return r.sandboxGone(oldSB) })
+	took := waitFor(t, "stale sandbox removed", func() bool { return r.sandboxGone(oldSB) })
 	t.Logf("stale runtime stopped and its sandbox removed %s after the binding change was written", took)
 	if !r.running(newC) {
 		t.Fatal("the runtime of the current epoch was stopped")
 	}
-	eventually(t, "Event on the unit", func() bool { return len(events(t, r.ns, fence.ReasonStaleEpoch)) == 1 })
+	waitFor(t, "Event on the unit", func() bool { return len(events(t, r.ns, fence.ReasonStaleEpoch)) == 1 })
 	ev := events(t, r.ns, fence.ReasonStaleEpoch)[0]
 	if ev.InvolvedObject.Name != "boiler" || !strings.Contains(ev.Message, "epoch 1 is behind the unit's binding at epoch 2") {
 		t.Fatalf("event %+v", ev)
