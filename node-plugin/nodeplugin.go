@@ -31,6 +31,7 @@ import (
 	"github.com/holdfast-io/holdfast/node-plugin/fence"
 	"github.com/holdfast-io/holdfast/node-plugin/hoststate"
 	"github.com/holdfast-io/holdfast/node-plugin/prestage"
+	"github.com/holdfast-io/holdfast/node-plugin/report"
 	"github.com/holdfast-io/holdfast/node-plugin/role"
 	"github.com/holdfast-io/holdfast/node-plugin/tombstone"
 )
@@ -152,14 +153,18 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		return err
 	}
 	reader := mgr.GetAPIReader()
-	if err := mgr.Add(&tombstone.Watcher{State: state, Clock: clock.RealClock{}, Every: 5 * time.Second,
-		Etcd: &tombstone.ClientEtcd{LocalEndpoint: o.EtcdLocal, TLS: tlsCfg, Cluster: func(ctx context.Context) ([]string, error) {
-			vp := &holdfastv1.VoterPolicy{}
-			if err := reader.Get(ctx, types.NamespacedName{Name: holdfastv1.VoterPolicyName}, vp); err != nil {
-				return nil, err
-			}
-			return vp.Spec.Etcd.Endpoints, nil
-		}}}); err != nil {
+	etcd := &tombstone.ClientEtcd{LocalEndpoint: o.EtcdLocal, TLS: tlsCfg, Cluster: func(ctx context.Context) ([]string, error) {
+		vp := &holdfastv1.VoterPolicy{}
+		if err := reader.Get(ctx, types.NamespacedName{Name: holdfastv1.VoterPolicyName}, vp); err != nil {
+			return nil, err
+		}
+		return vp.Spec.Etcd.Endpoints, nil
+	}}
+	if err := mgr.Add(&tombstone.Watcher{State: state, Clock: clock.RealClock{}, Every: 5 * time.Second, Etcd: etcd}); err != nil {
+		return err
+	}
+	if err := mgr.Add(&report.Reporter{Client: mgr.GetClient(), NodeName: o.NodeName, Units: act, State: state,
+		Clock: clock.RealClock{}, Peers: etcd.VoterPeerURLs}); err != nil {
 		return err
 	}
 	cri, err := fence.NewCRI(ctx, o.CRIEndpoint)

@@ -3,6 +3,7 @@
 package nodeplugin_test
 
 import (
+	"encoding/json"
 	"io/fs"
 	"os"
 )
@@ -10,3 +11,5 @@ import (
 var errNotExist = fs.ErrNotExist
 
 func readFile(p string) ([]byte, error) { return os.ReadFile(p) }
+
+func jsonUnmarshal(s string, v any) error { return json.Unmarshal([]byte(s), v) }

@@ -317,3 +317,18 @@ func (a *Actuator) removeDropIn(name string) error {
 	}
 	return err
 }
+
+// ActiveRole is the role whose unit is active: server, agent, or "" when
+// neither is (the reporter's observed role).
+func (a *Actuator) ActiveRole(ctx context.Context) (string, error) {
+	for _, u := range []struct{ unit, role string }{{a.cfg.ServerUnit, holdfastv1.RoleServer}, {a.cfg.AgentUnit, holdfastv1.RoleAgent}} {
+		s, err := a.sd.ActiveState(ctx, u.unit)
+		if err != nil {
+			return "", err
+		}
+		if s == "active" {
+			return u.role, nil
+		}
+	}
+	return "", nil
+}

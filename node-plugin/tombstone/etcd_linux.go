@@ -85,3 +85,29 @@ func (c *ClientEtcd) Members(ctx context.Context) (string, []string, error) {
 	}
 	return FormatID(ml.Header.ClusterId), ids, nil
 }
+
+// VoterPeerURLs lists the voters' peer URLs, for the fitness probe.
+func (c *ClientEtcd) VoterPeerURLs(ctx context.Context) ([]string, error) {
+	eps, err := c.Cluster(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cli, err := c.client(eps)
+	if err != nil {
+		return nil, err
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	ml, err := cli.MemberList(ctx, clientv3.WithSerializable())
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, m := range ml.Members {
+		if !m.IsLearner {
+			out = append(out, m.PeerURLs...)
+		}
+	}
+	return out, nil
+}
