@@ -32,14 +32,14 @@ import (
 const runtimeImage = "holdfast.test/runtime:1"
 
 type rig struct {
-	t    *testing.T
+	t    testing.TB
 	host *crihost.Host
 	rt   internalapi.RuntimeService
 	ns   string
 	dir  string
 }
 
-func newRig(t *testing.T) *rig {
+func newRig(t testing.TB) *rig {
 	t.Helper()
 	dir := t.TempDir()
 	h, err := crihost.Start(dir)
@@ -119,7 +119,7 @@ func (r *rig) running(container string) bool {
 	return err == nil && st.Status.State == runtimeapi.ContainerState_CONTAINER_RUNNING
 }
 
-func waitTCP(t *testing.T, port int32) {
+func waitTCP(t testing.TB, port int32) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
@@ -133,7 +133,7 @@ func waitTCP(t *testing.T, port int32) {
 	t.Fatalf("runtime never listened on %d", port)
 }
 
-func freePort(t *testing.T) int32 {
+func freePort(t testing.TB) int32 {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -142,7 +142,7 @@ func freePort(t *testing.T) int32 {
 	return int32(l.Addr().(*net.TCPAddr).Port)
 }
 
-func startManager(t *testing.T, setup func(ctrl.Manager) error) client.Client {
+func startManager(t testing.TB, setup func(ctrl.Manager) error) client.Client {
 	t.Helper()
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: env.Scheme, Metrics: metricsserver.Options{BindAddress: "0"},
 		Controller: ctrlConfig()})
