@@ -277,8 +277,11 @@ func (a *Actuator) Rollback(ctx context.Context) error { return a.FinishDemote(c
 
 // Guard masks the server unit at runtime when the host files forbid a
 // server (tombstone, role file agent, former member with nowhere to join).
-// It never stops a running server: a stepped-down member votes until the
-// controller removes it.
+// It stops a running server only when a tombstone exists: that member is
+// gone from its cluster, so stopping it never costs quorum, and a server
+// that came back (a host down through its swap, a k3s rejoining as a new
+// learner) must not stay. A stepped-down member with no tombstone keeps
+// running: it votes until the controller removes it.
 func (a *Actuator) Guard(ctx context.Context) (bool, string, error) {
 	ok, why, err := a.cfg.State.ServerAllowed()
 	if err != nil || ok {
@@ -287,7 +290,18 @@ func (a *Actuator) Guard(ctx context.Context) (bool, string, error) {
 	if p, err := a.Provisioned(ctx); err != nil || !p {
 		return ok, why, err
 	}
-	return ok, why, a.sd.MaskRuntime(ctx, a.cfg.ServerUnit)
+	if err := a.sd.MaskRuntime(ctx, a.cfg.ServerUnit); err != nil {
+		return ok, why, err
+	}
+	ts, err := a.cfg.State.Tombstone()
+	if err != nil || ts == nil {
+		return ok, why, err
+	}
+	state, err := a.sd.ActiveState(ctx, a.cfg.ServerUnit)
+	if err != nil || state == "inactive" {
+		return ok, why, err
+	}
+	return ok, why, a.sd.Stop(ctx, a.cfg.ServerUnit)
 }
 
 func (a *Actuator) dropInDir() string {
