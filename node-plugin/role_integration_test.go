@@ -166,7 +166,7 @@ func releaseLease(t *testing.T) {
 // waitReport waits for the actuator report of step to reach phase.
 func waitReport(t *testing.T, node, step, phase string) *holdfastv1.ActuatorReport {
 	t.Helper()
-	var last string
+	var last, loggedFailure string
 	deadline := time.Now().Add(90 * time.Second)
 	for time.Now().Before(deadline) {
 		n := &corev1.Node{}
@@ -182,8 +182,14 @@ func waitReport(t *testing.T, node, step, phase string) *holdfastv1.ActuatorRepo
 			if rep.Step == step && rep.Phase == phase {
 				return rep
 			}
-			if rep.Step == step && (rep.Phase == holdfastv1.ActuatorFailed || rep.Phase == holdfastv1.ActuatorRefused) && phase == holdfastv1.ActuatorDone {
+			if rep.Step == step && rep.Phase == holdfastv1.ActuatorRefused && phase == holdfastv1.ActuatorDone {
 				t.Fatalf("%s %s: %s: %s", node, step, rep.Phase, rep.Message)
+			}
+			// A failed step is retried with backoff (every step is safe to
+			// repeat); the test waits for it to complete and says so.
+			if rep.Step == step && rep.Phase == holdfastv1.ActuatorFailed && last != loggedFailure {
+				loggedFailure = last
+				t.Logf("%s %s failed, to be retried: %s", node, step, rep.Message)
 			}
 		}
 		time.Sleep(50 * time.Millisecond)

@@ -64,8 +64,11 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		r.GuardEvery = time.Minute
 	}
 	own := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetName() == r.NodeName })
+	// Kubelet status heartbeats change neither; the guard runs every
+	// GuardEvery regardless.
+	meta := predicate.Or(predicate.LabelChangedPredicate{}, predicate.AnnotationChangedPredicate{})
 	return ctrl.NewControllerManagedBy(mgr).Named("role").
-		For(&corev1.Node{}, builder.WithPredicates(own)).
+		For(&corev1.Node{}, builder.WithPredicates(own, meta)).
 		Complete(r)
 }
 
