@@ -24,6 +24,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
@@ -49,7 +51,12 @@ type Options struct {
 	EtcdLocal                 string
 	EtcdCA, EtcdCert, EtcdKey string
 	CRIEndpoint               string
-	MetricsAddr, ProbeAddr    string
+	// SystemdBus is a D-Bus address for systemd; empty is the system bus.
+	SystemdBus             string
+	MetricsAddr, ProbeAddr string
+	// SkipNameValidation lets a test run several managers with the same
+	// controller names in one process.
+	SkipNameValidation bool
 }
 
 // ParseFlags reads holdfast-node's flags; NODE_NAME comes from the
@@ -67,6 +74,7 @@ func ParseFlags(args []string) (Options, error) {
 	fs.StringVar(&o.EtcdCA, "etcd-ca", "", "CA file for the etcd members' client URLs")
 	fs.StringVar(&o.EtcdCert, "etcd-cert", "", "client certificate file for etcd")
 	fs.StringVar(&o.EtcdKey, "etcd-key", "", "client key file for etcd")
+	fs.StringVar(&o.SystemdBus, "systemd-bus-address", "", "D-Bus address to reach systemd at (default: the system bus, then /run/systemd/private)")
 	fs.StringVar(&o.CRIEndpoint, "cri-endpoint", "unix:///run/containerd/containerd.sock", "the container runtime's CRI socket")
 	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8095", "metrics address (0 disables)")
 	fs.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8096", "health probe address")
@@ -94,6 +102,7 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		Scheme:                 Scheme(),
 		Metrics:                metricsserver.Options{BindAddress: o.MetricsAddr},
 		HealthProbeBindAddress: o.ProbeAddr,
+		Controller:             config.Controller{SkipNameValidation: &o.SkipNameValidation},
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
 			&corev1.Node{}: {Field: fields.OneTermEqualSelector("metadata.name", o.NodeName)},
 			&corev1.Pod{}:  {Field: fields.OneTermEqualSelector("spec.nodeName", o.NodeName)},
@@ -134,11 +143,22 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	if err != nil {
 		return err
 	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
 	if err := hostSettings(ctx, mgr.GetAPIReader(), &o); err != nil {
 		return fmt.Errorf("reading VoterPolicy %s: %w", holdfastv1.VoterPolicyName, err)
 	}
 	state := hoststate.State{Dir: o.HostDir, MemberDataDir: o.MemberDataDir}
-	sd, err := actuator.NewDBusSystemd(ctx)
+	var sd *actuator.DBusSystemd
+	if o.SystemdBus != "" {
+		sd, err = actuator.NewDBusSystemdAt(o.SystemdBus)
+	} else {
+		sd, err = actuator.NewDBusSystemd(ctx)
+	}
 	if err != nil {
 		return err
 	}
