@@ -1,7 +1,7 @@
 // Package nodeplugin wires holdfast-node: the role actuator (package role,
 // actuator), the tombstone watcher (tombstone), the fence agent (fence),
 // image pre-staging (prestage) and the reporter (report), on one
-// controller-runtime manager whose caches hold only this node's objects.
+// controller-runtime manager whose Node cache holds only this node.
 package nodeplugin
 
 import (
@@ -95,8 +95,9 @@ func Scheme() *runtime.Scheme {
 	return s
 }
 
-// NewManager returns a manager whose caches hold only this node's Node and
-// the Pods bound to it.
+// NewManager returns a manager whose Node cache holds only this node. The
+// runtime containers are read from CRI itself (package fence), so no Pod
+// cache is needed.
 func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	return ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 Scheme(),
@@ -105,7 +106,6 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		Controller:             config.Controller{SkipNameValidation: &o.SkipNameValidation},
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
 			&corev1.Node{}: {Field: fields.OneTermEqualSelector("metadata.name", o.NodeName)},
-			&corev1.Pod{}:  {Field: fields.OneTermEqualSelector("spec.nodeName", o.NodeName)},
 		}},
 	})
 }
