@@ -27,6 +27,7 @@ import (
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/node-plugin/fence"
 	"github.com/holdfast-io/holdfast/test/crihost"
+	"github.com/holdfast-io/holdfast/test/ports"
 )
 
 const runtimeImage = "holdfast.test/runtime:1"
@@ -133,13 +134,19 @@ func waitTCP(t testing.TB, port int32) {
 	t.Fatalf("runtime never listened on %d", port)
 }
 
-func freePort(t testing.TB) int32 {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+func freePort(t testing.TB) int32 { return freePorts(t, 1)[0] }
+
+// freePorts returns n distinct free loopback ports (package ports).
+func freePorts(t testing.TB, n int) []int32 {
+	ps, err := ports.Loopback(n)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return int32(l.Addr().(*net.TCPAddr).Port)
+	out := make([]int32, n)
+	for i, p := range ps {
+		out[i] = int32(p)
+	}
+	return out
 }
 
 func startManager(t testing.TB, setup func(ctrl.Manager) error) client.Client {
@@ -197,7 +204,8 @@ func events(t *testing.T, ns, reason string) []corev1.Event {
 // line in the host audit file.
 func TestStaleEpochRuntimeStoppedAndSandboxRemoved(t *testing.T) {
 	r := newRig(t)
-	port1, port2 := freePort(t), freePort(t)
+	ps := freePorts(t, 2)
+	port1, port2 := ps[0], ps[1]
 	u := r.unit("boiler", holdfastv1.Failover, port1, 1)
 	oldSB, oldC := r.runtime("boiler", 1, port1, holdfastv1.Failover)
 	agent := &fence.Agent{CRI: r.rt, Lease: fence.HTTPLease{}, Clock: clocktesting.NewFakeClock(time.Now()), AuditDir: filepath.Join(r.dir, "audit")}
@@ -238,7 +246,8 @@ func TestStaleEpochRuntimeStoppedAndSandboxRemoved(t *testing.T) {
 func TestWedgedRuntimeStoppedWhileApiserverAway(t *testing.T) {
 	r := newRig(t)
 	clk := clocktesting.NewFakeClock(time.Now())
-	pw, pf, pa, ph := freePort(t), freePort(t), freePort(t), freePort(t)
+	ports := freePorts(t, 6)
+	pw, pf, pa, ph, ps := ports[0], ports[1], ports[2], ports[3], ports[4]
 	r.unit("wedged", holdfastv1.Failover, pw, 1)
 	r.unit("fenced", holdfastv1.Failover, pf, 1)
 	r.unit("autonomous", holdfastv1.Autonomy, pa, 1)
@@ -246,6 +255,15 @@ func TestWedgedRuntimeStoppedWhileApiserverAway(t *testing.T) {
 	_, fC := r.runtime("fenced", 1, pf, holdfastv1.Failover, "--deadline-in", "-20s", "--hold-bound", "5s", "--fence-on-time")
 	_, aC := r.runtime("autonomous", 1, pa, holdfastv1.Autonomy, "--deadline-in", "-20s", "--hold-bound", "5s")
 	_, hC := r.runtime("healthy", 1, ph, holdfastv1.Failover, "--deadline-in", "1h", "--hold-bound", "5s")
+	// A runtime that never answers on its lease port (lease 10s, hold
+	// bound 5s).
+	r.unit("silent", holdfastv1.Failover, ps, 1)
+	sSB, _, err := crihost.RunPod(context.Background(), r.rt, filepath.Join(r.dir, "logs"), crihost.Pod{
+		Namespace: r.ns, Name: "silent-runtime-e1", UID: "silent-uid", Image: crihost.PauseImage,
+		Labels: map[string]string{holdfastv1.LabelUnit: "silent", holdfastv1.LabelEpoch: "1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	// Its deadline is 30s after its start on its own clock; the agent's
 	// clock is the fake one, stepped below.
 	wSB, wC := r.runtime("wedged", 1, pw, holdfastv1.Failover, "--deadline-in", "30s", "--hold-bound", "5s")
@@ -261,7 +279,7 @@ func TestWedgedRuntimeStoppedWhileApiserverAway(t *testing.T) {
 	}
 	// An apiserver out of reach: the real probe against a closed port.
 	away := rest.CopyConfig(env.Config)
-	away.Host = fmt.Sprintf("https://127.0.0.1:%d", freePort(t))
+	away.Host = fmt.Sprintf("https://127.0.0.1:%d", ports[5])
 	down, err := fence.ReadyzProbe(away)
 	if err != nil {
 		t.Fatal(err)
@@ -279,15 +297,26 @@ func TestWedgedRuntimeStoppedWhileApiserverAway(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
+		st, _ := r.rt.ContainerStatus(ctx, wC, true)
+		t.Fatalf("SIGSTOP of pid %d: %v; container %v; audit %v", pid, err, st.GetStatus(), auditLines(t, agent.AuditDir))
 	}
 	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
 
-	// Within its deadline plus hold bound, nothing is stopped.
-	clk.Step(33 * time.Second)
+	// The silent runtime is judged from the outage's start: a whole lease
+	// and hold bound (15s).
+	clk.Step(14 * time.Second)
+	loop.Pass(ctx)
+	if r.sandboxGone(sSB) {
+		t.Fatal("the silent runtime was stopped before a lease and hold bound into the outage")
+	}
+	// The wedged one, within its deadline plus hold bound, is left.
+	clk.Step(19 * time.Second)
 	loop.Pass(ctx)
 	if r.sandboxGone(wSB) {
 		t.Fatal("the wedged runtime was stopped before its deadline plus hold bound")
+	}
+	if !r.sandboxGone(sSB) {
+		t.Fatal("the silent runtime was not stopped a lease and hold bound into the outage")
 	}
 	// Past it: stopped, and only it.
 	clk.Step(3 * time.Second)
@@ -300,17 +329,21 @@ func TestWedgedRuntimeStoppedWhileApiserverAway(t *testing.T) {
 			t.Errorf("the %s runtime was stopped", name)
 		}
 	}
-	if n := len(events(t, r.ns, fence.ReasonWedgedRuntime)); n != 0 || agent.Pending() != 1 {
-		t.Fatalf("events %d, pending %d while the apiserver is away; want 0 and 1", n, agent.Pending())
+	if n := len(events(t, r.ns, fence.ReasonWedgedRuntime)); n != 0 || agent.Pending() != 2 {
+		t.Fatalf("events %d, pending %d while the apiserver is away; want 0 and 2", n, agent.Pending())
 	}
-	if got := auditLines(t, agent.AuditDir); len(got) != 1 || !strings.Contains(got[0], "stopped answering") {
-		t.Fatalf("audit lines %v, want the wedged runtime's at once", got)
+	if got := auditLines(t, agent.AuditDir); len(got) != 2 || !strings.Contains(got[0], "never answered") || !strings.Contains(got[1], "stopped answering") {
+		t.Fatalf("audit lines %v, want the silent and the wedged runtime's at once", got)
 	}
 	// The apiserver is back: the Event follows.
 	loop.Probe = up
 	loop.Pass(ctx)
 	evs := events(t, r.ns, fence.ReasonWedgedRuntime)
-	if len(evs) != 1 || evs[0].InvolvedObject.Name != "wedged" || agent.Pending() != 0 {
+	names := map[string]bool{}
+	for _, e := range evs {
+		names[e.InvolvedObject.Name] = true
+	}
+	if len(evs) != 2 || !names["wedged"] || !names["silent"] || agent.Pending() != 0 {
 		t.Fatalf("events after the apiserver came back: %+v (pending %d)", evs, agent.Pending())
 	}
 }

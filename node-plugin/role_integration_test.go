@@ -277,14 +277,11 @@ func (w *writer) check(t *testing.T, cli *clientv3.Client) {
 func TestPromoteStepDownFinishDemoteWithRealEtcd(t *testing.T) {
 	bin := filepath.Join(env.BinDir, "etcd")
 	dir := t.TempDir()
-	var voters []etcdproc.Member
-	for _, n := range []string{"n1", "n2", "n3"} {
-		m, err := etcdproc.NewMember(n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		voters = append(voters, m)
+	members, err := etcdproc.NewMembers("n1", "n2", "n3", "n4")
+	if err != nil {
+		t.Fatal(err)
 	}
+	voters, standby := members[:3], members[3]
 	for _, m := range voters {
 		p, err := etcdproc.Start(bin, dir, m, voters...)
 		if err != nil {
@@ -308,10 +305,6 @@ func TestPromoteStepDownFinishDemoteWithRealEtcd(t *testing.T) {
 	}
 	clusterID := st0.Header.ClusterId
 
-	standby, err := etcdproc.NewMember("n4")
-	if err != nil {
-		t.Fatal(err)
-	}
 	createNode(t, "n4")
 	var starts sync.Map
 	p := startPlugin(t, "n4", func(state hoststate.State, cond func(string) []string) []dbusdouble.Unit {

@@ -35,7 +35,8 @@ func TestRunWiresEveryPart(t *testing.T) {
 	}
 	t.Cleanup(m.Close)
 	createNode(t, "w1")
-	port := freePort(t)
+	ports := freePorts(t, 2)
+	port := ports[0]
 	u := r.unit("wired", holdfastv1.Failover, port, 1)
 	sb, _ := r.runtime("wired", 1, port, holdfastv1.Failover)
 
@@ -45,7 +46,7 @@ func TestRunWiresEveryPart(t *testing.T) {
 		done <- nodeplugin.Run(ctx, env.Config, nodeplugin.Options{NodeName: "w1",
 			HostDir: filepath.Join(dir, "holdfast"), SystemdDir: filepath.Join(dir, "systemd"),
 			MemberDataDir: filepath.Join(dir, "db"), ServerUnit: serverUnit, AgentUnit: agentUnit,
-			EtcdLocal: fmt.Sprintf("http://127.0.0.1:%d", freePort(t)), CRIEndpoint: r.host.Endpoint,
+			EtcdLocal: fmt.Sprintf("http://127.0.0.1:%d", ports[1]), CRIEndpoint: r.host.Endpoint,
 			SystemdBus: bus.Address, MetricsAddr: "0", ProbeAddr: "0", SkipNameValidation: true})
 	}()
 	t.Cleanup(func() {

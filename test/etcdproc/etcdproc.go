@@ -5,7 +5,6 @@ package etcdproc
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +13,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"github.com/holdfast-io/holdfast/test/ports"
 )
 
 // Member is one member's addresses.
@@ -23,26 +24,20 @@ type Member struct {
 	PeerURL   string
 }
 
-// NewMember allocates two free loopback ports for a member.
-func NewMember(name string) (Member, error) {
-	c, err := freePort()
+// NewMembers allocates a client and a peer port on loopback for each name
+// (package ports: distinct, and outside the ephemeral range, so a member
+// restarted mid-test can always rebind them).
+func NewMembers(names ...string) ([]Member, error) {
+	ps, err := ports.Loopback(2 * len(names))
 	if err != nil {
-		return Member{}, err
+		return nil, err
 	}
-	p, err := freePort()
-	if err != nil {
-		return Member{}, err
+	var out []Member
+	for i, n := range names {
+		out = append(out, Member{Name: n, ClientURL: fmt.Sprintf("http://127.0.0.1:%d", ps[2*i]),
+			PeerURL: fmt.Sprintf("http://127.0.0.1:%d", ps[2*i+1])})
 	}
-	return Member{Name: name, ClientURL: fmt.Sprintf("http://127.0.0.1:%d", c), PeerURL: fmt.Sprintf("http://127.0.0.1:%d", p)}, nil
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return out, nil
 }
 
 // InitialCluster is etcd's --initial-cluster for members.
