@@ -5,7 +5,6 @@ const (
 	// LabelVoterEligible marks a node an admin allows to become an etcd voter.
 	LabelVoterEligible = "holdfast.io/voter-eligible"
 	// LabelPinned marks a node an admin does not want swapped in or out.
-	// Any value but "false" pins (see NodePinned).
 	LabelPinned = "holdfast.io/pinned"
 	// LabelDesiredRole is the role the controller wants: server or agent.
 	// Set by the controller only.
@@ -38,14 +37,11 @@ const (
 	AnnotationRoleJoin = "holdfast.io/role-join"
 	// AnnotationActuator is the node plugin's report (ActuatorReport, JSON).
 	AnnotationActuator = "holdfast.io/actuator"
-	// AnnotationProvisioned says the server unit is installed on the host:
-	// the value "true" (see NodeProvisioned).
+	// AnnotationProvisioned says the server unit is installed on the host.
 	AnnotationProvisioned = "holdfast.io/provisioned"
-	// AnnotationTombstone records the member and cluster ID of a removed
-	// member: a Tombstone in JSON.
+	// AnnotationTombstone records the member and cluster ID of a removed member.
 	AnnotationTombstone = "holdfast.io/tombstone"
-	// AnnotationFitness carries the node's fitness probe results: a
-	// NodeFitness in JSON.
+	// AnnotationFitness carries the node's fitness probe results.
 	AnnotationFitness = "holdfast.io/fitness"
 )
 
@@ -74,14 +70,19 @@ const (
 	AnnotationFailoverConfirmFenced = "holdfast.io/failover-confirm-fenced"
 	// AnnotationRestart asks for a restart of the runtime (RFC 3339 time).
 	AnnotationRestart = "holdfast.io/restart"
+	// AnnotationRequestID names a person's request: set by whoever asks
+	// (kubectl holdfast sets a fresh ID) beside any of the three annotations
+	// above. The webhook's audit record of the request, which names the
+	// requester, and the controller's audit lines of what it did about it
+	// both carry it, so the two trails join on it.
+	AnnotationRequestID = "holdfast.io/request-id"
 )
 
 // Runtime pods.
 const (
 	// LabelUnit names the unit a runtime pod belongs to.
 	LabelUnit = "holdfast.io/unit"
-	// LabelEpoch carries the binding epoch a runtime pod was created for, in
-	// decimal (see ParseEpoch).
+	// LabelEpoch carries the binding epoch a runtime pod was created for.
 	LabelEpoch = "holdfast.io/epoch"
 	// SchedulerName is the profile of holdfast-scheduler that places runtime
 	// and voter-candidate pods.
@@ -119,7 +120,13 @@ const (
 
 // Unit condition reasons.
 const (
-	// Held
+	// Held is the unit's ISA-88 Hold: True from the Hold until a person's
+	// restart once the new runtime holds its lease and is ready.
+	ReasonRuntimeLost    = "RuntimeLost"
+	ReasonManualFailover = "ManualFailover"
+	ReasonRestarted      = "Restarted"
+	// LeaseExpired False reasons (AwaitingFirstRenewal, LeaseRenewed,
+	// Autonomy) and Held reasons of the Foundation.
 	ReasonRenewalAcknowledged  = "RenewalAcknowledged"
 	ReasonAwaitingFirstRenewal = "AwaitingFirstRenewal"
 	ReasonAutonomy             = "Autonomy"

@@ -73,6 +73,20 @@ const (
 	RenewalNotAttempted RenewalOutcome = "NotAttempted"
 )
 
+// BindingOrigin says which road made a binding.
+// +kubebuilder:validation:Enum=Initial;Automatic;Manual
+type BindingOrigin string
+
+const (
+	// OriginInitial: the unit's first binding, on a primary node.
+	OriginInitial BindingOrigin = "Initial"
+	// OriginAutomatic: an automatic re-bind after an expiry; the node the
+	// scheduler records is added to unsettledRebinds (§3 L5).
+	OriginAutomatic BindingOrigin = "Automatic"
+	// OriginManual: a person's failover (holdfast.io/failover-to).
+	OriginManual BindingOrigin = "Manual"
+)
+
 // UnitSpec is the desired state of a unit.
 type UnitSpec struct {
 	// runtime describes the unit runtime pod.
@@ -239,19 +253,6 @@ type RuntimeBinding struct {
 	// pod is the runtime pod's name, <unit>-runtime-e<epoch>.
 	// +optional
 	Pod string `json:"pod,omitempty"`
-	// previousNode is the node of the binding this one replaces: the node
-	// being left, which the scheduler never chooses for this epoch. The
-	// controller writes it when it authorises the epoch; empty on a first
-	// binding, whose runtime goes to a primary node.
-	// +optional
-	PreviousNode string `json:"previousNode,omitempty"`
-	// requestedNode is the node a person's failover named
-	// (holdfast.io/failover-to), copied by the controller when it authorises
-	// the epoch: the scheduler places this epoch there or nowhere. Empty when
-	// the controller re-binds on its own (the automatic path, which spends
-	// unsettledRebinds).
-	// +optional
-	RequestedNode string `json:"requestedNode,omitempty"`
 	// boundAt is when the scheduler recorded the node.
 	// +optional
 	BoundAt *metav1.Time `json:"boundAt,omitempty"`
@@ -283,6 +284,20 @@ type RuntimeBinding struct {
 	// +optional
 	// +listType=set
 	UnsettledRebinds []string `json:"unsettledRebinds,omitempty"`
+	// origin is the road that made this binding: Initial, Automatic or
+	// Manual. Empty on bindings written before the field existed.
+	// +optional
+	Origin BindingOrigin `json:"origin,omitempty"`
+	// previousNode is the node the previous binding was on: the node this
+	// binding is leaving, where the scheduler never places it.
+	// +optional
+	PreviousNode string `json:"previousNode,omitempty"`
+	// requestID names the person's request a Manual binding carried out
+	// (the holdfast.io/request-id annotation the webhook set with it, or
+	// the requested node when there was none), so a repeated pass never
+	// carries it out twice.
+	// +optional
+	RequestID string `json:"requestID,omitempty"`
 }
 
 // LeaseStateCarried reports whether leaseState was carried over from a

@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/controller/units"
 	hfscheme "github.com/holdfast-io/holdfast/scheduler-plugin/apis/config/scheme"
 	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/plugintest"
 )
@@ -105,12 +106,13 @@ func benchUnit(ns string, u int) (*holdfastv1.Unit, holdfastv1.RuntimeBinding) {
 	w := plugintest.MakeUnit(ns, name)
 	w.UID = ""
 	w.Spec.NodeSelector = map[string]string{"bench-rack": fmt.Sprintf("rack-%d", u)}
-	binding := holdfastv1.RuntimeBinding{Epoch: 1}
+	binding := holdfastv1.RuntimeBinding{Epoch: 1, Origin: holdfastv1.OriginInitial}
 	group := fmt.Sprintf("spares-%d", u%10)
 	w.TargetSelector(&metav1.LabelSelector{MatchLabels: map[string]string{"bench-spares": group}})
 	if u >= benchUnits/2 {
 		// Re-bound away from the first node of its rack; two spares of its
 		// group (racks 90 and 91, last digit u%10) already tried.
+		binding.Origin = holdfastv1.OriginAutomatic
 		binding.PreviousNode = benchNodeName(u * benchRackSize)
 		binding.UnsettledRebinds = []string{benchNodeName(90*benchRackSize + u%10), benchNodeName(91*benchRackSize + u%10)}
 	}
@@ -176,7 +178,7 @@ func benchBatch(b *testing.B, profiles []schedconfig.KubeSchedulerProfile, sched
 		if i%every == every-1 {
 			u := i / every
 			unit := fmt.Sprintf("unit-%d", u)
-			pod = benchPod(ns, holdfastv1.RuntimePodName(unit, 1), schedulerName, map[string]string{holdfastv1.LabelUnit: unit, holdfastv1.LabelEpoch: "1"})
+			pod = benchPod(ns, units.PodName(unit, 1), schedulerName, map[string]string{holdfastv1.LabelUnit: unit, holdfastv1.LabelEpoch: "1"})
 		}
 		_, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
 		return err
@@ -282,16 +284,17 @@ func checkBenchPlacements(b *testing.B, cs kubernetes.Interface, ns string) {
 	}
 	for u := range benchUnits {
 		unit, binding := benchUnit(ns, u)
-		pod, err := cs.CoreV1().Pods(ns).Get(context.Background(), holdfastv1.RuntimePodName(unit.Name, 1), metav1.GetOptions{})
+		pod, err := cs.CoreV1().Pods(ns).Get(context.Background(), units.PodName(unit.Name, 1), metav1.GetOptions{})
 		if err != nil {
 			b.Fatal(err)
 		}
 		i := nodeIndex[pod.Spec.NodeName]
 		group, spare := benchSpareGroup(i)
 		switch {
-		case !binding.IsRebind() && i/benchRackSize != u:
+		case binding.Origin == holdfastv1.OriginInitial && i/benchRackSize != u:
 			b.Fatalf("unit %d's first binding landed on %s, outside its rack", u, pod.Spec.NodeName)
-		case binding.IsRebind() && (!spare || group != fmt.Sprintf("spares-%d", u%10) || binding.Tried(pod.Spec.NodeName) || pod.Spec.NodeName == binding.PreviousNode):
+		case binding.Origin == holdfastv1.OriginAutomatic && (!spare || group != fmt.Sprintf("spares-%d", u%10) ||
+			slices.Contains(binding.UnsettledRebinds, pod.Spec.NodeName) || pod.Spec.NodeName == binding.PreviousNode):
 			b.Fatalf("unit %d's re-bind landed on %s, not an untried spare of its group", u, pod.Spec.NodeName)
 		}
 	}

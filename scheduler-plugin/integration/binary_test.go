@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"sync"
 	"syscall"
 	"testing"
@@ -112,7 +111,7 @@ func TestHoldfastSchedulerBinary(t *testing.T) {
 	p := newPlant(t)
 	p.node("bin-primary", label(device, "boiler-1"))
 	p.node("bin-standby")
-	p.unit(plugintest.MakeUnit("", "boiler-1").Targets("bin-standby").Obj(), &holdfastv1.RuntimeBinding{Epoch: 1})
+	p.unit(plugintest.MakeUnit("", "boiler-1").Targets("bin-standby").Obj(), &holdfastv1.RuntimeBinding{Epoch: 1, Origin: holdfastv1.OriginInitial})
 
 	port := freePort(t)
 	var output lockedBuffer
@@ -175,13 +174,13 @@ func TestHoldfastSchedulerBinary(t *testing.T) {
 	if got := p.boundNode(first.Name); got != "bin-primary" {
 		t.Fatalf("first binding landed on %s, want bin-primary", got)
 	}
-	p.authorise("boiler-1", holdfastv1.RuntimeBinding{Epoch: 2, PreviousNode: "bin-primary"})
+	p.authorise("boiler-1", holdfastv1.RuntimeBinding{Epoch: 2, Origin: holdfastv1.OriginAutomatic, PreviousNode: "bin-primary"})
 	second := p.runtimePod("boiler-1", 2, "")
 	if got := p.boundNode(second.Name); got != "bin-standby" {
 		t.Fatalf("re-bind landed on %s, want bin-standby", got)
 	}
 	b := p.getUnit("boiler-1").Status.RuntimeBinding
-	if b.Node != "bin-standby" || b.Pod != second.Name || !slices.Equal(b.UnsettledRebinds, []string{"bin-standby"}) {
-		t.Errorf("binding = %+v, want bin-standby, pod %s and the ledger spent", b, second.Name)
+	if b.Node != "bin-standby" || b.Pod != second.Name || b.BoundAt == nil {
+		t.Errorf("binding = %+v, want bin-standby, pod %s and boundAt recorded", b, second.Name)
 	}
 }

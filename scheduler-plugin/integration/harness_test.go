@@ -9,6 +9,7 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -37,11 +38,13 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/controller/units"
 	hfscheme "github.com/holdfast-io/holdfast/scheduler-plugin/apis/config/scheme"
 	"github.com/holdfast-io/holdfast/scheduler-plugin/standbycolocation"
 	"github.com/holdfast-io/holdfast/scheduler-plugin/unitplacement"
 	"github.com/holdfast-io/holdfast/scheduler-plugin/votereligibility"
 	"github.com/holdfast-io/holdfast/test/testenv"
+	"github.com/holdfast-io/holdfast/webhook/rules"
 )
 
 var env *testenv.Env
@@ -203,7 +206,7 @@ func (p *plant) node(name string, mutate ...func(*corev1.Node)) *corev1.Node {
 	}
 	// Admission taints every new node not-ready; the node lifecycle
 	// controller, which does not run here, lifts it once Ready.
-	if !holdfastv1.NodeReady(created) {
+	if !rules.NodeReady(created) {
 		return created
 	}
 	created.Spec.Taints = slices.DeleteFunc(created.Spec.Taints, func(t corev1.Taint) bool { return t.Key == corev1.TaintNodeNotReady })
@@ -253,9 +256,18 @@ func (p *plant) unit(u *holdfastv1.Unit, binding *holdfastv1.RuntimeBinding) *ho
 	return p.getUnit(u.Name)
 }
 
-// authorise writes a new binding as the controller does: epoch, previous
-// node, requested node, ledger; no node.
+// authorise writes a new binding as the controller does: epoch, pod name,
+// origin, previous node, ledger; no node.
 func (p *plant) authorise(unit string, binding holdfastv1.RuntimeBinding) {
+	p.t.Helper()
+	if binding.Pod == "" {
+		binding.Pod = units.PodName(unit, binding.Epoch)
+	}
+	p.authoriseAnyPod(unit, binding)
+}
+
+// authoriseAnyPod writes the binding as given, pod name included or not.
+func (p *plant) authoriseAnyPod(unit string, binding holdfastv1.RuntimeBinding) {
 	p.t.Helper()
 	u := p.getUnit(unit)
 	u.Status.RuntimeBinding = &binding
@@ -273,25 +285,38 @@ func (p *plant) getUnit(name string) *holdfastv1.Unit {
 	return &u
 }
 
-// runtimePod creates the runtime pod of unit's epoch as the controller does.
+// runtimePod creates the runtime pod of unit's epoch with the controller's
+// own builder (controller/units.RuntimePod), placed as the controller places
+// a first binding (the unit's nodeSelector) or an automatic re-bind
+// (nothing: the scheduler chooses). name overrides the pod's name (two pods
+// of one epoch racing).
 func (p *plant) runtimePod(unit string, epoch int64, name string) *corev1.Pod {
 	p.t.Helper()
-	if name == "" {
-		name = holdfastv1.RuntimePodName(unit, epoch)
+	var placement units.Placement
+	if b := p.getUnit(unit).Status.RuntimeBinding; b.Origin == holdfastv1.OriginInitial {
+		placement.PrimarySelector = true
 	}
-	return p.pod(&corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
-			holdfastv1.LabelUnit: unit, holdfastv1.LabelEpoch: fmt.Sprint(epoch),
-		}},
-		Spec: corev1.PodSpec{
-			SchedulerName:                 holdfastv1.SchedulerName,
-			AutomountServiceAccountToken:  ptrTo(false),
-			TerminationGracePeriodSeconds: ptrTo[int64](0),
-			Containers: []corev1.Container{{Name: "runtime", Image: "holdfast.local/unit-runtime:dev", Resources: corev1.ResourceRequirements{
-				Requests: corev1.ResourceList{corev1.ResourceCPU: mustQuantity("100m"), corev1.ResourceMemory: mustQuantity("64Mi")},
-			}}},
-		},
-	})
+	return p.runtimePodAt(unit, epoch, name, placement)
+}
+
+// manualPod creates the runtime pod of a person's failover to target: the
+// controller pins it there with a required node affinity.
+func (p *plant) manualPod(unit string, epoch int64, target string) *corev1.Pod {
+	p.t.Helper()
+	return p.runtimePodAt(unit, epoch, "", units.Placement{Node: target})
+}
+
+func (p *plant) runtimePodAt(unit string, epoch int64, name string, placement units.Placement) *corev1.Pod {
+	p.t.Helper()
+	pod := units.RuntimePod(p.getUnit(unit), epoch, placement)
+	if name != "" {
+		pod.Name = name
+	}
+	// No kubelet here: nothing runs it, and a pod deleted at once leaves
+	// the next test's scheduler nothing to meet.
+	pod.Spec.AutomountServiceAccountToken = ptrTo(false)
+	pod.Spec.TerminationGracePeriodSeconds = ptrTo[int64](0)
+	return p.pod(pod)
 }
 
 // placedPod creates a pod already on node (another unit's running runtime,
@@ -431,7 +456,13 @@ func getPolicy(t testing.TB) *holdfastv1.VoterPolicy {
 	return &p
 }
 
-// fitnessJSON is a node plugin's fitness report.
+// fitnessJSON is a node plugin's fitness report (holdfastv1.Fitness) with
+// one voter peer.
 func fitnessJSON(fsyncMillis, rttMillis float64, at time.Time) string {
-	return fmt.Sprintf(`{"fsyncP99Millis":%g,"peerRTTMillis":%g,"at":%q}`, fsyncMillis, rttMillis, at.UTC().Format(time.RFC3339))
+	b, err := json.Marshal(holdfastv1.Fitness{FsyncP99Micros: int64(fsyncMillis * 1000), FsyncSamples: 100,
+		PeerRTTMicros: map[string]int64{"https://127.0.0.1:2380": int64(rttMillis * 1000)}, At: metav1.NewTime(at)})
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
 }

@@ -26,7 +26,7 @@ func TestFirstBindingLandsOnThePrimaryAndIsRecorded(t *testing.T) {
 	p.node("fb-primary-down", label(device, "boiler-1"), notReady)
 	p.node("fb-standby")
 	p.node("fb-other")
-	p.unit(plugintest.MakeUnit("", "boiler-1").Targets("fb-standby").Obj(), &holdfastv1.RuntimeBinding{Epoch: 1})
+	p.unit(plugintest.MakeUnit("", "boiler-1").Targets("fb-standby").Obj(), &holdfastv1.RuntimeBinding{Epoch: 1, Origin: holdfastv1.OriginInitial})
 	startHoldfastScheduler(t)
 
 	before := time.Now().Add(-time.Second)
@@ -53,7 +53,7 @@ func TestRebindLandsOnlyOnAnEligibleStandby(t *testing.T) {
 	p.node("rb-other") // Ready, idle, not a target
 	p.unit(plugintest.MakeUnit("", "boiler-1").
 		Targets("rb-standby-cordoned", "rb-standby-down", "rb-standby-tried", "rb-standby-ok").Obj(),
-		&holdfastv1.RuntimeBinding{Epoch: 2, PreviousNode: "rb-primary", UnsettledRebinds: []string{"rb-standby-tried"}})
+		&holdfastv1.RuntimeBinding{Epoch: 2, Origin: holdfastv1.OriginAutomatic, PreviousNode: "rb-primary", UnsettledRebinds: []string{"rb-standby-tried"}})
 	startHoldfastScheduler(t)
 
 	pod := p.runtimePod("boiler-1", 2, "")
@@ -64,8 +64,8 @@ func TestRebindLandsOnlyOnAnEligibleStandby(t *testing.T) {
 	if b.Node != "rb-standby-ok" || b.Pod != pod.Name {
 		t.Errorf("binding = %+v, want the standby and the pod recorded", b)
 	}
-	if want := []string{"rb-standby-tried", "rb-standby-ok"}; !slices.Equal(b.UnsettledRebinds, want) {
-		t.Errorf("unsettledRebinds = %v, want %v: the automatic path spends the standby it was sent to", b.UnsettledRebinds, want)
+	if want := []string{"rb-standby-tried"}; !slices.Equal(b.UnsettledRebinds, want) {
+		t.Errorf("unsettledRebinds = %v, want %v: the ledger is the controller's, the scheduler writes only the node", b.UnsettledRebinds, want)
 	}
 }
 
@@ -81,7 +81,7 @@ func TestL5AllStandbysTriedStaysPendingAndExplainsEachNode(t *testing.T) {
 	p.node("l5-standby-2")
 	p.node("l5-other")
 	p.unit(plugintest.MakeUnit("", "boiler-1").Targets("l5-standby-1", "l5-standby-2").Obj(),
-		&holdfastv1.RuntimeBinding{Epoch: 4, PreviousNode: "l5-primary", UnsettledRebinds: []string{"l5-standby-1", "l5-standby-2"}})
+		&holdfastv1.RuntimeBinding{Epoch: 4, Origin: holdfastv1.OriginAutomatic, PreviousNode: "l5-primary", UnsettledRebinds: []string{"l5-standby-1", "l5-standby-2"}})
 	startHoldfastScheduler(t)
 
 	stuck := p.runtimePod("boiler-1", 4, "")
@@ -95,11 +95,11 @@ func TestL5AllStandbysTriedStaysPendingAndExplainsEachNode(t *testing.T) {
 		t.Fatalf("the pod of an exhausted failover was bound to %s", node)
 	}
 
-	// A person fails over to l5-standby-1: the controller authorises epoch 5
-	// naming it; the ledger does not bind a person.
-	p.authorise("boiler-1", holdfastv1.RuntimeBinding{Epoch: 5, PreviousNode: "l5-primary", RequestedNode: "l5-standby-1",
-		UnsettledRebinds: []string{"l5-standby-1", "l5-standby-2"}})
-	manual := p.runtimePod("boiler-1", 5, "")
+	// A person fails over to l5-standby-1: the controller authorises a
+	// Manual epoch 5 (the ledger emptied) and pins its pod to the target
+	// with a required node affinity.
+	p.authorise("boiler-1", holdfastv1.RuntimeBinding{Epoch: 5, Origin: holdfastv1.OriginManual, PreviousNode: "l5-primary", RequestID: "r-1"})
+	manual := p.manualPod("boiler-1", 5, "l5-standby-1")
 	if got := p.boundNode(manual.Name); got != "l5-standby-1" {
 		t.Fatalf("the manual failover landed on %s, want l5-standby-1", got)
 	}
@@ -128,7 +128,13 @@ func TestL7TwoSchedulersRacingOnTwoPodsOfOneEpochBindExactlyOne(t *testing.T) {
 		u := plugintest.MakeUnit("", unit).Mode(holdfastv1.Autonomy).Obj()
 		u.Spec.NodeSelector = map[string]string{device: "press"}
 		u.Spec.Availability.Colocation = holdfastv1.ColocationWarn
-		p.unit(u, &holdfastv1.RuntimeBinding{Epoch: 1})
+		// Runtimes take host ports: each round's pair its own, so the
+		// winners of earlier rounds leave the primaries open.
+		u.Spec.Runtime.HealthPort, u.Spec.Runtime.LeasePort = int32(20000+2*round), int32(20001+2*round)
+		// No pod name in the binding: two pods of epoch 1 may both
+		// claim it, and only PreBind's conditioned write decides.
+		p.unit(u, nil)
+		p.authoriseAnyPod(unit, holdfastv1.RuntimeBinding{Epoch: 1, Origin: holdfastv1.OriginInitial})
 
 		names := []string{unit + "-runtime-e1-a", unit + "-runtime-e1-b"}
 		var created sync.WaitGroup
@@ -181,7 +187,7 @@ func TestColocationRefuse(t *testing.T) {
 	p.placedPod("mixer-2-runtime-e3", "cr-standby-busy", map[string]string{holdfastv1.LabelUnit: "mixer-2", holdfastv1.LabelEpoch: "3"})
 	p.unit(plugintest.MakeUnit("", "boiler-1").Colocation(holdfastv1.ColocationRefuse).
 		Targets("cr-standby-busy", "cr-standby-free").Obj(),
-		&holdfastv1.RuntimeBinding{Epoch: 2, PreviousNode: "cr-primary"})
+		&holdfastv1.RuntimeBinding{Epoch: 2, Origin: holdfastv1.OriginAutomatic, PreviousNode: "cr-primary"})
 	startHoldfastScheduler(t)
 
 	first := p.runtimePod("boiler-1", 2, "")
@@ -190,7 +196,7 @@ func TestColocationRefuse(t *testing.T) {
 	}
 
 	// Now the only untried standby hosts mixer-2's runtime: nothing fits.
-	p.authorise("boiler-1", holdfastv1.RuntimeBinding{Epoch: 3, PreviousNode: "cr-standby-free", UnsettledRebinds: []string{"cr-standby-free"}})
+	p.authorise("boiler-1", holdfastv1.RuntimeBinding{Epoch: 3, Origin: holdfastv1.OriginAutomatic, PreviousNode: "cr-standby-free", UnsettledRebinds: []string{"cr-standby-free"}})
 	second := p.runtimePod("boiler-1", 3, "")
 	msg := p.waitEvent(second.Name, "FailedScheduling", "1 hosts the runtime of unit mixer-2", "1 the node being left")
 	t.Logf("FailedScheduling: %s", msg)
@@ -207,7 +213,7 @@ func TestColocationWarn(t *testing.T) {
 	p.placedPod("mixer-2-runtime-e3", "cw-standby-busy", map[string]string{holdfastv1.LabelUnit: "mixer-2", holdfastv1.LabelEpoch: "3"})
 	p.unit(plugintest.MakeUnit("", "boiler-1").Colocation(holdfastv1.ColocationWarn).
 		Targets("cw-standby-busy", "cw-standby-free").Obj(),
-		&holdfastv1.RuntimeBinding{Epoch: 2, PreviousNode: "cw-primary"})
+		&holdfastv1.RuntimeBinding{Epoch: 2, Origin: holdfastv1.OriginAutomatic, PreviousNode: "cw-primary"})
 	startHoldfastScheduler(t)
 
 	first := p.runtimePod("boiler-1", 2, "")
@@ -220,7 +226,7 @@ func TestColocationWarn(t *testing.T) {
 
 	// Only the busy standby is left: the runtime goes there, with a Warning
 	// on the Unit.
-	p.authorise("boiler-1", holdfastv1.RuntimeBinding{Epoch: 3, PreviousNode: "cw-standby-free", UnsettledRebinds: []string{"cw-standby-free"}})
+	p.authorise("boiler-1", holdfastv1.RuntimeBinding{Epoch: 3, Origin: holdfastv1.OriginAutomatic, PreviousNode: "cw-standby-free", UnsettledRebinds: []string{"cw-standby-free"}})
 	second := p.runtimePod("boiler-1", 3, "")
 	if got := p.boundNode(second.Name); got != "cw-standby-busy" {
 		t.Fatalf("under Warn the runtime landed on %s, want cw-standby-busy", got)

@@ -1,15 +1,22 @@
 // Package unitplacement is the UnitPlacement scheduler plugin: it places a
-// unit's runtime pod on the unit's primary nodes (first binding), on one of
-// its failover targets (re-bind) or on the node a person named (manual
-// failover), never on the node being left or on a standby the automatic
-// path already tried (DESIGN §3 L5, §4), and it records the chosen node in
-// the unit's binding with an optimistic-concurrency write, so that one epoch
-// binds one pod on one node however many schedulers or pods race (L7).
+// unit's runtime pod on the unit's primary nodes (first binding) or on one
+// of its eligible failover targets (re-bind, automatic or a person's), never
+// on the node being left (binding previousNode) or, on the automatic path,
+// on a standby already tried (unsettledRebinds, DESIGN §3 L5, §4), and it
+// records the chosen node in the unit's binding with an
+// optimistic-concurrency write, so that one epoch binds one pod on one node
+// however many schedulers or pods race (L7).
+//
+// The controller writes the binding (epoch, pod, origin, previousNode) and
+// the ledger; this plugin writes only node, pod and boundAt. A person's
+// target reaches the scheduler as the pod's required node affinity, which
+// kube-scheduler's NodeAffinity plugin enforces beside this one.
 package unitplacement
 
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -33,6 +40,7 @@ import (
 	"github.com/holdfast-io/holdfast/scheduler-plugin/apis/config/validation"
 	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/holdfastclient"
 	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/runtimepod"
+	"github.com/holdfast-io/holdfast/webhook/rules"
 )
 
 // Name is the plugin's name in the registry and the scheduler configuration.
@@ -47,7 +55,6 @@ const (
 const (
 	ReasonNodeBeingLeft = "the node being left"
 	ReasonTried         = "already tried in this failover"
-	ReasonNotRequested  = "not the node named by " + holdfastv1.AnnotationFailoverTo
 	ReasonNotReady      = "not ready"
 	ReasonCordoned      = "cordoned"
 )
@@ -138,7 +145,8 @@ const (
 	// automaticRebind: the controller re-binds on its own; targets only,
 	// each tried once (L5).
 	automaticRebind
-	// manualRebind: a person named the node.
+	// manualRebind: a person named the node (the pod's node affinity);
+	// targets only, the ledger does not bind a person.
 	manualRebind
 )
 
@@ -150,13 +158,13 @@ type placement struct {
 	epoch   int64
 	binding holdfastv1.RuntimeBinding
 	mode    placementMode
-	unitObj *holdfastv1.Unit
-	targets holdfastv1.TargetMatcher
+	primary func(*corev1.Node) bool
+	target  func(*corev1.Node) bool
 	// boundNode is set when the binding already records this very pod's
 	// node (a bind that failed after PreBind): the pod goes there or nowhere.
 	boundNode string
 	// The unit's refusals, worded once per cycle rather than once per node.
-	notPrimary, notTarget, notPrimaryOrTarget, boundElsewhere string
+	notPrimary, notTarget, boundElsewhere string
 }
 
 // Clone shares the placement: nothing changes it after PreFilter.
@@ -193,25 +201,39 @@ func authorise(u *holdfastv1.Unit, pod *corev1.Pod) (*placement, *fwk.Status) {
 		return nil, unschedulable("epoch %d of unit %s is already bound to node %s", epoch, display, b.Node)
 	}
 	p := &placement{
-		unit: key, display: display, epoch: epoch, binding: *b, boundNode: b.Node, unitObj: u,
-		notPrimary:         "not a primary node of unit " + display,
-		notTarget:          "not a failover target of unit " + display,
-		notPrimaryOrTarget: "not a primary node or failover target of unit " + display,
-		boundElsewhere:     fmt.Sprintf("epoch %d is bound to node %s", epoch, b.Node),
+		unit: key, display: display, epoch: epoch, binding: *b, boundNode: b.Node,
+		// The rules the webhook and the controller judge targets and
+		// primaries by, compiled once for the cycle's many nodes.
+		primary:        rules.PrimaryMatcher(u),
+		target:         rules.TargetMatcher(u),
+		notPrimary:     "not a primary node of unit " + display,
+		notTarget:      "not a failover target of unit " + display,
+		boundElsewhere: fmt.Sprintf("epoch %d is bound to node %s", epoch, b.Node),
 	}
-	switch {
-	case b.IsManual():
+	switch b.Origin {
+	case holdfastv1.OriginManual:
 		p.mode = manualRebind
-	case b.IsRebind():
-		if u.Spec.Availability.Mode != holdfastv1.Failover {
-			return nil, unschedulable("unit %s is in %s mode: only a person's failover re-binds it", display, holdfastv1.Autonomy)
-		}
+	case holdfastv1.OriginAutomatic:
 		p.mode = automaticRebind
-	default:
+	case holdfastv1.OriginInitial:
 		p.mode = firstBinding
+	default:
+		// A binding written before origin existed: one that leaves a
+		// node is read as the stricter automatic path.
+		p.mode = firstBinding
+		if b.PreviousNode != "" {
+			p.mode = automaticRebind
+		}
 	}
-	if p.targets, err = u.Spec.Availability.TargetMatcher(); err != nil {
-		return nil, unschedulable("unit %s has an invalid %v", display, err)
+	if sel := u.Spec.Availability.Targets; sel != nil && sel.Selector != nil {
+		// rules.TargetMatcher reads a selector that does not parse as
+		// selecting nothing; say so once rather than on every node.
+		if _, err := metav1.LabelSelectorAsSelector(sel.Selector); err != nil {
+			return nil, unschedulable("unit %s has an invalid spec.availability.targets.selector: %v", display, err)
+		}
+	}
+	if p.mode == automaticRebind && u.Spec.Availability.Mode != holdfastv1.Failover {
+		return nil, unschedulable("unit %s is in %s mode: only a person's failover re-binds it", display, holdfastv1.Autonomy)
 	}
 	return p, nil
 }
@@ -235,21 +257,18 @@ func (p *placement) unitRefusal(node *corev1.Node) (reason string, outside bool)
 	}
 	switch p.mode {
 	case manualRebind:
-		if node.Name != p.binding.RequestedNode {
-			return ReasonNotRequested, true
-		}
-		if !p.unitObj.IsPrimary(node) && !p.targets.Matches(node) {
-			return p.notPrimaryOrTarget, false
-		}
-	case automaticRebind:
-		if !p.targets.Matches(node) {
+		if !p.target(node) {
 			return p.notTarget, true
 		}
-		if p.binding.Tried(node.Name) {
+	case automaticRebind:
+		if !p.target(node) {
+			return p.notTarget, true
+		}
+		if slices.Contains(p.binding.UnsettledRebinds, node.Name) {
 			return ReasonTried, false
 		}
 	default:
-		if !p.unitObj.IsPrimary(node) {
+		if !p.primary(node) {
 			return p.notPrimary, true
 		}
 	}
@@ -259,7 +278,7 @@ func (p *placement) unitRefusal(node *corev1.Node) (reason string, outside bool)
 // nodeRefusal is why no runtime may start on node now, or "".
 func nodeRefusal(logger klog.Logger, node *corev1.Node, pod *corev1.Pod) string {
 	switch {
-	case !holdfastv1.NodeReady(node):
+	case !rules.NodeReady(node):
 		return ReasonNotReady
 	case node.Spec.Unschedulable:
 		return ReasonCordoned
@@ -405,12 +424,9 @@ func (pl *UnitPlacement) PreScore(ctx context.Context, state fwk.CycleState, pod
 		if other.Namespace == p.unit.Namespace && other.Name == p.unit.Name {
 			continue
 		}
-		targets, err := other.Spec.Availability.TargetMatcher()
-		if err != nil {
-			continue
-		}
+		target := rules.TargetMatcher(other)
 		for _, ni := range nodes {
-			if node := ni.Node(); targets.Matches(node) {
+			if node := ni.Node(); target(node) {
 				shared[node.Name] = true
 			}
 		}
@@ -471,10 +487,10 @@ var errRecheck = apierrors.NewConflict(holdfastv1.GroupVersion.WithResource("uni
 // an update conditioned on the Unit's resourceVersion, re-reading and
 // re-checking on every conflict: of two pods or two schedulers racing for
 // one epoch exactly one write lands, and the other finds the epoch bound and
-// fails. An automatic re-bind also adds the node to unsettledRebinds in the
-// same write, so the L5 ledger can never miss a try. The record is never
-// undone, even when the bind that follows fails: a bind reported as failed
-// may have landed.
+// fails. The ledger is the controller's: it adds the recorded node of an
+// Automatic binding to unsettledRebinds. The record is never undone, even
+// when the bind that follows fails: a bind reported as failed may have
+// landed.
 func (pl *UnitPlacement) PreBind(ctx context.Context, _ fwk.CycleState, pod *corev1.Pod, nodeName string) *fwk.Status {
 	logger := klog.FromContext(ctx)
 	key, _ := runtimepod.Unit(pod)
@@ -528,9 +544,6 @@ func (pl *UnitPlacement) PreBind(ctx context.Context, _ fwk.CycleState, pod *cor
 		b.Node = nodeName
 		b.Pod = pod.Name
 		b.BoundAt = &metav1.Time{Time: pl.clock.Now()}
-		if p.mode == automaticRebind && !b.Tried(nodeName) {
-			b.UnsettledRebinds = append(b.UnsettledRebinds, nodeName)
-		}
 		return pl.live.Status().Update(ctx, &u)
 	})
 	if err != nil {

@@ -132,13 +132,19 @@ func TestPreFilter(t *testing.T) {
 		},
 		{
 			name: "automatic re-bind of an Autonomy unit",
+			unit: boiler().Mode(holdfastv1.Autonomy).Authorised(holdfastv1.RuntimeBinding{Epoch: 2, Origin: holdfastv1.OriginAutomatic, PreviousNode: "primary-1"}).Obj(),
+			pod:  plugintest.RuntimePod(ns, "boiler-1", 2).Obj(),
+			want: "UnschedulableAndUnresolvable: unit boiler-1 is in Autonomy mode: only a person's failover re-binds it",
+		},
+		{
+			name: "a binding without origin that leaves a node is automatic",
 			unit: boiler().Mode(holdfastv1.Autonomy).Authorised(holdfastv1.RuntimeBinding{Epoch: 2, PreviousNode: "primary-1"}).Obj(),
 			pod:  plugintest.RuntimePod(ns, "boiler-1", 2).Obj(),
 			want: "UnschedulableAndUnresolvable: unit boiler-1 is in Autonomy mode: only a person's failover re-binds it",
 		},
 		{
 			name: "manual re-bind of an Autonomy unit",
-			unit: boiler().Mode(holdfastv1.Autonomy).Authorised(holdfastv1.RuntimeBinding{Epoch: 2, PreviousNode: "primary-1", RequestedNode: "standby-1"}).Obj(),
+			unit: boiler().Mode(holdfastv1.Autonomy).Authorised(holdfastv1.RuntimeBinding{Epoch: 2, Origin: holdfastv1.OriginManual, PreviousNode: "primary-1"}).Obj(),
 			pod:  plugintest.RuntimePod(ns, "boiler-1", 2).Obj(),
 			want: "Success",
 		},
@@ -206,7 +212,7 @@ func TestFilter(t *testing.T) {
 	}{
 		{
 			name:    "first binding goes to a Ready primary",
-			binding: holdfastv1.RuntimeBinding{Epoch: 1},
+			binding: holdfastv1.RuntimeBinding{Epoch: 1, Origin: holdfastv1.OriginInitial},
 			want: map[string]string{
 				"primary-1": "Success",
 				"primary-2": refused + "not ready",
@@ -220,7 +226,7 @@ func TestFilter(t *testing.T) {
 		},
 		{
 			name:    "automatic re-bind goes to a free target, never back",
-			binding: holdfastv1.RuntimeBinding{Epoch: 3, PreviousNode: "primary-1"},
+			binding: holdfastv1.RuntimeBinding{Epoch: 3, Origin: holdfastv1.OriginAutomatic, PreviousNode: "primary-1"},
 			pod:     plugintest.RuntimePod(ns, "boiler-1", 3).Tolerations([]corev1.Toleration{{Key: "holdfast.io/standby", Operator: corev1.TolerationOpExists}}).Obj(),
 			want: map[string]string{
 				"primary-1": refused + "the node being left",
@@ -234,45 +240,17 @@ func TestFilter(t *testing.T) {
 			},
 		},
 		{
-			name:    "manual re-bind goes to the named node only",
-			binding: holdfastv1.RuntimeBinding{Epoch: 3, PreviousNode: "primary-1", RequestedNode: "spare-1", UnsettledRebinds: []string{"spare-1"}},
+			name:    "manual re-bind goes to an eligible target, never back, whatever the ledger",
+			binding: holdfastv1.RuntimeBinding{Epoch: 3, Origin: holdfastv1.OriginManual, PreviousNode: "primary-1", UnsettledRebinds: []string{"spare-1"}},
 			want: map[string]string{
 				"primary-1": refused + "the node being left",
-				"primary-2": refused + "not the node named by holdfast.io/failover-to",
-				"standby-1": refused + "not the node named by holdfast.io/failover-to",
-				"standby-2": refused + "not the node named by holdfast.io/failover-to",
-				"standby-3": refused + "not the node named by holdfast.io/failover-to",
-				"standby-4": refused + "not the node named by holdfast.io/failover-to",
+				"primary-2": refused + "not a failover target of unit boiler-1",
+				"standby-1": "Success",
+				"standby-2": refused + "cordoned",
+				"standby-3": refused + "untolerated taint maintenance",
+				"standby-4": refused + "untolerated taint holdfast.io/standby",
 				"spare-1":   "Success",
-				"other":     refused + "not the node named by holdfast.io/failover-to",
-			},
-		},
-		{
-			name:    "manual failback to a primary",
-			binding: holdfastv1.RuntimeBinding{Epoch: 4, PreviousNode: "standby-1", RequestedNode: "primary-1"},
-			want: map[string]string{
-				"primary-1": "Success",
-				"primary-2": refused + "not the node named by holdfast.io/failover-to",
-				"standby-1": refused + "the node being left",
-				"standby-2": refused + "not the node named by holdfast.io/failover-to",
-				"standby-3": refused + "not the node named by holdfast.io/failover-to",
-				"standby-4": refused + "not the node named by holdfast.io/failover-to",
-				"spare-1":   refused + "not the node named by holdfast.io/failover-to",
-				"other":     refused + "not the node named by holdfast.io/failover-to",
-			},
-		},
-		{
-			name:    "manual re-bind to a node that is neither primary nor target",
-			binding: holdfastv1.RuntimeBinding{Epoch: 3, PreviousNode: "primary-1", RequestedNode: "other"},
-			want: map[string]string{
-				"primary-1": refused + "the node being left",
-				"primary-2": refused + "not the node named by holdfast.io/failover-to",
-				"standby-1": refused + "not the node named by holdfast.io/failover-to",
-				"standby-2": refused + "not the node named by holdfast.io/failover-to",
-				"standby-3": refused + "not the node named by holdfast.io/failover-to",
-				"standby-4": refused + "not the node named by holdfast.io/failover-to",
-				"spare-1":   refused + "not the node named by holdfast.io/failover-to",
-				"other":     refused + "not a primary node or failover target of unit boiler-1",
+				"other":     refused + "not a failover target of unit boiler-1",
 			},
 		},
 		{
@@ -355,9 +333,9 @@ func TestPreFilterNarrowsToTheNodesTheRulesConsider(t *testing.T) {
 		{name: "automatic re-bind: the targets and the node being left", unit: boiler().Obj(),
 			binding: holdfastv1.RuntimeBinding{Epoch: 2, PreviousNode: "primary-1", UnsettledRebinds: []string{"standby-1"}},
 			want:    []string{"primary-1", "spare-1", "standby-1", "standby-2", "standby-3", "standby-4"}},
-		{name: "manual re-bind: the named node and the node being left", unit: boiler().Obj(),
-			binding: holdfastv1.RuntimeBinding{Epoch: 2, PreviousNode: "primary-1", RequestedNode: "spare-1"},
-			want:    []string{"primary-1", "spare-1"}},
+		{name: "manual re-bind: the targets and the node being left (NodeAffinity keeps the named one)", unit: boiler().Obj(),
+			binding: holdfastv1.RuntimeBinding{Epoch: 2, Origin: holdfastv1.OriginManual, PreviousNode: "primary-1"},
+			want:    []string{"primary-1", "spare-1", "standby-1", "standby-2", "standby-3", "standby-4"}},
 		{name: "recorded binding: its node", unit: boiler().Obj(),
 			binding: holdfastv1.RuntimeBinding{Epoch: 2, PreviousNode: "primary-1", Node: "spare-1", Pod: "boiler-1-runtime-e2"},
 			want:    []string{"spare-1"}},
@@ -451,19 +429,18 @@ func getUnit(t *testing.T, c client.Client) *holdfastv1.Unit {
 
 func TestPreBindRecordsTheNode(t *testing.T) {
 	for _, tc := range []struct {
-		name        string
-		binding     holdfastv1.RuntimeBinding
-		node        string
-		wantLedger  []string
-		description string
+		name    string
+		binding holdfastv1.RuntimeBinding
+		node    string
 	}{
-		{name: "first binding", binding: holdfastv1.RuntimeBinding{Epoch: 1}, node: "primary-1"},
-		{name: "manual re-bind leaves the ledger alone", binding: holdfastv1.RuntimeBinding{Epoch: 3, PreviousNode: "primary-1", RequestedNode: "spare-1"}, node: "spare-1"},
+		{name: "first binding", binding: holdfastv1.RuntimeBinding{Epoch: 1, Pod: "boiler-1-runtime-e1", Origin: holdfastv1.OriginInitial}, node: "primary-1"},
+		{name: "manual re-bind", binding: holdfastv1.RuntimeBinding{Epoch: 3, Origin: holdfastv1.OriginManual, PreviousNode: "primary-1", RequestID: "r-1"}, node: "spare-1"},
 		{
-			name:       "automatic re-bind spends the standby in the same write",
-			binding:    holdfastv1.RuntimeBinding{Epoch: 3, PreviousNode: "primary-1", UnsettledRebinds: []string{"standby-3"}},
-			node:       "standby-1",
-			wantLedger: []string{"standby-3", "standby-1"},
+			// The controller adds the recorded node of an Automatic
+			// binding to the ledger; the scheduler writes only its node.
+			name:    "automatic re-bind leaves the ledger to the controller",
+			binding: holdfastv1.RuntimeBinding{Epoch: 3, Origin: holdfastv1.OriginAutomatic, PreviousNode: "primary-1", UnsettledRebinds: []string{"standby-3"}},
+			node:    "standby-1",
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -476,9 +453,6 @@ func TestPreBindRecordsTheNode(t *testing.T) {
 			}
 			want := tc.binding
 			want.Node, want.Pod, want.BoundAt = tc.node, pod.Name, &metav1.Time{Time: now}
-			if tc.wantLedger != nil {
-				want.UnsettledRebinds = tc.wantLedger
-			}
 			if diff := cmp.Diff(&want, getUnit(t, c).Status.RuntimeBinding); diff != "" {
 				t.Errorf("binding (-want +got):\n%s", diff)
 			}

@@ -8,6 +8,7 @@ package votereligibility
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"time"
@@ -132,7 +133,7 @@ func (pl *VoterEligibility) SignPod(_ context.Context, pod *corev1.Pod) ([]fwk.S
 
 // candidacy is what PreFilter read from the VoterPolicy.
 type candidacy struct {
-	rules         *holdfastv1.VoterCandidateRules
+	rules         *candidateRules
 	maxFsync      float64
 	maxPeerRTT    float64
 	freshSince    time.Time
@@ -172,13 +173,16 @@ func (pl *VoterEligibility) PreFilter(ctx context.Context, state fwk.CycleState,
 		}
 		return nil, fwk.AsStatus(err)
 	}
-	rules, err := policy.CandidateRules()
-	if err != nil {
-		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("VoterPolicy %s has an invalid %v", policy.Name, err))
+	if sel := policy.Spec.EligibleSelector; sel != nil {
+		// rules.NodeEligible reads a selector that does not parse as
+		// selecting nothing; say so once rather than on every node.
+		if _, err := metav1.LabelSelectorAsSelector(sel); err != nil {
+			return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("VoterPolicy %s has an invalid spec.eligibleSelector: %v", policy.Name, err))
+		}
 	}
 	f := policy.Spec.Fitness
 	c := &candidacy{
-		rules:         rules,
+		rules:         newCandidateRules(&policy),
 		maxFsync:      orFallback(float64(f.MaxFsyncMillis), fallbackMaxFsyncMillis),
 		maxPeerRTT:    orFallback(float64(f.MaxPeerRTTMillis), fallbackMaxPeerRTTMillis),
 		fsyncWeight:   float64(pl.args.FsyncWeight),
@@ -210,7 +214,7 @@ func (pl *VoterEligibility) Filter(_ context.Context, state fwk.CycleState, _ *c
 	if err != nil {
 		return fwk.AsStatus(err)
 	}
-	if reason := c.rules.Refusal(nodeInfo.Node()); reason != "" {
+	if reason := c.rules.refusal(nodeInfo.Node()); reason != "" {
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reason)
 	}
 	return nil
@@ -224,9 +228,10 @@ func (pl *VoterEligibility) PreScore(_ context.Context, state fwk.CycleState, po
 	return nil
 }
 
-// Score is minus the node's weighted fitness cost: each latency as a
-// fraction of the policy's threshold, in thousandths. A node without a
-// fresh, readable report scores below every node with one.
+// Score is minus the node's weighted fitness cost: the fsync p99 and the
+// worst peer round trip, each as a fraction of the policy's threshold, in
+// thousandths. A node without a fresh report that can be judged (see
+// fitnessMillis) scores below every node with one.
 func (pl *VoterEligibility) Score(_ context.Context, state fwk.CycleState, _ *corev1.Pod, nodeInfo fwk.NodeInfo) (int64, *fwk.Status) {
 	c, err := readCandidacy(state)
 	if err != nil {
@@ -236,11 +241,15 @@ func (pl *VoterEligibility) Score(_ context.Context, state fwk.CycleState, _ *co
 	if !ok {
 		return unfit, nil
 	}
-	f, err := holdfastv1.ParseNodeFitness(v)
-	if err != nil || f.At.Time.Before(c.freshSince) {
+	var f holdfastv1.Fitness
+	if err := json.Unmarshal([]byte(v), &f); err != nil || f.At.Time.Before(c.freshSince) {
 		return unfit, nil
 	}
-	cost := (c.fsyncWeight*f.FsyncP99Millis/c.maxFsync + c.peerRTTWeight*f.PeerRTTMillis/c.maxPeerRTT) /
+	fsync, rtt, ok := fitnessMillis(&f)
+	if !ok {
+		return unfit, nil
+	}
+	cost := (c.fsyncWeight*fsync/c.maxFsync + c.peerRTTWeight*rtt/c.maxPeerRTT) /
 		(c.fsyncWeight + c.peerRTTWeight)
 	return -int64(math.Round(min(cost, 1e6) * 1000)), nil
 }

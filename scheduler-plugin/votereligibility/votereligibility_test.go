@@ -25,8 +25,11 @@ var now = time.Date(2026, 9, 3, 10, 0, 0, 0, time.UTC)
 
 const cluster = "cdf818194e3a8c32"
 
+// fitness is a node plugin's report (holdfastv1.Fitness): fsync p99 and
+// the round trips to two voters' peers, in milliseconds.
 func fitness(fsync, rtt float64, at time.Time) string {
-	return fmt.Sprintf(`{"fsyncP99Millis":%g,"peerRTTMillis":%g,"at":%q}`, fsync, rtt, at.Format(time.RFC3339))
+	return fmt.Sprintf(`{"fsyncP99Micros":%d,"fsyncSamples":200,"peerRTTMicros":{"https://10.0.0.1:2380":%d,"https://10.0.0.2:2380":%d},"at":%q}`,
+		int64(fsync*1000), int64(rtt*1000)/2, int64(rtt*1000), at.Format(time.RFC3339))
 }
 
 func tombstone(clusterID string) string {
@@ -41,6 +44,10 @@ func fleet() []*corev1.Node {
 		plugintest.EligibleNode("stale").Annotation(holdfastv1.AnnotationFitness, fitness(1, 1, now.Add(-2*time.Hour))).Obj(),
 		plugintest.EligibleNode("garbled-fitness").Annotation(holdfastv1.AnnotationFitness, "fast").Obj(),
 		plugintest.EligibleNode("no-fitness").Obj(),
+		plugintest.EligibleNode("peer-silent").Annotation(holdfastv1.AnnotationFitness,
+			fmt.Sprintf(`{"fsyncP99Micros":100,"fsyncSamples":200,"peerRTTMicros":{"https://10.0.0.1:2380":-1},"at":%q}`, now.Format(time.RFC3339))).Obj(),
+		plugintest.EligibleNode("no-samples").Annotation(holdfastv1.AnnotationFitness,
+			fmt.Sprintf(`{"fsyncP99Micros":0,"fsyncSamples":0,"peerRTTMicros":{"https://10.0.0.1:2380":100},"at":%q}`, now.Format(time.RFC3339))).Obj(),
 		plugintest.ReadyNode("not-eligible").Annotation(holdfastv1.AnnotationProvisioned, "true").Obj(),
 		plugintest.ReadyNode("unprovisioned").Label(holdfastv1.LabelVoterEligible, "true").Obj(),
 		plugintest.EligibleNode("pinned").Label(holdfastv1.LabelPinned, "true").Obj(),
@@ -130,6 +137,8 @@ func TestFilter(t *testing.T) {
 		"stale":           "Success",
 		"garbled-fitness": "Success",
 		"no-fitness":      "Success",
+		"peer-silent":     "Success",
+		"no-samples":      "Success",
 		"not-eligible":    refused + "not voter-eligible",
 		"unprovisioned":   refused + "not provisioned",
 		"pinned":          refused + "pinned",
@@ -155,8 +164,8 @@ func TestTombstonedNodeIsNeverACandidate(t *testing.T) {
 		clusterID string
 		want      map[string]string
 	}{
-		{cluster, map[string]string{"tomb-this": refused + holdfastv1.RefusalTombstone, "tomb-other": "Success", "tomb-garbled": refused + holdfastv1.RefusalTombstone}},
-		{"", map[string]string{"tomb-this": refused + holdfastv1.RefusalTombstone, "tomb-other": refused + holdfastv1.RefusalTombstone, "tomb-garbled": refused + holdfastv1.RefusalTombstone}},
+		{cluster, map[string]string{"tomb-this": refused + RefusalTombstone, "tomb-other": "Success", "tomb-garbled": refused + RefusalTombstone}},
+		{"", map[string]string{"tomb-this": refused + RefusalTombstone, "tomb-other": refused + RefusalTombstone, "tomb-garbled": refused + RefusalTombstone}},
 	} {
 		got := filterAll(t, plugintest.MakePolicy(tc.clusterID).Obj())
 		for node, want := range tc.want {
@@ -178,7 +187,7 @@ func TestScorePrefersTheFittest(t *testing.T) {
 		t.Fatal(status)
 	}
 	var scores fwk.NodeScoreList
-	for _, name := range []string{"fit-1", "fit-2", "fit-3", "stale", "garbled-fitness", "no-fitness"} {
+	for _, name := range []string{"fit-1", "fit-2", "fit-3", "stale", "garbled-fitness", "no-fitness", "peer-silent", "no-samples"} {
 		s, status := pl.Score(context.Background(), state, pod, plugintest.NodeInfo(t, fh, name))
 		if !status.IsSuccess() {
 			t.Fatal(status)
@@ -192,11 +201,11 @@ func TestScorePrefersTheFittest(t *testing.T) {
 	for _, s := range scores {
 		got[s.Name] = s.Score
 	}
-	// Costs (mean of fsync/10ms and RTT/50ms): fit-1 0.15, fit-3 0.5,
+	// Costs (mean of fsync/10ms and worst RTT/50ms): fit-1 0.15, fit-3 0.5,
 	// fit-2 0.8; the fittest maps to 100, the least fit to 1.
 	want := map[string]int64{
 		"fit-1": 100, "fit-3": 1 + (800-500)*99/(800-150), "fit-2": 1,
-		"stale": 0, "garbled-fitness": 0, "no-fitness": 0,
+		"stale": 0, "garbled-fitness": 0, "no-fitness": 0, "peer-silent": 0, "no-samples": 0,
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("normalised scores (-want +got):\n%s", diff)

@@ -1,0 +1,188 @@
+package app
+
+import (
+	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"flag"
+	"math/big"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/klog/v2/ktesting"
+
+	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+)
+
+func TestHelpDocumentsEveryFlag(t *testing.T) {
+	var out bytes.Buffer
+	_, _, err := Parse([]string{"--help"}, &out, ktesting.NewLogger(t, ktesting.NewConfig()))
+	if err != flag.ErrHelp {
+		t.Fatalf("--help = %v, want flag.ErrHelp", err)
+	}
+	help := out.String()
+	var o Options
+	n := 0
+	NewFlagSet(&o).VisitAll(func(f *flag.Flag) {
+		n++
+		if len(f.Usage) < 20 {
+			t.Errorf("--%s has no real description: %q", f.Name, f.Usage)
+		}
+		if !strings.Contains(help, "-"+f.Name+" ") && !strings.Contains(help, "-"+f.Name+"\n") {
+			t.Errorf("--help does not document --%s", f.Name)
+		}
+	})
+	newKlogFlags().VisitAll(func(f *flag.Flag) {
+		if !strings.Contains(help, "-"+f.Name) {
+			t.Errorf("--help does not document the klog flag -%s", f.Name)
+		}
+	})
+	for _, name := range []string{"unit", "epoch", "mode", "lease-port", "health-port", "device", "state-dir", "pod-uid", "restart-count"} {
+		if NewFlagSet(&o).Lookup(name) == nil {
+			t.Errorf("no --%s flag", name)
+		}
+	}
+	if n < 20 {
+		t.Fatalf("only %d flags visited", n)
+	}
+}
+
+func TestBadFlagsNameTheFlagAndTheReason(t *testing.T) {
+	_, _, err := Parse([]string{
+		"--unit", "a/b/c", "--epoch", "-1", "--mode", "Hot", "--lease-duration", "5s",
+		"--lease-port", "9440", "--health-port", "9440", "--tls-cert-file", "x.pem",
+		"--device", "c1=modbus://127.0.0.1:502?unit=300", "--device", "c2=ftp://x:1", "--device", "nameless",
+		"--device", "c3=sim://", "--output", "o=c9:1", "--output", "p=c3:70000", "--output", "q=c3:1,ramp=2", "--input", "i=c3:1,step=1",
+		"--scan-interval", "0s", "--mqtt-queue-size", "-1", "--restart-count", "-2",
+	}, &bytes.Buffer{}, ktesting.NewLogger(t, ktesting.NewConfig()))
+	if err == nil {
+		t.Fatal("bad flags were accepted")
+	}
+	for _, want := range []string{
+		"--unit=a/b/c: must be namespace/name",
+		"--epoch=-1: must be at least 1",
+		"--mode=Hot: must be Failover or Autonomy",
+		"--lease-duration=5s: must be between 10s and 600s",
+		"--lease-port=9440: the lease, health and metrics ports must differ",
+		"--tls-cert-file=x.pem: must be given together with --tls-key-file",
+		"--device=c1=modbus://127.0.0.1:502?unit=300: device c1: unit:",
+		`--device=c2=ftp://x:1: scheme "ftp": must be modbus or sim`,
+		"--device=nameless: must be NAME=URL",
+		`--output=o=c9:1: device "c9": no such --device`,
+		`--output=p=c3:70000: register "70000": must be 0..65535`,
+		"--output=q=c3:1,ramp=2: ramp: unknown option",
+		"--input=i=c3:1,step=1: an input takes no options",
+		"--scan-interval=0s: must be positive",
+		"--mqtt-queue-size=-1: must not be negative",
+		"--restart-count=-2: must be -1",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q:\n%v", want, err)
+		}
+	}
+}
+
+func TestFlagsBuildTheConfig(t *testing.T) {
+	t.Setenv(holdfastv1.RuntimeEnvPodUID, "uid-7")
+	dir := t.TempDir()
+	args := []string{"--unit", "plant/kiln-1", "--epoch", "4", "--mode", "Failover", "--bind-address", "127.0.0.1",
+		"--device", "c1=modbus://127.0.0.1:5020?epochRegister=9000", "--device", "s=sim://?connectDelay=300ms",
+		"--output", "counter=c1:100,step=2", "--output", "valve=c1:101,hold=7", "--input", "level=s:3", "--state-dir", dir}
+	for want := int32(0); want < 3; want++ {
+		cfg, o, err := Parse(args, &bytes.Buffer{}, ktesting.NewLogger(t, ktesting.NewConfig()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.Lease.Incarnation.PodUID != "uid-7" || cfg.Lease.Incarnation.RestartCount != want {
+			t.Fatalf("start %d: incarnation %+v, want uid-7/%d counted in the state dir", want, cfg.Lease.Incarnation, want)
+		}
+		if cfg.Lease.Mode != holdfastv1.Failover || cfg.Lease.Epoch != 4 || cfg.LeaseAddr != "127.0.0.1:9443" ||
+			cfg.HealthAddr != "127.0.0.1:9440" || cfg.MetricsAddr != "127.0.0.1:9441" || len(cfg.Drivers) != 2 ||
+			len(cfg.Outputs) != 2 || *cfg.Outputs[1].Hold != 7 || cfg.Outputs[0].Hold != nil || len(cfg.Inputs) != 1 || o.Unit != "plant/kiln-1" {
+			t.Fatalf("config %+v", cfg)
+		}
+		next := cfg.Program.Scan(map[string]uint16{"counter": 10, "valve": 3}, nil)
+		if next["counter"] != 12 || next["valve"] != 3 {
+			t.Fatalf("program step = %v", next)
+		}
+	}
+	t.Setenv(holdfastv1.RuntimeEnvPodUID, "uid-8")
+	cfg, _, err := Parse(args, &bytes.Buffer{}, ktesting.NewLogger(t, ktesting.NewConfig()))
+	if err != nil || cfg.Lease.Incarnation.RestartCount != 0 {
+		t.Fatalf("a new pod in an old state dir: %+v %v, want restart count 0", cfg.Lease.Incarnation, err)
+	}
+}
+
+// The controller's runtime pod passes the binding through the environment
+// (api/v1alpha1 RuntimeEnv*); with no flags at all the runtime takes it
+// from there, and a value that does not parse is refused naming both.
+func TestTheRuntimePodsEnvironmentIsTheDefault(t *testing.T) {
+	for k, v := range map[string]string{
+		holdfastv1.RuntimeEnvNamespace: "plant", holdfastv1.RuntimeEnvUnitName: "kiln-1", holdfastv1.RuntimeEnvEpoch: "12",
+		holdfastv1.RuntimeEnvMode: "Failover", holdfastv1.RuntimeEnvLeaseDuration: "45s", holdfastv1.RuntimeEnvLeasePort: "19443",
+		holdfastv1.RuntimeEnvHealthPort: "19440", holdfastv1.RuntimeEnvPodUID: "uid-9", holdfastv1.RuntimeEnvPodName: "kiln-1-runtime-e12",
+		holdfastv1.RuntimeEnvStateDir: t.TempDir(),
+	} {
+		t.Setenv(k, v)
+	}
+	cfg, o, err := Parse([]string{"--restart-count", "2"}, &bytes.Buffer{}, ktesting.NewLogger(t, ktesting.NewConfig()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.StateDir != os.Getenv(holdfastv1.RuntimeEnvStateDir) {
+		t.Fatalf("state dir %q, want the environment's", cfg.StateDir)
+	}
+	if cfg.Lease.Unit != "plant/kiln-1" || cfg.Lease.Epoch != 12 || cfg.Lease.Mode != holdfastv1.Failover ||
+		cfg.Lease.LeaseDuration.String() != "45s" || cfg.LeaseAddr != ":19443" || cfg.HealthAddr != ":19440" ||
+		cfg.Lease.Incarnation.PodUID != "uid-9" || cfg.Lease.Incarnation.RestartCount != 2 || o.PodName != "kiln-1-runtime-e12" {
+		t.Fatalf("config from the environment: %+v", cfg.Lease)
+	}
+	t.Setenv(holdfastv1.RuntimeEnvLeaseDuration, "thirty")
+	t.Setenv(holdfastv1.RuntimeEnvEpoch, "twelve")
+	_, _, err = Parse(nil, &bytes.Buffer{}, ktesting.NewLogger(t, ktesting.NewConfig()))
+	for _, want := range []string{"--lease-duration (from HOLDFAST_LEASE_DURATION=thirty)", "--epoch (from HOLDFAST_EPOCH=twelve)"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v, want it to name %q", err, want)
+		}
+	}
+	// A flag still wins over the environment, even one that does not parse.
+	t.Setenv(holdfastv1.RuntimeEnvLeaseDuration, "45s")
+	cfg, _, err = Parse([]string{"--epoch", "13"}, &bytes.Buffer{}, ktesting.NewLogger(t, ktesting.NewConfig()))
+	if err != nil || cfg.Lease.Epoch != 13 {
+		t.Fatalf("--epoch 13 over the environment's 12: %v %v", cfg.Lease.Epoch, err)
+	}
+}
+
+func TestTLSFlagsLoadTheLeaseEndpointsCertificate(t *testing.T) {
+	dir := t.TempDir()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "runtime"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, _ := x509.MarshalECPrivateKey(key)
+	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	_ = os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
+	_ = os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600)
+	base := []string{"--unit", "plant/kiln-1", "--epoch", "1", "--restart-count", "0"}
+	cfg, _, err := Parse(append(base, "--tls-cert-file", certFile, "--tls-key-file", keyFile), &bytes.Buffer{}, ktesting.NewLogger(t, ktesting.NewConfig()))
+	if err != nil || cfg.LeaseTLS == nil || len(cfg.LeaseTLS.Certificates) != 1 {
+		t.Fatalf("TLS flags: %v, %+v", err, cfg.LeaseTLS)
+	}
+	_, _, err = Parse(append(base, "--tls-cert-file", keyFile, "--tls-key-file", certFile), &bytes.Buffer{}, ktesting.NewLogger(t, ktesting.NewConfig()))
+	if err == nil || !strings.Contains(err.Error(), "--tls-cert-file="+keyFile) {
+		t.Fatalf("swapped certificate and key: %v, want an error naming --tls-cert-file", err)
+	}
+}

@@ -1,0 +1,486 @@
+// Package lease is the runtime's half of the control lease (DESIGN §3): the
+// Keeper holds the lease against one anchor, runs the hold and the fence on
+// an injected monotonic clock, and gives out the permits without which no
+// output is written. Handler serves the Keeper on POST/GET /v1/lease.
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	leaseapi "github.com/holdfast-io/holdfast/api/lease"
+	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+)
+
+// Config is what a Keeper is started with.
+type Config struct {
+	// Unit is the unit's namespace/name; a grant for another unit is refused.
+	Unit string
+	// Epoch is the binding epoch this runtime was created for (L7).
+	Epoch int64
+	// Mode is Failover (lease, hold, fence) or Autonomy (never fences).
+	Mode holdfastv1.AvailabilityMode
+	// LeaseDuration is the unit's configured lease. It sets the hold bound
+	// reported before the first grant; every grant carries its own duration.
+	LeaseDuration time.Duration
+	// Incarnation names this life of the runtime process.
+	Incarnation holdfastv1.RuntimeIncarnation
+	// Clock is the monotonic clock every deadline is measured on; nil is the
+	// real clock.
+	Clock clock.WithTicker
+}
+
+// Validate reports every problem of a Config.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.Unit == "" {
+		errs = append(errs, errors.New("unit: must name the unit"))
+	}
+	if c.Epoch < 1 {
+		errs = append(errs, fmt.Errorf("epoch: %d: must be at least 1", c.Epoch))
+	}
+	if c.Mode != holdfastv1.Failover && c.Mode != holdfastv1.Autonomy {
+		errs = append(errs, fmt.Errorf("mode: %q: must be Failover or Autonomy", c.Mode))
+	}
+	if c.LeaseDuration < holdfastv1.MinLeaseDuration || c.LeaseDuration > holdfastv1.MaxLeaseDuration {
+		errs = append(errs, fmt.Errorf("leaseDuration: %v: must be between %v and %v", c.LeaseDuration,
+			holdfastv1.MinLeaseDuration, holdfastv1.MaxLeaseDuration))
+	}
+	return errors.Join(errs...)
+}
+
+// WriteKind says what an output write is for; the state decides which kinds
+// pass.
+type WriteKind int
+
+const (
+	// WriteControl is an ordinary output write of the control program.
+	WriteControl WriteKind = iota
+	// WriteHold drives an output to its hold value during the hold.
+	WriteHold
+)
+
+func (k WriteKind) String() string {
+	if k == WriteHold {
+		return "hold"
+	}
+	return "control"
+}
+
+// ErrFenced refuses a write the lease does not permit.
+var ErrFenced = errors.New("output write refused: the control lease does not permit it")
+
+// RefusedError says why a write was refused.
+type RefusedError struct {
+	State leaseapi.State
+	Kind  WriteKind
+}
+
+func (e *RefusedError) Error() string {
+	return fmt.Sprintf("%s write refused in lease state %s", e.Kind, e.State)
+}
+
+// Unwrap lets errors.Is(err, ErrFenced) match every refusal.
+func (e *RefusedError) Unwrap() error { return ErrFenced }
+
+// Permit is the right to make one output write, stamped with the epoch the
+// write must carry. Only a Keeper makes one, and every driver write takes
+// one, so no output reaches a device except through Acquire. Release it
+// when the write has returned: the fence waits for every outstanding permit
+// before it reports Fenced.
+type Permit struct {
+	epoch   int64
+	kind    WriteKind
+	release func()
+}
+
+// Epoch is the binding epoch the write carries (L7).
+func (p *Permit) Epoch() int64 { return p.epoch }
+
+// Kind is what the write is for.
+func (p *Permit) Kind() WriteKind { return p.kind }
+
+// Release ends the permit. It is safe to call more than once.
+func (p *Permit) Release() {
+	if p.release != nil {
+		p.release()
+		p.release = nil
+	}
+}
+
+// Transition is one change of the reported lease state.
+type Transition struct {
+	From, To leaseapi.State
+	Epoch    int64
+	// Remaining until the deadline at the transition (negative past it).
+	Remaining time.Duration
+	// Grantor and Seq of the grant that caused a transition to Held.
+	Grantor string
+	Seq     uint64
+}
+
+// Outcome is what a grant did.
+type Outcome int
+
+const (
+	// Extended: the grant moved the deadline later.
+	Extended Outcome = iota
+	// NoAcknowledgedAge: the grant carried no acknowledged age and grants
+	// nothing (L1).
+	NoAcknowledgedAge
+	// Stale: the grant's anchor is not later than the deadline already held,
+	// already past, or its seq is not newer than its grantor's last.
+	Stale
+)
+
+// Keeper holds one runtime's control lease.
+type Keeper struct {
+	cfg   Config
+	clock clock.WithTicker
+	log   klog.Logger
+
+	// writes is held shared across every permitted write and exclusively by
+	// the fence, so Fenced is reported only once no write is in flight.
+	// Lock order: writes, then mu.
+	writes sync.RWMutex
+
+	mu       sync.Mutex
+	duration time.Duration
+	deadline time.Time // valid when granted
+	granted  bool
+	reported leaseapi.State
+	lastSeq  map[string]uint64
+	last     struct {
+		grantor string
+		seq     uint64
+	}
+	changed  chan struct{} // closed and replaced on every transition
+	kick     chan struct{} // wakes Run when the deadline moved
+	watchers []func(Transition)
+}
+
+// NewKeeper returns a Keeper in its starting state: Ungranted (fenced) in
+// Failover mode, Autonomous in Autonomy mode.
+func NewKeeper(cfg Config, log klog.Logger) (*Keeper, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	k := &Keeper{
+		cfg:      cfg,
+		clock:    cfg.Clock,
+		log:      log.WithValues("unit", cfg.Unit, "epoch", cfg.Epoch),
+		duration: cfg.LeaseDuration,
+		lastSeq:  map[string]uint64{},
+		changed:  make(chan struct{}),
+		kick:     make(chan struct{}, 1),
+	}
+	k.reported = k.stateAt(k.clock.Now())
+	return k, nil
+}
+
+// Epoch is the binding epoch of this runtime.
+func (k *Keeper) Epoch() int64 { return k.cfg.Epoch }
+
+// Mode is the availability mode of this runtime.
+func (k *Keeper) Mode() holdfastv1.AvailabilityMode { return k.cfg.Mode }
+
+// HoldBound is the hold bound of the current lease duration (L3).
+func (k *Keeper) HoldBound() time.Duration {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return holdfastv1.HoldBound(k.duration)
+}
+
+// stateAt is the lease state by the clock alone. Callers hold mu.
+func (k *Keeper) stateAt(now time.Time) leaseapi.State {
+	switch {
+	case k.cfg.Mode == holdfastv1.Autonomy:
+		return leaseapi.Autonomous
+	case !k.granted:
+		return leaseapi.Ungranted
+	case now.Before(k.deadline):
+		return leaseapi.Held
+	case now.Before(k.deadline.Add(holdfastv1.HoldBound(k.duration))):
+		return leaseapi.Holding
+	default:
+		return leaseapi.Fenced
+	}
+}
+
+// permits says whether a write of this kind passes in this state.
+func permits(s leaseapi.State, kind WriteKind) bool {
+	switch s {
+	case leaseapi.Autonomous, leaseapi.Held:
+		return true
+	case leaseapi.Holding:
+		return kind == WriteHold
+	default:
+		return false
+	}
+}
+
+// fenced says whether a state refuses every write.
+func fenced(s leaseapi.State) bool {
+	return s == leaseapi.Fenced || s == leaseapi.Ungranted
+}
+
+// Acquire is the gate of the single write path: it returns a Permit when the
+// lease, read on the clock at this instant, allows a write of this kind, and
+// a *RefusedError otherwise. The state is read from the clock and not from
+// the last reported transition, so a late timer never lets a write through.
+func (k *Keeper) Acquire(kind WriteKind) (*Permit, error) {
+	k.writes.RLock()
+	k.mu.Lock()
+	s := k.stateAt(k.clock.Now())
+	k.mu.Unlock()
+	if !permits(s, kind) {
+		k.writes.RUnlock()
+		return nil, &RefusedError{State: s, Kind: kind}
+	}
+	return &Permit{epoch: k.cfg.Epoch, kind: kind, release: k.writes.RUnlock}, nil
+}
+
+// Grant applies one renewal that arrived at arrival (read on the Keeper's
+// clock when the request reached the runtime). The caller has validated the
+// grant and checked its unit and epoch.
+//
+// L1: the deadline is arrival - ackAge + duration, the anchor being the
+// renewal the grantor saw acknowledged before it sent this one, so a POST
+// that lands late buys nothing and the runtime never outlives the grantor's
+// own lastAck + duration. A grant without an acknowledged age, a grant
+// whose deadline would not be later than the one held or is already past,
+// and a grant not newer than its grantor's last are answered but extend
+// nothing. A grant that extends un-fences: the deadline is then in the
+// future, so the state is Held.
+func (k *Keeper) Grant(g *leaseapi.Grant, arrival time.Time) (Outcome, leaseapi.Reply) {
+	var out Outcome
+	var tr *Transition
+	k.mu.Lock()
+	ackAge, hasAck := g.AckAge()
+	switch {
+	case !hasAck:
+		out = NoAcknowledgedAge
+	case k.lastSeq[g.Grantor] >= g.Seq && k.seen(g.Grantor):
+		out = Stale
+	default:
+		k.lastSeq[g.Grantor] = g.Seq
+		candidate := arrival.Add(-ackAge).Add(g.Duration())
+		now := k.clock.Now()
+		if !candidate.After(now) || (k.granted && !candidate.After(k.deadline)) {
+			out = Stale
+			break
+		}
+		out = Extended
+		k.duration = g.Duration()
+		k.deadline = candidate
+		k.granted = true
+		k.last.grantor, k.last.seq = g.Grantor, g.Seq
+		tr = k.transitionLocked(now)
+		select {
+		case k.kick <- struct{}{}:
+		default:
+		}
+	}
+	reply := leaseapi.Reply{
+		Epoch:       k.cfg.Epoch,
+		State:       k.reported,
+		Fenced:      fenced(k.reported),
+		Incarnation: k.cfg.Incarnation,
+	}
+	k.mu.Unlock()
+	if tr != nil {
+		k.notify(*tr)
+	}
+	return out, reply
+}
+
+func (k *Keeper) seen(grantor string) bool {
+	_, ok := k.lastSeq[grantor]
+	return ok
+}
+
+// transitionLocked moves the reported state to the clock's state when that
+// needs no draining (every move except into a fenced state). Callers hold mu.
+func (k *Keeper) transitionLocked(now time.Time) *Transition {
+	s := k.stateAt(now)
+	if s == k.reported || fenced(s) {
+		return nil
+	}
+	return k.setLocked(s, now)
+}
+
+func (k *Keeper) setLocked(s leaseapi.State, now time.Time) *Transition {
+	tr := &Transition{From: k.reported, To: s, Epoch: k.cfg.Epoch, Remaining: k.deadline.Sub(now),
+		Grantor: k.last.grantor, Seq: k.last.seq}
+	k.reported = s
+	close(k.changed)
+	k.changed = make(chan struct{})
+	return tr
+}
+
+// observe brings the reported state up to the clock. Entering Fenced first
+// waits for every write in flight, so a reader that sees Fenced knows no
+// permitted write is still on the wire. With wait false it does not wait:
+// while a write is in flight the state stays as reported, which is what a
+// watchdog reading GET /v1/lease must see of a runtime wedged in a write
+// (past deadline + hold bound and not Fenced).
+func (k *Keeper) observe(wait bool) {
+	k.mu.Lock()
+	now := k.clock.Now()
+	s := k.stateAt(now)
+	if s == k.reported {
+		k.mu.Unlock()
+		return
+	}
+	if !fenced(s) {
+		tr := k.setLocked(s, now)
+		k.mu.Unlock()
+		k.notify(*tr)
+		return
+	}
+	k.mu.Unlock()
+
+	if wait {
+		k.writes.Lock()
+	} else if !k.writes.TryLock() {
+		return
+	}
+	k.mu.Lock()
+	now = k.clock.Now()
+	var tr *Transition
+	if s = k.stateAt(now); s != k.reported {
+		tr = k.setLocked(s, now)
+	}
+	k.mu.Unlock()
+	k.writes.Unlock()
+	if tr != nil {
+		k.notify(*tr)
+	}
+}
+
+// OnTransition registers f to be called, in order, with every change of the
+// reported state. f runs on the goroutine that made the change and must not
+// block or call back into the Keeper's write path.
+func (k *Keeper) OnTransition(f func(Transition)) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.watchers = append(k.watchers, f)
+}
+
+func (k *Keeper) notify(tr Transition) {
+	k.mu.Lock()
+	ws := slices.Clone(k.watchers)
+	k.mu.Unlock()
+	switch tr.To {
+	case leaseapi.Holding:
+		k.log.Info("Control lease expired, holding outputs before self-fencing", "holdBound", k.HoldBound())
+	case leaseapi.Fenced:
+		k.log.Info("Control lease expired and hold bound passed, self-fenced: output writes stopped, reads continue")
+	case leaseapi.Held:
+		k.log.Info("Control lease granted", "from", tr.From, "grantor", tr.Grantor, "seq", tr.Seq, "remaining", tr.Remaining)
+	}
+	for _, w := range ws {
+		w(tr)
+	}
+}
+
+// Changed returns a channel closed at the next change of the reported state.
+func (k *Keeper) Changed() <-chan struct{} {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.changed
+}
+
+// State is the reported lease state: the last transition the Keeper made.
+func (k *Keeper) State() leaseapi.State {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.reported
+}
+
+// Remaining is the time until the deadline on the Keeper's clock, and
+// whether anything was ever granted.
+func (k *Keeper) Remaining() (time.Duration, bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if !k.granted {
+		return 0, false
+	}
+	return k.deadline.Sub(k.clock.Now()), true
+}
+
+// Status is the answer to GET /v1/lease.
+func (k *Keeper) Status() leaseapi.Status {
+	k.observe(false)
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	st := leaseapi.Status{
+		Unit:            k.cfg.Unit,
+		Mode:            k.cfg.Mode,
+		Epoch:           k.cfg.Epoch,
+		State:           k.reported,
+		Fenced:          fenced(k.reported),
+		HoldBoundMillis: holdfastv1.HoldBound(k.duration).Milliseconds(),
+		Incarnation:     k.cfg.Incarnation,
+		LastGrantor:     k.last.grantor,
+		LastSeq:         k.last.seq,
+	}
+	if k.granted {
+		rem := k.deadline.Sub(k.clock.Now())
+		ms := rem.Milliseconds()
+		st.RemainingMillis = &ms
+		wall := time.Now().Add(rem).UTC()
+		st.Deadline = &wall
+	}
+	return st
+}
+
+// Run makes the transitions at their instants (Held to Holding at the
+// deadline, Holding to Fenced at deadline + holdBound) until ctx ends.
+// Writes are gated by the clock whether or not Run is late; Run is what
+// runs the hold, reports the fence and notifies.
+func (k *Keeper) Run(ctx context.Context) {
+	for {
+		k.observe(true)
+		k.mu.Lock()
+		var wait time.Duration = -1
+		if k.granted && k.cfg.Mode == holdfastv1.Failover {
+			now := k.clock.Now()
+			switch k.reported {
+			case leaseapi.Held:
+				wait = k.deadline.Sub(now)
+			case leaseapi.Holding:
+				wait = k.deadline.Add(holdfastv1.HoldBound(k.duration)).Sub(now)
+			}
+		}
+		k.mu.Unlock()
+		var timer clock.Timer
+		var fire <-chan time.Time
+		if wait >= 0 {
+			timer = k.clock.NewTimer(wait)
+			fire = timer.C()
+		}
+		select {
+		case <-ctx.Done():
+			if timer != nil {
+				timer.Stop()
+			}
+			return
+		case <-fire:
+		case <-k.kick:
+			if timer != nil {
+				timer.Stop()
+			}
+		}
+	}
+}

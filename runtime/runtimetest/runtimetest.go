@@ -1,0 +1,276 @@
+// Package runtimetest builds and runs the real unit-runtime binary for
+// tests in any package (the runtime's own process-level tests, the
+// controller's, the e2e drills): Build compiles cmd/unit-runtime once per
+// test process, Start runs it on loopback ports it picks and waits for the
+// lease endpoint, and Process reads its status, probes and metrics.
+package runtimetest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	leaseapi "github.com/holdfast-io/holdfast/api/lease"
+)
+
+const pkg = "github.com/holdfast-io/holdfast/cmd/unit-runtime"
+
+var (
+	buildOnce sync.Once
+	binary    string
+	buildErr  error
+)
+
+// Build compiles cmd/unit-runtime (through the build cache) into a
+// temporary directory once per test process and returns its path.
+func Build(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "unit-runtime-bin")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binary = filepath.Join(dir, "unit-runtime")
+		out, err := exec.Command("go", "build", "-o", binary, pkg).CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binary
+}
+
+// Options of one runtime process. Unset fields take the defaults noted.
+type Options struct {
+	Unit          string        // required
+	Epoch         int64         // required
+	Mode          string        // default Failover
+	LeaseDuration time.Duration // default 10s
+	// Devices, Outputs and Inputs are the --device, --output and --input
+	// values, e.g. "coupler-1=modbus://127.0.0.1:5020?epochRegister=9000".
+	Devices, Outputs, Inputs []string
+	ScanInterval             time.Duration // default 100ms
+	// StateDir default: a new temporary directory.
+	StateDir string
+	PodUID   string // default "uid-e<epoch>"
+	// Extra flags appended as given.
+	Extra []string
+}
+
+// Process is a running unit-runtime.
+type Process struct {
+	Cmd *exec.Cmd
+	// LeaseURL is http://127.0.0.1:PORT/v1/lease.
+	LeaseURL   string
+	LeasePort  int
+	HealthAddr string
+	MetricsURL string
+	StateDir   string
+	LogPath    string
+
+	done chan struct{}
+	err  error
+}
+
+// FreePorts returns n distinct loopback ports nothing listens on.
+func FreePorts(t testing.TB, n int) []int {
+	t.Helper()
+	var ports []int
+	var lns []net.Listener
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns = append(lns, ln)
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+	}
+	for _, ln := range lns {
+		ln.Close()
+	}
+	return ports
+}
+
+// Args are the flags Start passes for o and the ports.
+func (o Options) Args(leasePort, healthPort, metricsPort int) []string {
+	args := []string{
+		"--unit", o.Unit, "--epoch", fmt.Sprint(o.Epoch), "--mode", o.Mode,
+		"--lease-duration", o.LeaseDuration.String(), "--bind-address", "127.0.0.1",
+		"--lease-port", fmt.Sprint(leasePort), "--health-port", fmt.Sprint(healthPort), "--metrics-port", fmt.Sprint(metricsPort),
+		"--scan-interval", o.ScanInterval.String(), "--driver-health-interval", "200ms",
+		"--state-dir", o.StateDir, "--pod-uid", o.PodUID,
+	}
+	for _, d := range o.Devices {
+		args = append(args, "--device", d)
+	}
+	for _, out := range o.Outputs {
+		args = append(args, "--output", out)
+	}
+	for _, in := range o.Inputs {
+		args = append(args, "--input", in)
+	}
+	return append(args, o.Extra...)
+}
+
+// Start runs the binary, waits until its lease endpoint answers, and stops
+// it (SIGTERM, then SIGKILL after 10s) when the test ends; a failed test
+// gets the runtime's log.
+func Start(t testing.TB, bin string, o Options) *Process {
+	t.Helper()
+	if o.Mode == "" {
+		o.Mode = "Failover"
+	}
+	if o.LeaseDuration == 0 {
+		o.LeaseDuration = 10 * time.Second
+	}
+	if o.ScanInterval == 0 {
+		o.ScanInterval = 100 * time.Millisecond
+	}
+	if o.StateDir == "" {
+		o.StateDir = t.TempDir()
+	}
+	if o.PodUID == "" {
+		o.PodUID = fmt.Sprintf("uid-e%d", o.Epoch)
+	}
+	ports := FreePorts(t, 3)
+	logDir := t.TempDir()
+	p := &Process{
+		LeaseURL:   fmt.Sprintf("http://127.0.0.1:%d%s", ports[0], leaseapi.Path),
+		LeasePort:  ports[0],
+		HealthAddr: fmt.Sprintf("127.0.0.1:%d", ports[1]),
+		MetricsURL: fmt.Sprintf("http://127.0.0.1:%d/metrics", ports[2]),
+		StateDir:   o.StateDir,
+		LogPath:    filepath.Join(logDir, "unit-runtime.log"),
+		done:       make(chan struct{}),
+	}
+	logf, err := os.Create(p.LogPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Cmd = exec.Command(bin, o.Args(ports[0], ports[1], ports[2])...)
+	p.Cmd.Stdout, p.Cmd.Stderr = logf, logf
+	if err := p.Cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.err = p.Cmd.Wait(); logf.Close(); close(p.done) }()
+	t.Cleanup(func() {
+		p.Stop(10 * time.Second)
+		if t.Failed() {
+			b, _ := os.ReadFile(p.LogPath)
+			t.Logf("unit-runtime %s epoch %d log:\n%s", o.Unit, o.Epoch, b)
+		}
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := p.Status(); err == nil {
+			return p
+		}
+		select {
+		case <-p.done:
+			b, _ := os.ReadFile(p.LogPath)
+			t.Fatalf("unit-runtime exited before its lease endpoint answered: %v\n%s", p.err, b)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("unit-runtime's lease endpoint did not answer within 10s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Stop sends SIGTERM and waits up to grace before SIGKILL.
+func (p *Process) Stop(grace time.Duration) error {
+	_ = p.Cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(grace):
+		_ = p.Cmd.Process.Kill()
+		<-p.done
+	}
+	return p.err
+}
+
+// Kill ends the process with SIGKILL (a crash) and waits for it.
+func (p *Process) Kill() {
+	_ = p.Cmd.Process.Kill()
+	<-p.done
+}
+
+// Exited reports whether the process has ended, and how.
+func (p *Process) Exited() (bool, error) {
+	select {
+	case <-p.done:
+		return true, p.err
+	default:
+		return false, nil
+	}
+}
+
+// Status is GET /v1/lease.
+func (p *Process) Status() (leaseapi.Status, error) {
+	var s leaseapi.Status
+	c := &http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get(p.LeaseURL)
+	if err != nil {
+		return s, err
+	}
+	defer resp.Body.Close()
+	return s, json.NewDecoder(resp.Body).Decode(&s)
+}
+
+// Probe asks the gRPC health service (holdfast.readiness or
+// holdfast.liveness) what the kubelet would.
+func (p *Process) Probe(service string) (healthpb.HealthCheckResponse_ServingStatus, error) {
+	conn, err := grpc.NewClient(p.HealthAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: service})
+	if err != nil {
+		return 0, err
+	}
+	return resp.Status, nil
+}
+
+// Metric returns the value of an unlabelled metric line (or the line with
+// the given labels, e.g. `holdfast_runtime_lease_state{state="Held"}`), or
+// "" when absent.
+func (p *Process) Metric(name string) (string, error) {
+	c := &http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get(p.MetricsURL)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, name+" ") {
+			return strings.TrimPrefix(line, name+" "), nil
+		}
+	}
+	return "", nil
+}

@@ -1,0 +1,84 @@
+package telemetry
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/hooks/auth"
+	"github.com/mochi-mqtt/server/v2/listeners"
+	"k8s.io/klog/v2/ktesting"
+)
+
+// With the queue disabled (--mqtt-queue-size 0) a publish goes out live,
+// retained, once the broker is there.
+func TestWithoutAQueueTheStatusIsPublishedLive(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	srv := mqtt.New(&mqtt.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	_ = srv.AddHook(new(auth.AllowHook), nil)
+	if err := srv.AddListener(listeners.NewTCP(listeners.Config{ID: "tcp", Address: addr})); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Serve(); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	c, err := New(Config{BrokerURL: "mqtt://" + addr, Unit: "plant/kiln-1", QueueSize: 0, MaxBackoff: 100 * time.Millisecond},
+		ktesting.NewLogger(t, ktesting.NewConfig()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := c.ConnectBackground(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Disconnect(context.Background())
+	deadline := time.Now().Add(10 * time.Second)
+	for !c.Connected() {
+		if time.Now().After(deadline) {
+			t.Fatal("never connected")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	c.SetStatus(Status{Unit: "plant/kiln-1", Epoch: 2, State: "Held"})
+	for {
+		if msgs := srv.Topics.Messages(c.StatusTopic()); len(msgs) == 1 {
+			var st Status
+			if err := json.Unmarshal(msgs[0].Payload, &st); err != nil || st.State != "Held" || st.Epoch != 2 {
+				t.Fatalf("retained status %s (%v)", msgs[0].Payload, err)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the status never reached the broker")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if c.QueueDepth() != 0 || c.Queued() != nil {
+		t.Fatal("a client without a queue reports queued publishes")
+	}
+}
+
+func TestNewRefusesABadConfigurationWithTheReason(t *testing.T) {
+	_, err := New(Config{BrokerURL: "http://broker", Unit: "kiln", QueueSize: -1}, ktesting.NewLogger(t, ktesting.NewConfig()))
+	for _, want := range []string{`scheme "http"`, `unit: "kiln": must be namespace/name`, "queue size: -1"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("New error %v, want it to name %q", err, want)
+		}
+	}
+	if _, err := New(Config{BrokerURL: "mqtt://broker", Unit: "plant/kiln-1"}, ktesting.NewLogger(t, ktesting.NewConfig())); err == nil {
+		t.Error("a broker URL without a port was accepted")
+	}
+}
