@@ -130,7 +130,8 @@ func TestL7TwoSchedulersRacingOnTwoPodsOfOneEpochBindExactlyOne(t *testing.T) {
 		u.Spec.Availability.Colocation = holdfastv1.ColocationWarn
 		// Runtimes take host ports: each round's pair its own, so the
 		// winners of earlier rounds leave the primaries open.
-		u.Spec.Runtime.HealthPort, u.Spec.Runtime.LeasePort = int32(20000+2*round), int32(20001+2*round)
+		rt := &u.Spec.Runtime
+		rt.HealthPort, rt.LeasePort, rt.MetricsPort = int32(20000+3*round), int32(20001+3*round), int32(20002+3*round)
 		// No pod name in the binding: two pods of epoch 1 may both
 		// claim it, and only PreBind's conditioned write decides.
 		p.unit(u, nil)
