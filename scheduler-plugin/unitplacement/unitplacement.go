@@ -240,13 +240,14 @@ func authorise(u *holdfastv1.Unit, pod *corev1.Pod) (*placement, *fwk.Status) {
 
 // unitRefusal is why the unit's rules keep this epoch off node, or "".
 // outside is true for a node the rules do not consider at all: not a
-// primary, target or requested node, or the epoch is bound elsewhere. In a
+// primary (first binding) or target (re-bind), or the epoch is bound
+// elsewhere. In a
 // large cluster that is nearly every node, and the least interesting reason.
 func (p *placement) unitRefusal(node *corev1.Node) (reason string, outside bool) {
 	if p.boundNode != "" {
 		// The binding is recorded and never undone (a bind reported as
-		// failed may have landed): only that node, and the ledger already
-		// names it because of this very pod.
+		// failed may have landed): only that node, whatever the ledger
+		// says since (the controller adds it there for this very pod).
 		if node.Name != p.boundNode {
 			return p.boundElsewhere, true
 		}
