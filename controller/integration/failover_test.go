@@ -217,7 +217,12 @@ func primaryLoss(t *testing.T, sig syscall.Signal, wantAttempt holdfastv1.Renewa
 		// fifteen scans at 200ms.
 		for {
 			if !st.Fenced || st.State != leaseapi.Fenced || st.Epoch != 1 {
-				t.Fatalf("%v after SIGCONT the woken runtime reports %+v, want Fenced at epoch 1", time.Since(woke).Round(time.Millisecond), st)
+				rem := "none"
+				if st.RemainingMillis != nil {
+					rem = fmt.Sprintf("%dms", *st.RemainingMillis)
+				}
+				t.Fatalf("%v after SIGCONT the woken runtime reports %s (fenced %v, epoch %d, %s to its deadline, last grant %s/%d), want Fenced at epoch 1",
+					time.Since(woke).Round(time.Millisecond), st.State, st.Fenced, st.Epoch, rem, st.LastGrantor, st.LastSeq)
 			}
 			if time.Since(woke) > 3*time.Second {
 				break
