@@ -72,6 +72,10 @@ type simResult struct {
 	grants                 int
 	// heldFor is how long the runtime permitted control writes.
 	heldFor time.Duration
+	// misdated: the grantor's Book dated the runtime's anchor later than
+	// the runtime's own deadline allows, by more than a reply's transit
+	// (L2's cadence is measured against that date).
+	misdated time.Duration
 }
 
 func runSim(t *testing.T, rng *rand.Rand, duration time.Duration, length time.Duration, phases []phase,
@@ -169,6 +173,22 @@ func runSim(t *testing.T, rng *rand.Rand, duration time.Duration, length time.Du
 				res.deadlineExcess = max(res.deadlineExcess, deadline.Sub(expired))
 			}
 		}
+		// L2: the cadence runs against the Book's date of the runtime's
+		// anchor, which must not be later than the runtime's own by more
+		// than the return transit of a reply (under the request timeout;
+		// a millisecond for the age's rounding). Checked while the Book
+		// believes that anchor live past the transit.
+		if !g.book.Anchor.IsZero() {
+			believed := g.book.Anchor.Add(duration - g.timeout - time.Millisecond)
+			if believed.After(clk.Now()) {
+				rem, granted := k.Remaining()
+				if !granted {
+					res.misdated = max(res.misdated, believed.Sub(clk.Now()))
+				} else if deadline := clk.Now().Add(rem); deadline.Before(believed) {
+					res.misdated = max(res.misdated, believed.Sub(deadline))
+				}
+			}
+		}
 		if g.book.Acked() {
 			expired := g.book.LastAck.Sub(t0) + duration
 			if now >= expired && canWrite(k, WriteControl) {
@@ -252,6 +272,10 @@ func TestLeaseNeverOutlivesTheGrantorsExpiry(t *testing.T) {
 		}
 		if res.grants == 0 {
 			t.Fatalf("seed %d: no grant ever landed; the simulation tested nothing", seed)
+		}
+		if res.misdated > 0 {
+			t.Fatalf("seed %d, lease %v: the grantor dated the runtime's anchor %v later than the runtime's deadline allows: its cadence runs against the wrong anchor (L2)",
+				seed, d, res.misdated)
 		}
 		held += res.heldFor
 	}
