@@ -198,6 +198,11 @@ func primaryLoss(t *testing.T, sig syscall.Signal, wantAttempt holdfastv1.Renewa
 		// of the last reply it sent before it stopped, so none extends it
 		// (L1 as amended): it is fenced by its own clock, stays fenced and
 		// writes nothing.
+		// The grantor's attempts were taken into the socket and timed
+		// out (a refused connection would not queue anything).
+		if !strings.HasPrefix(b.Expiry.Message, "no answer within") {
+			t.Fatalf("the last attempt at the stopped runtime: %q, want a POST that got no answer", b.Expiry.Message)
+		}
 		if err := old.signal(syscall.SIGCONT); err != nil {
 			t.Fatal(err)
 		}
