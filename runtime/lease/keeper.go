@@ -261,7 +261,7 @@ func (k *Keeper) anchorInstant(a leaseapi.Anchor, now time.Time) (time.Time, boo
 		return time.Time{}, false
 	}
 	off := binary.BigEndian.Uint64(b[anchorLifeBytes:])
-	if off > uint64(now.Sub(k.born)) {
+	if now.Before(k.born) || off > uint64(now.Sub(k.born)) {
 		return time.Time{}, false
 	}
 	return k.born.Add(time.Duration(off)), true
