@@ -669,8 +669,10 @@ func stepStepDown(o *Observation, c *Cluster, s *holdfastv1.VoterSwap) Decision 
 			History: []holdfastv1.SwapStepRecord{rec(holdfastv1.StepStepDown, OutcomeDone, ReasonMemberRemoved, out+" is no member any more")}}})
 	}
 	n := o.Nodes[out]
-	down := n == nil || !rules.NodeReady(n) || !m.Answered
-	if !down && c.Leader == m.ID {
+	// Down is judged by the Node, not by the member: the step-down itself
+	// restarts the member, which then answers nothing for a while.
+	down := n == nil || !rules.NodeReady(n)
+	if !down && m.Answered && c.Leader == m.ID {
 		if to, ok := transferee(c, out, incomingOf(s)); ok {
 			return act(&Action{Kind: MoveLeader, Swap: s.Name, Node: out, Member: m.ID, To: c.ByNode[to].ID, Endpoint: m.ClientURLs[0],
 				Reason: ReasonLeaderMoved, Then: &Change{History: []holdfastv1.SwapStepRecord{rec(holdfastv1.StepStepDown, "LeaderMoved", ReasonLeaderMoved,
@@ -699,11 +701,9 @@ func stepStepDown(o *Observation, c *Cluster, s *holdfastv1.VoterSwap) Decision 
 		return act(&Action{Kind: Record, Swap: s.Name, Then: &Change{Step: holdfastv1.StepRemoveMember, Deadline: at(o.Now.Add(t.opTimeout)),
 			History: []holdfastv1.SwapStepRecord{rec(holdfastv1.StepStepDown, OutcomeDone, "", out+": role file agent, server held out of serving; the member still votes")}}})
 	case down:
-		why := "its member does not answer"
+		why := "its Node is not Ready"
 		if n == nil {
 			why = "its Node is gone"
-		} else if !rules.NodeReady(n) {
-			why = "its Node is not Ready"
 		}
 		return act(&Action{Kind: Record, Swap: s.Name, Then: &Change{Step: holdfastv1.StepRemoveMember, Deadline: at(o.Now.Add(t.opTimeout)), Warning: true,
 			History: []holdfastv1.SwapStepRecord{rec(holdfastv1.StepStepDown, OutcomeDone, ReasonOutgoingDown,
@@ -774,7 +774,12 @@ func stepFinishDemote(o *Observation, c *Cluster, s *holdfastv1.VoterSwap) Decis
 				out+": etcd and control-plane role labels and etcd annotations removed")}}})
 	}
 	rep := reportOf(n)
-	if reportIs(rep, id, holdfastv1.RoleStepFinishDemote, holdfastv1.ActuatorDone) && readyAfter(n, rep.At.Time) {
+	_, tombstone := n.Annotations[holdfastv1.AnnotationTombstone]
+	finished := reportIs(rep, id, holdfastv1.RoleStepFinishDemote, holdfastv1.ActuatorDone) && readyAfter(n, rep.At.Time)
+	// The tombstone annotation goes once the host retired it beside the
+	// moved-aside data: until then the node reads as a removed member, and a
+	// swap bringing it back in would be refused.
+	if finished && !tombstone {
 		if cordoned(n, "") {
 			return act(&Action{Kind: Uncordon, Swap: s.Name, Node: out, Reason: "Uncordoned"})
 		}
@@ -784,6 +789,9 @@ func stepFinishDemote(o *Observation, c *Cluster, s *holdfastv1.VoterSwap) Decis
 		return toRelease(s, holdfastv1.SwapSucceeded, holdfastv1.StepFinishDemote, OutcomeDone, ReasonOutgoingPending,
 			fmt.Sprintf("%s's member is removed; its host has not finished to an agent and Ready within the operation timeout (%s): it stays cordoned, its role step stays for its node plugin, node recovery may handle it",
 				out, describeReport(rep)))
+	}
+	if finished {
+		return wait(s, ReasonWaitingActuator, fmt.Sprintf("waiting for the node plugin on %s to report its tombstone retired (%s)", out, holdfastv1.AnnotationTombstone))
 	}
 	return wait(s, ReasonWaitingActuator, fmt.Sprintf("waiting for the node plugin on %s to finish it to an agent, then a Ready heartbeat: %s", out, describeReport(rep)))
 }

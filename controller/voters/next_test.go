@@ -506,6 +506,12 @@ func TestNextRegateAndStepDown(t *testing.T) {
 			setStep(o.Nodes["n1"], holdfastv1.RoleAgent, swapID, holdfastv1.RoleStepStepDown)
 			setReport(o.Nodes["n1"], swapID, holdfastv1.RoleStepStepDown, holdfastv1.ActuatorDone, nil, t0)
 		}, want{kind: Record, step: holdfastv1.StepRemoveMember}},
+		{"the outgoing member restarting for its step-down (Node Ready) is waited for", func(o *Observation) {
+			stepDown(o)
+			cordon(o.Nodes["n1"], swapID)
+			setStep(o.Nodes["n1"], holdfastv1.RoleAgent, swapID, holdfastv1.RoleStepStepDown)
+			pause(o, "n1")
+		}, want{waitFor: ReasonWaitingActuator}},
 		{"the outgoing voter is down: removed without waiting for its step-down", func(o *Observation) {
 			stepDown(o)
 			cordon(o.Nodes["n1"], swapID)
@@ -581,6 +587,12 @@ func TestNextRemoveAndFinish(t *testing.T) {
 			setStep(o.Nodes["n1"], holdfastv1.RoleAgent, swapID, holdfastv1.RoleStepFinishDemote)
 			setReport(o.Nodes["n1"], swapID, holdfastv1.RoleStepFinishDemote, holdfastv1.ActuatorDone, nil, t0.Add(-2*time.Second))
 		}, want{kind: Uncordon, node: "n1"}},
+		{"finished and Ready but its tombstone still reported: waited for", func(o *Observation) {
+			finish(o)
+			setStep(o.Nodes["n1"], holdfastv1.RoleAgent, swapID, holdfastv1.RoleStepFinishDemote)
+			setReport(o.Nodes["n1"], swapID, holdfastv1.RoleStepFinishDemote, holdfastv1.ActuatorDone, nil, t0.Add(-2*time.Second))
+			o.Nodes["n1"].Annotations[holdfastv1.AnnotationTombstone] = `{"memberID":"1","clusterID":"c"}`
+		}, want{waitFor: ReasonWaitingActuator, says: []string{"tombstone retired"}}},
 		{"finished, Ready and uncordoned: released as succeeded", func(o *Observation) {
 			finish(o)
 			o.Nodes["n1"].Spec = corev1.NodeSpec{}
