@@ -73,6 +73,20 @@ const (
 	RenewalNotAttempted RenewalOutcome = "NotAttempted"
 )
 
+// BindingOrigin says which road made a binding.
+// +kubebuilder:validation:Enum=Initial;Automatic;Manual
+type BindingOrigin string
+
+const (
+	// OriginInitial: the unit's first binding, on a primary node.
+	OriginInitial BindingOrigin = "Initial"
+	// OriginAutomatic: an automatic re-bind after an expiry; the node the
+	// scheduler records is added to unsettledRebinds (§3 L5).
+	OriginAutomatic BindingOrigin = "Automatic"
+	// OriginManual: a person's failover (holdfast.io/failover-to).
+	OriginManual BindingOrigin = "Manual"
+)
+
 // UnitSpec is the desired state of a unit.
 type UnitSpec struct {
 	// runtime describes the unit runtime pod.
@@ -95,6 +109,7 @@ type UnitSpec struct {
 
 // UnitRuntime describes the runtime pod holdfast creates for each binding.
 // +kubebuilder:validation:XValidation:rule="self.healthPort != self.leasePort",message="healthPort and leasePort must differ",fieldPath=".leasePort"
+// +kubebuilder:validation:XValidation:rule="!has(self.metricsPort) || (self.metricsPort != self.healthPort && self.metricsPort != self.leasePort)",message="metricsPort must differ from healthPort and leasePort",fieldPath=".metricsPort"
 type UnitRuntime struct {
 	// image is the unit runtime's container image.
 	// +required
@@ -136,6 +151,15 @@ type UnitRuntime struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=65535
 	LeasePort int32 `json:"leasePort,omitempty"`
+
+	// metricsPort serves the runtime's Prometheus /metrics. Like the other
+	// two it is a host port: runtimes sharing a node need distinct ports,
+	// and the scheduler refuses a node where the port is taken.
+	// +optional
+	// +kubebuilder:default=9441
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	MetricsPort int32 `json:"metricsPort,omitempty"`
 }
 
 // Availability is the unit's availability policy (DESIGN §3).
@@ -270,6 +294,20 @@ type RuntimeBinding struct {
 	// +optional
 	// +listType=set
 	UnsettledRebinds []string `json:"unsettledRebinds,omitempty"`
+	// origin is the road that made this binding: Initial, Automatic or
+	// Manual. Empty on bindings written before the field existed.
+	// +optional
+	Origin BindingOrigin `json:"origin,omitempty"`
+	// previousNode is the node the previous binding was on: the node this
+	// binding is leaving, where the scheduler never places it.
+	// +optional
+	PreviousNode string `json:"previousNode,omitempty"`
+	// requestID names the person's request a Manual binding carried out
+	// (the holdfast.io/request-id annotation the webhook set with it, or
+	// the requested node when there was none), so a repeated pass never
+	// carries it out twice.
+	// +optional
+	RequestID string `json:"requestID,omitempty"`
 }
 
 // LeaseStateCarried reports whether leaseState was carried over from a
