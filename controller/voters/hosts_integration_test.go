@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"os"
@@ -34,6 +35,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/controller/audit"
 	"github.com/holdfast-io/holdfast/controller/voters"
 	"github.com/holdfast-io/holdfast/node-plugin/actuator"
 	"github.com/holdfast-io/holdfast/node-plugin/hoststate"
@@ -55,7 +57,7 @@ const (
 // Node as holdfast-node; a kubelet stand-in heartbeats each Node's Ready
 // condition. The first `voters` nodes bootstrap the etcd cluster.
 type cluster struct {
-	t     *testing.T
+	t     testing.TB
 	bin   string
 	hosts map[string]*host
 	names []string
@@ -82,7 +84,7 @@ type host struct {
 
 // newCluster starts voters (bootstrapping a cluster) and standbys
 // (voter-eligible, provisioned agents).
-func newCluster(t *testing.T, voterNames, standbyNames []string) *cluster {
+func newCluster(t testing.TB, voterNames, standbyNames []string) *cluster {
 	t.Helper()
 	c := &cluster{t: t, bin: filepath.Join(env.BinDir, "etcd"), hosts: map[string]*host{}}
 	all := append(slices.Clone(voterNames), standbyNames...)
@@ -126,7 +128,7 @@ func (c *cluster) client(names ...string) *clientv3.Client {
 	return cli
 }
 
-func (h *host) start(t *testing.T) {
+func (h *host) start(t testing.TB) {
 	t.Helper()
 	dir := t.TempDir()
 	h.state = hoststate.State{Dir: filepath.Join(dir, "holdfast"), MemberDataDir: filepath.Join(dir, "db")}
@@ -234,7 +236,7 @@ func (c *cluster) blackhole(join, own string) string {
 	return strings.Join(parts, ",")
 }
 
-func (h *host) createNode(t *testing.T, voter bool) {
+func (h *host) createNode(t testing.TB, voter bool) {
 	t.Helper()
 	ctx := context.Background()
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: h.name,
@@ -279,7 +281,7 @@ func (h *host) heartbeat(ctx context.Context, status corev1.ConditionStatus) {
 
 // kubelet heartbeats every 500ms while the host is up, and removes the pods
 // deleted on its node (a kubelet confirms their end).
-func (h *host) kubelet(t *testing.T) {
+func (h *host) kubelet(t testing.TB) {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	tick := time.NewTicker(500 * time.Millisecond)
@@ -307,7 +309,7 @@ func (h *host) kubelet(t *testing.T) {
 
 // startPlugin runs this host's holdfast-node parts as holdfast-node's
 // service account bound to the node.
-func (h *host) startPlugin(t *testing.T) {
+func (h *host) startPlugin(t testing.TB) {
 	cfg := as(nodePluginUser, map[string][]string{serviceaccount.NodeNameKey: {h.name}})
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:  env.Scheme,
@@ -357,7 +359,7 @@ func (h *host) startPlugin(t *testing.T) {
 
 // pause takes the host down: its etcd member SIGSTOPped, its node plugin
 // stopped, its Node NotReady (as node lifecycle marks a silent kubelet).
-func (h *host) pause(t *testing.T) {
+func (h *host) pause(t testing.TB) {
 	t.Helper()
 	h.down.Store(true)
 	h.mu.Lock()
@@ -376,7 +378,7 @@ func (h *host) pause(t *testing.T) {
 
 // resume brings the host back: SIGCONT, its node plugin started again,
 // heartbeats again.
-func (h *host) resume(t *testing.T) {
+func (h *host) resume(t testing.TB) {
 	t.Helper()
 	h.mu.Lock()
 	proc := h.proc
@@ -389,7 +391,7 @@ func (h *host) resume(t *testing.T) {
 }
 
 // pauseEtcd SIGSTOPs only the etcd member (the host and its Node stay up).
-func (h *host) pauseEtcd(t *testing.T) func() {
+func (h *host) pauseEtcd(t testing.TB) func() {
 	h.mu.Lock()
 	proc := h.proc
 	h.mu.Unlock()
@@ -399,7 +401,7 @@ func (h *host) pauseEtcd(t *testing.T) func() {
 
 // policy creates VoterPolicy default for the cluster, with the shortest
 // timings the CRD allows.
-func (c *cluster) policy(t *testing.T, mutate func(*holdfastv1.VoterPolicy)) {
+func (c *cluster) policy(t testing.TB, mutate func(*holdfastv1.VoterPolicy)) {
 	t.Helper()
 	p := &holdfastv1.VoterPolicy{ObjectMeta: metav1.ObjectMeta{Name: holdfastv1.VoterPolicyName},
 		Spec: holdfastv1.VoterPolicySpec{TargetVoters: 3, DryRun: new(false), CooldownSeconds: 0, OperationTimeoutSeconds: 60,
@@ -417,7 +419,7 @@ func (c *cluster) policy(t *testing.T, mutate func(*holdfastv1.VoterPolicy)) {
 
 // cleanupSwaps ends whatever a failed test left: swaps marked finished and
 // deleted, the Lease freed and deleted.
-func cleanupSwaps(t *testing.T) {
+func cleanupSwaps(t testing.TB) {
 	ctx := context.Background()
 	var swaps holdfastv1.VoterSwapList
 	if err := env.Client.List(ctx, &swaps); err == nil {
@@ -454,10 +456,11 @@ type ctrlOpts struct {
 	// crashAfter, when it returns true for an action, ends the controller
 	// right after carrying it out, before it is recorded.
 	crashAfter func(voters.Action) bool
-	audit      func(voters.AuditRecord)
+	// audit receives the audit trail's lines (JSON).
+	audit io.Writer
 }
 
-func startController(t *testing.T, o ctrlOpts) *controller {
+func startController(t testing.TB, o ctrlOpts) *controller {
 	t.Helper()
 	if o.identity == "" {
 		o.identity = "holdfast-controller-test"
@@ -479,7 +482,10 @@ func startController(t *testing.T, o ctrlOpts) *controller {
 			return &voters.ClientEtcd{StatusTimeout: time.Second, RequestTimeout: 3 * time.Second}, nil
 		},
 		SnapshotDir: t.TempDir(), CandidateNamespace: releaseNS,
-		RunningEvery: 200 * time.Millisecond, IdleEvery: time.Second, Audit: o.audit,
+		RunningEvery: 200 * time.Millisecond, IdleEvery: time.Second,
+	}
+	if o.audit != nil {
+		r.Audit = audit.New(o.audit, "voters", shifted)
 	}
 	if o.crashAfter != nil {
 		r.AfterAction = func(a voters.Action) error {
@@ -505,7 +511,7 @@ func startController(t *testing.T, o ctrlOpts) *controller {
 
 // --- waiting ----------------------------------------------------------------
 
-func eventually(t *testing.T, within time.Duration, what string, cond func() (bool, string)) {
+func eventually(t testing.TB, within time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	last := ""
@@ -520,7 +526,7 @@ func eventually(t *testing.T, within time.Duration, what string, cond func() (bo
 	t.Fatalf("%s: not within %v; last: %s", what, within, last)
 }
 
-func getSwap(t *testing.T, name string) *holdfastv1.VoterSwap {
+func getSwap(t testing.TB, name string) *holdfastv1.VoterSwap {
 	t.Helper()
 	s := &holdfastv1.VoterSwap{}
 	if err := env.Client.Get(context.Background(), client.ObjectKey{Name: name}, s); err != nil {
@@ -542,7 +548,7 @@ func describe(s *holdfastv1.VoterSwap) string {
 }
 
 // waitPhase waits for the swap to finish in phase.
-func waitPhase(t *testing.T, name string, phase holdfastv1.SwapPhase, within time.Duration) *holdfastv1.VoterSwap {
+func waitPhase(t testing.TB, name string, phase holdfastv1.SwapPhase, within time.Duration) *holdfastv1.VoterSwap {
 	t.Helper()
 	var s *holdfastv1.VoterSwap
 	// What the nodes said the last time the swap waited, for a failure.
@@ -562,7 +568,7 @@ func waitPhase(t *testing.T, name string, phase holdfastv1.SwapPhase, within tim
 
 // nodeReports prints every Node's role labels, role step and node plugin
 // report, for a failure message.
-func nodeReports(t *testing.T) string {
+func nodeReports(t testing.TB) string {
 	var nodes corev1.NodeList
 	if err := env.Client.List(context.Background(), &nodes); err != nil {
 		return err.Error()
@@ -587,7 +593,7 @@ func history(s *holdfastv1.VoterSwap) string {
 
 // waitHealthyStatus waits for the controller to report etcd healthy with
 // these voters (the webhook's gates read that status).
-func waitHealthyStatus(t *testing.T, voterNames ...string) {
+func waitHealthyStatus(t testing.TB, voterNames ...string) {
 	t.Helper()
 	want := slices.Clone(voterNames)
 	slices.Sort(want)
@@ -605,7 +611,7 @@ func waitHealthyStatus(t *testing.T, voterNames ...string) {
 }
 
 // createSwap asks for a manual swap as an administrator would.
-func createSwap(t *testing.T, out, in string) string {
+func createSwap(t testing.TB, out, in string) string {
 	t.Helper()
 	s := &holdfastv1.VoterSwap{ObjectMeta: metav1.ObjectMeta{GenerateName: "swap-" + out + "-"},
 		Spec: holdfastv1.VoterSwapSpec{Outgoing: out, Incoming: in, Reason: "test", Origin: holdfastv1.SwapManual}}
@@ -617,7 +623,7 @@ func createSwap(t *testing.T, out, in string) string {
 
 // bindCandidate binds the swap's voter-candidate pod to node, as
 // holdfast-scheduler would.
-func bindCandidate(t *testing.T, swap, node string) {
+func bindCandidate(t testing.TB, swap, node string) {
 	t.Helper()
 	ctx := context.Background()
 	pod := &corev1.Pod{}
@@ -636,7 +642,7 @@ func bindCandidate(t *testing.T, swap, node string) {
 
 // etcdVoters are etcd's own voters and learners, by name, and its cluster
 // ID, as a client of names answers.
-func etcdMembers(t *testing.T, cli *clientv3.Client) (voterNames, learners []string, clusterID uint64) {
+func etcdMembers(t testing.TB, cli *clientv3.Client) (voterNames, learners []string, clusterID uint64) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -655,7 +661,7 @@ func etcdMembers(t *testing.T, cli *clientv3.Client) (voterNames, learners []str
 	return voterNames, learners, ml.Header.ClusterId
 }
 
-func getNode(t *testing.T, name string) *corev1.Node {
+func getNode(t testing.TB, name string) *corev1.Node {
 	t.Helper()
 	n := &corev1.Node{}
 	if err := env.Client.Get(context.Background(), client.ObjectKey{Name: name}, n); err != nil {
@@ -664,7 +670,7 @@ func getNode(t *testing.T, name string) *corev1.Node {
 	return n
 }
 
-func getLease(t *testing.T) *coordinationv1.Lease {
+func getLease(t testing.TB) *coordinationv1.Lease {
 	t.Helper()
 	l := &coordinationv1.Lease{}
 	err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: holdfastv1.SwapLeaseNamespace, Name: holdfastv1.SwapLeaseName}, l)
@@ -743,7 +749,7 @@ func (w *writer) run() {
 
 // check stops the writer and asserts no write failed and no acknowledged
 // write is lost; it returns the longest stall.
-func (w *writer) check(t *testing.T) time.Duration {
+func (w *writer) check(t testing.TB) time.Duration {
 	t.Helper()
 	close(w.stop)
 	<-w.done
@@ -788,7 +794,7 @@ func hasSwapTaint(n *corev1.Node) bool {
 }
 
 // labelNode sets a label as an administrator.
-func labelNode(t *testing.T, node, key, value string) {
+func labelNode(t testing.TB, node, key, value string) {
 	t.Helper()
 	n := getNode(t, node)
 	patch := client.MergeFrom(n.DeepCopy())

@@ -86,7 +86,8 @@ func Next(o *Observation) Decision {
 	if held := o.Settings.Identity != "" && rules.SwapLeaseHolder(o.Lease) == o.Settings.Identity; held {
 		// A swap finished (or was refused) while this process held the
 		// Lease: free it.
-		return act(&Action{Kind: ReleaseLease, Reason: ReasonReleased, Message: "no swap in progress: swap Lease released"})
+		return act(&Action{Kind: ReleaseLease, SwapID: o.Lease.Annotations[holdfastv1.AnnotationSwapID], Reason: ReasonReleased,
+			Message: "no swap in progress: swap Lease released"})
 	}
 	if d, ok := leftovers(o); ok {
 		return d
@@ -211,60 +212,17 @@ func refuse(s *holdfastv1.VoterSwap, reason, msg string) Decision {
 		History: []holdfastv1.SwapStepRecord{rec(holdfastv1.StepGates, OutcomeRefused, reason, msg)}}})
 }
 
-// pendingGates are DESIGN §6 step 1's gates: the webhook's (rules.SwapGates
-// on the VoterPolicy status this pass computed from etcd), and what only the
-// controller sees (a labelled member that does not vote, a tombstone of this
-// cluster on the candidate).
+// pendingGates are DESIGN §6 step 1's gates (SwapGates) on the VoterPolicy
+// status this pass computed from etcd.
 func pendingGates(o *Observation, c *Cluster, s *holdfastv1.VoterSwap) []string {
 	p := o.Policy.DeepCopy()
 	p.Status = PolicyStatus(o, c)
 	spec := s.Spec
 	spec.Incoming = incomingOf(s)
-	var out []string
-	for _, e := range rules.SwapGates(&spec, rules.GateInput{Policy: p, Nodes: o.Nodes, SwapLease: o.Lease, Now: o.Now}) {
-		out = append(out, e.Error())
-	}
-	out = append(out, labelledNotVoting(o, c)...)
-	if spec.Incoming != "" {
-		if n := o.Nodes[spec.Incoming]; n != nil {
-			if why := tombstoneOfCluster(n, c.ClusterID); why != "" {
-				out = append(out, field("spec.incoming", why))
-			}
-		}
-	}
-	if _, ok := o.Nodes[spec.Outgoing]; !ok {
-		out = append(out, field("spec.outgoing", fmt.Sprintf("node %s does not exist", spec.Outgoing)))
-	}
-	return out
+	return SwapGates(spec, rules.GateInput{Policy: p, Nodes: o.Nodes, SwapLease: o.Lease, Now: o.Now})
 }
 
 func field(path, msg string) string { return path + ": Forbidden: " + msg }
-
-// labelledNotVoting: a node labelled node-role.kubernetes.io/etcd whose
-// member does not vote (a learner, or no member at all) is "member but not a
-// voter", and blocks: a label is never taken for a vote.
-func labelledNotVoting(o *Observation, c *Cluster) []string {
-	if !c.Reached {
-		return nil
-	}
-	var out []string
-	names := make([]string, 0, len(o.Nodes))
-	for name := range o.Nodes {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
-		if _, ok := o.Nodes[name].Labels[holdfastv1.LabelEtcdRole]; ok && !slices.Contains(c.Voters, name) {
-			what := "has no etcd member"
-			if slices.Contains(c.Learners, name) {
-				what = "is a learner"
-			}
-			out = append(out, field("spec", fmt.Sprintf("node %s is labelled %s but %s (member but not a voter); a voter is judged by etcd's own vote",
-				name, holdfastv1.LabelEtcdRole, what)))
-		}
-	}
-	return out
-}
 
 // tombstoneOfCluster says why a node's tombstone keeps it out, "" when it
 // has none of this cluster. A tombstone that does not parse, or any while
@@ -347,12 +305,8 @@ func stepGates(o *Observation, c *Cluster, s *holdfastv1.VoterSwap) Decision {
 	p.Status = PolicyStatus(o, c)
 	spec := s.Spec
 	spec.Incoming = incomingOf(s)
-	var errs []string
 	// The Lease is this swap's now: judge every other gate again.
-	for _, e := range rules.SwapGates(&spec, rules.GateInput{Policy: p, Nodes: o.Nodes, Now: o.Now}) {
-		errs = append(errs, e.Error())
-	}
-	errs = append(errs, labelledNotVoting(o, c)...)
+	errs := SwapGates(spec, rules.GateInput{Policy: p, Nodes: o.Nodes, Now: o.Now})
 	if len(errs) > 0 {
 		msg := strings.Join(errs, "; ")
 		return toRelease(s, holdfastv1.SwapRefused, holdfastv1.StepGates, OutcomeRefused, ReasonGatesFailed, msg)
@@ -762,6 +716,16 @@ func stepFinishDemote(o *Observation, c *Cluster, s *holdfastv1.VoterSwap) Decis
 		return toRelease(s, holdfastv1.SwapSucceeded, holdfastv1.StepFinishDemote, OutcomeDone, "NodeGone", out+" has no Node any more; its member is removed")
 	}
 	if !roleStepIs(n, id, holdfastv1.RoleAgent, holdfastv1.RoleStepFinishDemote) {
+		// The host first records the removal (its tombstone, reported on
+		// the Node), then finishes: a finish that ran while the host was
+		// still noticing the removal would leave a tombstone behind it, and
+		// the node could never be promoted again. A host that is down, or
+		// silent for half the step's time, gets the step all the same.
+		_, tombstone := n.Annotations[holdfastv1.AnnotationTombstone]
+		t := timesOf(o.Policy)
+		if !tombstone && rules.NodeReady(n) && s.Status.Deadline != nil && o.Now.Before(s.Status.Deadline.Add(-t.opTimeout/2)) {
+			return wait(s, ReasonWaitingActuator, fmt.Sprintf("waiting for the node plugin on %s to record its member's removal (%s)", out, holdfastv1.AnnotationTombstone))
+		}
 		return act(&Action{Kind: SetRoleStep, Swap: s.Name, SwapID: id, Node: out, DesiredRole: holdfastv1.RoleAgent,
 			RoleStep: holdfastv1.RoleStepFinishDemote, Reason: "FinishDemoteRequested",
 			Then: &Change{History: []holdfastv1.SwapStepRecord{rec(holdfastv1.StepFinishDemote, "AgentRequested", "", out+": role-step finish-demote")}}})

@@ -224,7 +224,11 @@ func TestNextLease(t *testing.T) {
 		}, want{kind: ReleaseLease}},
 		{"no swap in progress: the Lease this process holds is released", func(o *Observation) {
 			holdLease(o, me, swapID, t0)
-		}, want{kind: ReleaseLease}},
+		}, want{kind: ReleaseLease, check: func(t *testing.T, d Decision) {
+			if d.Action.SwapID != swapID {
+				t.Errorf("release names swap %q, want the Lease's %q (for the audit trail)", d.Action.SwapID, swapID)
+			}
+		}}},
 	})
 }
 
@@ -540,6 +544,11 @@ func TestNextRemoveAndFinish(t *testing.T) {
 		s.Status.Step = holdfastv1.StepFinishDemote
 		o.Etcd.Members = o.Etcd.Members[1:] // n1 removed
 		delete(o.Nodes["n1"].Labels, holdfastv1.LabelEtcdRole)
+		s.Status.Deadline = &metav1.Time{Time: t0.Add(time.Duration(o.Policy.Spec.OperationTimeoutSeconds) * time.Second)}
+	}
+	removalRecorded := func(o *Observation) {
+		finish(o)
+		o.Nodes["n1"].Annotations[holdfastv1.AnnotationTombstone] = `{"memberID":"1","clusterID":"c"}`
 	}
 	runNext(t, []nextCase{
 		{"the voters that stay are healthy: the member is removed", func(o *Observation) { removal(o) }, want{kind: RemoveMember, node: "n1",
@@ -572,7 +581,16 @@ func TestNextRemoveAndFinish(t *testing.T) {
 			removal(o)
 			o.Etcd.Members = o.Etcd.Members[1:]
 		}, want{kind: Record, step: holdfastv1.StepFinishDemote}},
-		{"finish-demote is asked of the node plugin", finish, want{kind: SetRoleStep, node: "n1", check: func(t *testing.T, d Decision) {
+		{"finish-demote waits for the host to record the removal (tombstone)", finish, want{waitFor: ReasonWaitingActuator, says: []string{"record its member's removal"}}},
+		{"finish-demote of a host that is down needs no tombstone first", func(o *Observation) {
+			finish(o)
+			notReady(o.Nodes["n1"])
+		}, want{kind: SetRoleStep, node: "n1"}},
+		{"finish-demote of a host silent for half the step needs no tombstone first", func(o *Observation) {
+			finish(o)
+			o.Swaps[0].Status.Deadline = &metav1.Time{Time: t0.Add(time.Second)}
+		}, want{kind: SetRoleStep, node: "n1"}},
+		{"finish-demote is asked of the node plugin once it recorded the removal", removalRecorded, want{kind: SetRoleStep, node: "n1", check: func(t *testing.T, d Decision) {
 			if d.Action.RoleStep != holdfastv1.RoleStepFinishDemote {
 				t.Errorf("sets %s", d.Action.RoleStep)
 			}

@@ -21,16 +21,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/controller/audit"
 )
-
-// AuditRecord is one line of the audit trail: a swap decision or a change
-// to etcd's membership, a node's role or the swap Lease.
-type AuditRecord struct {
-	Swap    string
-	Node    string
-	Reason  string
-	Message string
-}
 
 // Reconciler runs the passes of the voter controller.
 type Reconciler struct {
@@ -43,8 +35,11 @@ type Reconciler struct {
 	// the TLS of the policy's clientCertSecretRef).
 	EtcdFor  func(ctx context.Context, p *holdfastv1.VoterPolicy) (Etcd, error)
 	Recorder events.EventRecorder
-	// Audit receives one record per decision and change (nil: none).
-	Audit    func(AuditRecord)
+	// Audit is the audit trail shared with the unit controller: one line
+	// per decision and change, written after its status and Event (nil:
+	// none). Actor names this process on it.
+	Audit    *audit.Logger
+	Actor    string
 	Clock    clock.PassiveClock
 	Settings Settings
 	// SnapshotDir keeps the snapshots, the newest KeepSnapshots of them.
@@ -477,7 +472,13 @@ func (r *Reconciler) record(ctx context.Context, o *Observation, swap *holdfastv
 		if swap != nil && swap.Status.SwapID != "" {
 			id = swap.Status.SwapID
 		}
-		r.Audit(AuditRecord{Swap: id, Node: a.Node, Reason: reason, Message: msg})
+		actor := r.Actor
+		if actor == "" {
+			actor = "holdfast-controller/" + r.Settings.Identity
+		}
+		if err := r.Audit.Write(audit.Record{Swap: id, Node: a.Node, Actor: actor, Reason: reason, Message: msg}); err != nil {
+			klog.FromContext(ctx).Error(err, "Writing the audit line", "swap", id, "reason", reason)
+		}
 	}
 	return nil
 }

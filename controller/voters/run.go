@@ -2,7 +2,6 @@ package voters
 
 import (
 	"context"
-	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -12,8 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
-	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -21,7 +18,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -93,62 +89,4 @@ func leaseMatters(e event.UpdateEvent) bool {
 		return true
 	}
 	return rules.SwapLeaseHolder(a) != rules.SwapLeaseHolder(b) || !equality.Semantic.DeepEqual(a.Annotations, b.Annotations)
-}
-
-// RunConfig is what the voters role of holdfast-controller runs from.
-type RunConfig struct {
-	// Namespace holds the election Lease and the voter-candidate pods.
-	Namespace, Identity string
-	ElectionID          string
-	Settings            Settings
-	SnapshotDir         string
-	CandidateImage      string
-	// Election timings (controller-runtime's defaults when zero).
-	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
-	Clock                                     clock.PassiveClock
-	Audit                                     func(AuditRecord)
-	// MetricsAddr and ProbeAddr are the manager's ("0" disables).
-	MetricsAddr, ProbeAddr string
-}
-
-// NewManager builds the voter controller on its own leader-elected manager.
-func NewManager(cfg *rest.Config, rc RunConfig) (ctrl.Manager, *Reconciler, error) {
-	if rc.ElectionID == "" {
-		rc.ElectionID = ElectionID
-	}
-	opts := ctrl.Options{
-		Scheme:                        Scheme(),
-		LeaderElection:                true,
-		LeaderElectionID:              rc.ElectionID,
-		LeaderElectionNamespace:       rc.Namespace,
-		LeaderElectionReleaseOnCancel: true,
-		Cache:                         CacheOptions(),
-		Metrics:                       metricsserver.Options{BindAddress: orZero(rc.MetricsAddr)},
-		HealthProbeBindAddress:        orZero(rc.ProbeAddr),
-	}
-	if rc.LeaseDuration > 0 {
-		opts.LeaseDuration, opts.RenewDeadline, opts.RetryPeriod = &rc.LeaseDuration, &rc.RenewDeadline, &rc.RetryPeriod
-	}
-	mgr, err := ctrl.NewManager(cfg, opts)
-	if err != nil {
-		return nil, nil, err
-	}
-	settings := rc.Settings
-	settings.Identity = rc.Identity
-	r := &Reconciler{
-		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("holdfast-voters"),
-		Audit: rc.Audit, Clock: rc.Clock, Settings: settings, SnapshotDir: rc.SnapshotDir,
-		CandidateNamespace: rc.Namespace, CandidateImage: rc.CandidateImage,
-	}
-	if err := r.SetupWithManager(mgr); err != nil {
-		return nil, nil, err
-	}
-	return mgr, r, nil
-}
-
-func orZero(s string) string {
-	if s == "" {
-		return "0"
-	}
-	return s
 }

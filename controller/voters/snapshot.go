@@ -86,7 +86,9 @@ func (e *ClientEtcd) Snapshot(ctx context.Context, endpoint, path string) (*hold
 	if err != nil {
 		return nil, fmt.Errorf("snapshot %s does not pass etcdutl's status check: %w", path, err)
 	}
-	if status.Revision < before.Header.Revision {
+	// etcdutl reads the revision off the newest key: a store with no key
+	// at all (a new cluster) reports 0 whatever its header says.
+	if status.TotalKey > 0 && status.Revision < before.Header.Revision {
 		return nil, fmt.Errorf("snapshot %s holds revision %d, older than the member's %d before it was taken", path, status.Revision, before.Header.Revision)
 	}
 	info, err := os.Stat(path)

@@ -3,7 +3,9 @@
 package voters_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"slices"
 	"strings"
 	"sync"
@@ -14,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/controller/audit"
 	"github.com/holdfast-io/holdfast/controller/voters"
 	"github.com/holdfast-io/holdfast/webhook/rules"
 )
@@ -29,9 +32,8 @@ import (
 func TestFullSwapWithRealEtcd(t *testing.T) {
 	c := newCluster(t, []string{"a1", "a2", "a3"}, []string{"a4"})
 	c.policy(t, nil)
-	var mu sync.Mutex
-	var audit []voters.AuditRecord
-	startController(t, ctrlOpts{audit: func(r voters.AuditRecord) { mu.Lock(); audit = append(audit, r); mu.Unlock() }})
+	trail := &lockedBuffer{}
+	startController(t, ctrlOpts{audit: trail})
 	waitHealthyStatus(t, "a1", "a2", "a3")
 	cli := c.client("a2", "a3")
 	_, _, clusterID := etcdMembers(t, cli)
@@ -93,12 +95,17 @@ func TestFullSwapWithRealEtcd(t *testing.T) {
 	if p.Status.LastSwap == nil || p.Status.LastSwap.Name != name || p.Status.LastSwap.Phase != holdfastv1.SwapSucceeded || p.Status.EvenSince != nil {
 		t.Errorf("policy status lastSwap %+v evenSince %v", p.Status.LastSwap, p.Status.EvenSince)
 	}
-	mu.Lock()
 	var reasons []string
-	for _, r := range audit {
+	for _, line := range strings.Split(strings.TrimSpace(trail.String()), "\n") {
+		var r audit.Record
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("audit line %q: %v", line, err)
+		}
+		if r.Component != "voters" || r.Actor == "" || r.Swap == "" {
+			t.Errorf("audit line %q: want component voters, an actor and the swap ID", line)
+		}
 		reasons = append(reasons, r.Reason)
 	}
-	mu.Unlock()
 	for _, want := range []string{voters.ReasonLeaseTaken, voters.ReasonLearnerAdded, voters.ReasonPromoted, voters.ReasonMemberRemoved, voters.ReasonReleased} {
 		if !slices.Contains(reasons, want) {
 			t.Errorf("audit trail %v lacks %s", reasons, want)
@@ -125,4 +132,22 @@ func TestFullSwapWithRealEtcd(t *testing.T) {
 	if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: releaseNS, Name: voters.CandidatePodName(name2)}, pod); err == nil {
 		t.Errorf("candidate pod left behind: %s", pod.Name)
 	}
+}
+
+// lockedBuffer is an io.Writer safe for the controller's goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
