@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
@@ -111,6 +113,21 @@ func TestFullSwapWithRealEtcd(t *testing.T) {
 			t.Errorf("audit trail %v lacks %s", reasons, want)
 		}
 	}
+
+	// Events on the swap, Normal for each step carried out.
+	eventually(t, 10*time.Second, "Events on the swap", func() (bool, string) {
+		var evs eventsv1.EventList
+		if err := env.Client.List(context.Background(), &evs); err != nil {
+			return false, err.Error()
+		}
+		seen := map[string]bool{}
+		for _, e := range evs.Items {
+			if e.Regarding.Kind == "VoterSwap" && e.Regarding.Name == name && e.Type == corev1.EventTypeNormal {
+				seen[e.Reason] = true
+			}
+		}
+		return seen[voters.ReasonLearnerAdded] && seen[voters.ReasonPromoted] && seen[voters.ReasonMemberRemoved], fmt.Sprint(seen)
+	})
 
 	// The former member comes back: a2 out, the scheduler's pick in (the
 	// test binds the candidate pod to a1 as holdfast-scheduler would). An
