@@ -4,6 +4,8 @@ package voters_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -12,10 +14,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apiserver/pkg/authentication/serviceaccount"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/controller/voters"
+	"github.com/holdfast-io/holdfast/node-plugin/role"
 	"github.com/holdfast-io/holdfast/webhook/rules"
 )
 
@@ -206,31 +210,42 @@ func describeCond(c *metav1.Condition) string {
 	return string(c.Status) + " " + c.Reason + ": " + c.Message
 }
 
-// TestSwapResumesAfterACrashAfterEveryAction ends the controller right after
-// every action it carries out, before the action is recorded (the worst
-// instant: the world changed, the status does not say so), and starts a new
-// one each time: the swap completes, with three voters and no write lost.
-func TestSwapResumesAfterACrashAfterEveryAction(t *testing.T) {
-	c := newCluster(t, []string{"k1", "k2", "k3"}, []string{"k4"})
+// TestSwapResumesAfterACrashAfterEachMembershipChange ends the controller
+// right after each action that changes etcd's membership or a host's role
+// (learner added, promoted, removed, a role step set), before the action is
+// recorded (the worst instant: the world changed, the status does not say
+// so), and starts a new one each time: the swap completes, with three voters
+// and no write lost. The e2e variant crashes after every action.
+func TestSwapResumesAfterACrashAfterEachMembershipChange(t *testing.T) {
+	crashDrill(t, []string{"k1", "k2", "k3", "k4"}, func(k voters.Kind) bool {
+		return k == voters.AddLearner || k == voters.PromoteMember || k == voters.RemoveMember || k == voters.SetRoleStep
+	}, []voters.Kind{voters.AddLearner, voters.PromoteMember, voters.RemoveMember, voters.SetRoleStep})
+}
+
+// crashDrill runs one swap (names[0] out, names[3] in), ending the
+// controller once after each action of a kind crash selects on each node,
+// and checks it completes having crashed after each kind in want.
+func crashDrill(t *testing.T, names []string, crash func(voters.Kind) bool, want []voters.Kind) {
+	c := newCluster(t, names[:3], names[3:])
 	c.policy(t, nil)
 	ctl := startController(t, ctrlOpts{})
-	waitHealthyStatus(t, "k1", "k2", "k3")
+	waitHealthyStatus(t, names[:3]...)
 	ctl.stop()
-	cli := c.client("k2", "k3")
+	cli := c.client(names[1], names[2])
 	_, _, clusterID := etcdMembers(t, cli)
 	w := startWriter(cli)
 
-	name := createSwap(t, "k1", "k4")
-	// Once after every kind of action on every node (a Record is the
-	// status write itself: a crash after it is one before the next action).
+	name := createSwap(t, names[0], names[3])
+	// Once per kind and node (a Record is the status write itself: a crash
+	// after it is one before the next action).
 	var crashes []string
 	seen := map[string]bool{}
-	deadline := time.Now().Add(3 * time.Minute)
+	deadline := time.Now().Add(4 * time.Minute)
 	for {
 		var kind voters.Kind
 		ctl := startController(t, ctrlOpts{crashAfter: func(a voters.Action) bool {
 			key := string(a.Kind) + "/" + a.Node
-			if a.Kind == voters.Record || seen[key] {
+			if a.Kind == voters.Record || !crash(a.Kind) || seen[key] {
 				return false
 			}
 			seen[key], kind = true, a.Kind
@@ -257,25 +272,125 @@ func TestSwapResumesAfterACrashAfterEveryAction(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("swap not finished within 3m after crashes %v: %s\nhistory:\n%s\nnodes:\n%s", crashes, describe(s), history(s), nodeReports(t))
+			t.Fatalf("swap not finished within 4m after crashes %v: %s\nhistory:\n%s\nnodes:\n%s", crashes, describe(s), history(s), nodeReports(t))
 		}
 		crashes = append(crashes, string(kind))
 	}
 	w.check(t)
 	t.Logf("crashed after %d actions: %v", len(crashes), crashes)
-	for _, k := range []voters.Kind{voters.AcquireLease, voters.Snapshot, voters.Cordon, voters.AddLearner, voters.SetRoleStep,
-		voters.PromoteMember, voters.SetEtcdLabel, voters.Uncordon, voters.MoveLeader, voters.RemoveMember, voters.ClearRoleLabels, voters.ClearRoleStep} {
-		if !slices.Contains(crashes, string(k)) && k != voters.MoveLeader {
+	for _, k := range want {
+		if !slices.Contains(crashes, string(k)) {
 			t.Errorf("no crash after %s: %v", k, crashes)
 		}
 	}
 	v, learners, id := etcdMembers(t, cli)
-	if !slices.Equal(v, []string{"k2", "k3", "k4"}) || len(learners) > 0 || id != clusterID {
+	if !slices.Equal(v, []string{names[1], names[2], names[3]}) || len(learners) > 0 || id != clusterID {
 		t.Fatalf("after the swap: voters %v learners %v cluster %x", v, learners, id)
 	}
-	for _, n := range []*corev1.Node{getNode(t, "k1"), getNode(t, "k4")} {
+	for _, n := range []*corev1.Node{getNode(t, names[0]), getNode(t, names[3])} {
 		if n.Spec.Unschedulable || hasSwapTaint(n) {
 			t.Errorf("%s left cordoned", n.Name)
 		}
+	}
+}
+
+// TestSwapAbandonedWhenWorkloadPodsOutlastTheDrainWait: a pod that runs to
+// completion on the candidate is waited for, never evicted; past the drain
+// wait the swap is abandoned: the candidate uncordoned, the Lease released,
+// nothing changed in etcd.
+func TestSwapAbandonedWhenWorkloadPodsOutlastTheDrainWait(t *testing.T) {
+	c := newCluster(t, []string{"w1", "w2", "w3"}, []string{"w4"})
+	c.policy(t, nil)
+	startController(t, ctrlOpts{})
+	waitHealthyStatus(t, "w1", "w2", "w3")
+	cli := c.client("w1", "w2", "w3")
+	before, _, clusterID := etcdMembers(t, cli)
+	ctx := context.Background()
+	job := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: releaseNS, Name: "build-job"},
+		Spec: corev1.PodSpec{NodeName: "w4", RestartPolicy: corev1.RestartPolicyNever,
+			Containers: []corev1.Container{{Name: "build", Image: "example.invalid/build:1"}}}}
+	if err := env.Client.Create(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), job, client.GracePeriodSeconds(0)) })
+
+	name := createSwap(t, "w1", "w4")
+	waitWaiting(t, name, voters.ReasonWorkloadPods, time.Minute)
+	// The drain wait passes with the job still running.
+	shifted.Advance(2 * time.Minute)
+	s := waitPhase(t, name, holdfastv1.SwapAbandoned, time.Minute)
+	if !strings.Contains(history(s), voters.ReasonWorkloadTimeout) || !strings.Contains(history(s), "build-job") {
+		t.Errorf("history does not name the timeout and the pod:\n%s", history(s))
+	}
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(job), job); err != nil || job.DeletionTimestamp != nil {
+		t.Errorf("the workload pod was evicted or deleted: %v", err)
+	}
+	eventually(t, 10*time.Second, "swap Lease released", func() (bool, string) {
+		h := rules.SwapLeaseHolder(getLease(t))
+		return h == "", h
+	})
+	n4 := getNode(t, "w4")
+	if n4.Spec.Unschedulable || hasSwapTaint(n4) || n4.Labels[holdfastv1.LabelDesiredRole] != "" {
+		t.Errorf("w4 left cordoned %v, tainted %v or with desired role %q", n4.Spec.Unschedulable, n4.Spec.Taints, n4.Labels[holdfastv1.LabelDesiredRole])
+	}
+	after, learners, id := etcdMembers(t, cli)
+	if !slices.Equal(after, before) || len(learners) > 0 || id != clusterID {
+		t.Fatalf("etcd changed: voters %v learners %v cluster %x", after, learners, id)
+	}
+}
+
+// TestAnUnfitVoterIsOnlyProposedUnderDryRun: a voter whose fitness report
+// (written as its node plugin would) is over the fsync threshold for a whole
+// window is proposed in VoterPolicy status.proposedSwap under dry run, and
+// no VoterSwap, Lease or node change follows.
+func TestAnUnfitVoterIsOnlyProposedUnderDryRun(t *testing.T) {
+	c := newCluster(t, []string{"f1", "f2", "f3"}, []string{"f4"})
+	c.policy(t, func(p *holdfastv1.VoterPolicy) {
+		p.Spec.DryRun = new(true)
+		p.Spec.Fitness = holdfastv1.FitnessThresholds{WindowSeconds: 60, MaxFsyncMillis: 10, MaxPeerRTTMillis: 1000}
+	})
+	startController(t, ctrlOpts{})
+	waitHealthyStatus(t, "f1", "f2", "f3")
+	ctx := context.Background()
+	plugin := clientAs(t, nodePluginUser, map[string][]string{serviceaccount.NodeNameKey: {"f2"}})
+	// The node plugin's own first probe is in; the next ones say f2's disk
+	// is slow.
+	eventually(t, 30*time.Second, "f2's first fitness report", func() (bool, string) {
+		return getNode(t, "f2").Annotations[holdfastv1.AnnotationFitness] != "", ""
+	})
+	slow := func() {
+		b, _ := json.Marshal(holdfastv1.Fitness{FsyncP99Micros: 400_000, FsyncSamples: 100, At: metav1.NewTime(shifted.Now())})
+		if err := role.PatchAnnotations(ctx, plugin, "f2", map[string]*string{holdfastv1.AnnotationFitness: new(string(b))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	slow()
+	time.Sleep(3 * time.Second) // passes see it unfit
+	shifted.Advance(61 * time.Second)
+	slow()
+	var p holdfastv1.VoterPolicy
+	eventually(t, 30*time.Second, "proposedSwap naming f2", func() (bool, string) {
+		if err := env.Client.Get(ctx, client.ObjectKey{Name: holdfastv1.VoterPolicyName}, &p); err != nil {
+			return false, err.Error()
+		}
+		ps := p.Status.ProposedSwap
+		return ps != nil && ps.Outgoing == "f2", fmt.Sprintf("%+v", ps)
+	})
+	if !strings.Contains(p.Status.ProposedSwap.Reason, "fsync p99 400ms over 10ms") {
+		t.Errorf("proposal reason %q does not say why", p.Status.ProposedSwap.Reason)
+	}
+	time.Sleep(2 * time.Second)
+	var swaps holdfastv1.VoterSwapList
+	if err := env.Client.List(ctx, &swaps); err != nil {
+		t.Fatal(err)
+	}
+	if len(swaps.Items) > 0 {
+		t.Errorf("dry run created VoterSwap %s", swaps.Items[0].Name)
+	}
+	if h := rules.SwapLeaseHolder(getLease(t)); h != "" {
+		t.Errorf("the swap Lease is held by %s", h)
+	}
+	if n := getNode(t, "f2"); n.Spec.Unschedulable || n.Labels[holdfastv1.LabelDesiredRole] != "" {
+		t.Errorf("f2 was changed")
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/controller/voters"
 	"github.com/holdfast-io/holdfast/test/testenv"
 )
 
@@ -129,4 +130,12 @@ func TestTheVotersRoleSIGKILLedAtEveryStepCompletesTheSwap(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(dir, "audit.jsonl")); err != nil || len(b) == 0 {
 		t.Errorf("no audit trail written by the process: %v", err)
 	}
+}
+
+// TestSwapResumesAfterACrashAfterEveryAction ends the in-process controller
+// once after every kind of action on every node, before its record.
+func TestSwapResumesAfterACrashAfterEveryAction(t *testing.T) {
+	crashDrill(t, []string{"e1", "e2", "e3", "e4"}, func(voters.Kind) bool { return true },
+		[]voters.Kind{voters.AcquireLease, voters.Snapshot, voters.Cordon, voters.AddLearner, voters.SetRoleStep,
+			voters.PromoteMember, voters.SetEtcdLabel, voters.Uncordon, voters.RemoveMember, voters.ClearRoleLabels, voters.ClearRoleStep})
 }
