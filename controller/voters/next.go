@@ -17,39 +17,40 @@ import (
 
 // Reasons a swap records and waits with.
 const (
-	ReasonGatesFailed        = "GatesFailed"
-	ReasonGatesPassed        = "GatesPassed"
-	ReasonDryRun             = "DryRun"
-	ReasonNoCandidate        = "NoCandidate"
-	ReasonCandidateChosen    = "CandidateChosen"
-	ReasonLeaseHeld          = "LeaseHeldElsewhere"
-	ReasonLeaseTaken         = "LeaseTaken"
-	ReasonSnapshotTaken      = "SnapshotTaken"
-	ReasonSnapshotFailed     = "SnapshotFailed"
-	ReasonWorkloadPods       = "WorkloadPodsRunning"
-	ReasonWorkloadTimeout    = "WorkloadDrainTimeout"
-	ReasonDrainTimeout       = "DrainTimeout"
-	ReasonLearnerAdded       = "LearnerAdded"
-	ReasonLearnerAdopted     = "LearnerAdopted"
-	ReasonLearnerGone        = "LearnerGone"
-	ReasonWaitingActuator    = "WaitingForNodePlugin"
-	ReasonPromoted           = "Promoted"
-	ReasonNotVoterByDeadline = "NotVoterByDeadline"
-	ReasonWaitingReady       = "WaitingForNodeReady"
-	ReasonRegateFailed       = "RegateFailed"
-	ReasonLeaderMoved        = "LeaderMoved"
-	ReasonOutgoingDown       = "OutgoingDown"
-	ReasonRemovalHeld        = "RemovalHeld"
-	ReasonMemberRemoved      = "MemberRemoved"
-	ReasonOutgoingPending    = "OutgoingPending"
-	ReasonCandidateGone      = "CandidateGone"
-	ReasonMembershipRestored = "MembershipRestored"
-	ReasonRollbackPending    = "RollbackUnconfirmed"
-	ReasonReleased           = "Released"
-	ReasonCooldown           = "Cooldown"
-	ReasonUnfit              = "VoterUnfit"
-	ReasonVoterCount         = "VoterCountOffTarget"
-	ReasonLeftover           = "Leftover"
+	ReasonGatesFailed           = "GatesFailed"
+	ReasonGatesPassed           = "GatesPassed"
+	ReasonDryRun                = "DryRun"
+	ReasonNoCandidate           = "NoCandidate"
+	ReasonCandidateChosen       = "CandidateChosen"
+	ReasonLeaseHeld             = "LeaseHeldElsewhere"
+	ReasonLeaseTaken            = "LeaseTaken"
+	ReasonSnapshotTaken         = "SnapshotTaken"
+	ReasonSnapshotFailed        = "SnapshotFailed"
+	ReasonWorkloadPods          = "WorkloadPodsRunning"
+	ReasonWorkloadTimeout       = "WorkloadDrainTimeout"
+	ReasonDrainTimeout          = "DrainTimeout"
+	ReasonLearnerAdded          = "LearnerAdded"
+	ReasonLearnerAdopted        = "LearnerAdopted"
+	ReasonLearnerGone           = "LearnerGone"
+	ReasonStartedLearnerRemoved = "StartedLearnerRemoved"
+	ReasonWaitingActuator       = "WaitingForNodePlugin"
+	ReasonPromoted              = "Promoted"
+	ReasonNotVoterByDeadline    = "NotVoterByDeadline"
+	ReasonWaitingReady          = "WaitingForNodeReady"
+	ReasonRegateFailed          = "RegateFailed"
+	ReasonLeaderMoved           = "LeaderMoved"
+	ReasonOutgoingDown          = "OutgoingDown"
+	ReasonRemovalHeld           = "RemovalHeld"
+	ReasonMemberRemoved         = "MemberRemoved"
+	ReasonOutgoingPending       = "OutgoingPending"
+	ReasonCandidateGone         = "CandidateGone"
+	ReasonMembershipRestored    = "MembershipRestored"
+	ReasonRollbackPending       = "RollbackUnconfirmed"
+	ReasonReleased              = "Released"
+	ReasonCooldown              = "Cooldown"
+	ReasonUnfit                 = "VoterUnfit"
+	ReasonVoterCount            = "VoterCountOffTarget"
+	ReasonLeftover              = "Leftover"
 )
 
 // Outcomes recorded in a swap's history.
@@ -497,20 +498,33 @@ func stepRollback(o *Observation, c *Cluster, s *holdfastv1.VoterSwap) Decision 
 				return wait(s, ReasonRemovalHeld, "removal of "+in+" held: "+why)
 			}
 		}
+		// A member that had started is recorded by its host, which then
+		// notices the removal: the rollback waits for that (as finish-demote).
+		reason := ""
+		if m.Started() {
+			reason = ReasonStartedLearnerRemoved
+		}
 		return act(&Action{Kind: RemoveMember, Swap: s.Name, Node: in, Member: m.ID, Endpoints: answering(c, in),
-			Reason: "LearnerRemoved", Then: &Change{History: []holdfastv1.SwapStepRecord{rec(holdfastv1.StepRollback, "LearnerRemoved", "",
+			Reason: "LearnerRemoved", Then: &Change{History: []holdfastv1.SwapStepRecord{rec(holdfastv1.StepRollback, "LearnerRemoved", reason,
 				fmt.Sprintf("member %s of %s removed", HexID(m.ID), in))}}})
 	}
 	if n := o.Nodes[in]; n != nil {
+		_, tombstone := n.Annotations[holdfastv1.AnnotationTombstone]
 		if !roleStepIs(n, id, holdfastv1.RoleAgent, holdfastv1.RoleStepRollback) {
+			if startedLearnerRemoved(s) && !tombstone && rules.NodeReady(n) && s.Status.Deadline != nil &&
+				o.Now.Before(s.Status.Deadline.Add(-t.opTimeout/2)) {
+				return wait(s, ReasonWaitingActuator, fmt.Sprintf("waiting for the node plugin on %s to record its learner's removal (%s)", in, holdfastv1.AnnotationTombstone))
+			}
 			return act(&Action{Kind: SetRoleStep, Swap: s.Name, SwapID: id, Node: in, DesiredRole: holdfastv1.RoleAgent,
 				RoleStep: holdfastv1.RoleStepRollback, Reason: "RollbackRequested",
 				Then: &Change{History: []holdfastv1.SwapStepRecord{rec(holdfastv1.StepRollback, "AgentRequested", "", in+": desired-role agent, role-step rollback")}}})
 		}
 		rep := reportOf(n)
-		confirmed := reportIs(rep, id, holdfastv1.RoleStepRollback, holdfastv1.ActuatorDone)
+		// Confirmed once the host is an agent again and no tombstone is
+		// reported (it was retired beside the moved-aside data).
+		confirmed := reportIs(rep, id, holdfastv1.RoleStepRollback, holdfastv1.ActuatorDone) && !tombstone
 		if !confirmed && !pastDeadline(o, s) {
-			return wait(s, ReasonWaitingActuator, fmt.Sprintf("waiting for the node plugin on %s to return the host to an agent: %s", in, describeReport(rep)))
+			return wait(s, ReasonWaitingActuator, fmt.Sprintf("waiting for the node plugin on %s to return the host to an agent and retire any tombstone: %s", in, describeReport(rep)))
 		}
 		if hasRoleLabels(n) {
 			return act(&Action{Kind: ClearRoleLabels, Swap: s.Name, Node: in, Reason: "LabelsCleared"})
@@ -528,6 +542,16 @@ func stepRollback(o *Observation, c *Cluster, s *holdfastv1.VoterSwap) Decision 
 	}
 	return toRelease(s, holdfastv1.SwapRolledBack, holdfastv1.StepRollback, OutcomeRolledBack, ReasonMembershipRestored,
 		fmt.Sprintf("%s returned to an agent; the members are as before: %s", in, strings.Join(c.Voters, ", ")))
+}
+
+// startedLearnerRemoved: the rollback removed a learner that had started.
+func startedLearnerRemoved(s *holdfastv1.VoterSwap) bool {
+	for _, h := range s.Status.History {
+		if h.Step == holdfastv1.StepRollback && h.Reason == ReasonStartedLearnerRemoved {
+			return true
+		}
+	}
+	return false
 }
 
 func stepRegate(o *Observation, c *Cluster, s *holdfastv1.VoterSwap) Decision {

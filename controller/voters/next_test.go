@@ -428,6 +428,30 @@ func TestNextRollback(t *testing.T) {
 				t.Errorf("sets %s/%s", d.Action.DesiredRole, d.Action.RoleStep)
 			}
 		}}},
+		{"a learner that had started is removed and recorded as such", func(o *Observation) {
+			s := running(o, holdfastv1.StepRollback)
+			s.Status.IncomingMemberID = HexID(memberID("n4"))
+			withLearner(o, true)
+		}, want{kind: RemoveMember, node: "n4", says: []string{ReasonStartedLearnerRemoved}}},
+		{"rollback of a started learner waits for its host to record the removal (tombstone)", func(o *Observation) {
+			s := running(o, holdfastv1.StepRollback)
+			s.Status.IncomingMemberID = HexID(memberID("n4"))
+			s.Status.History = append(s.Status.History, rec(holdfastv1.StepRollback, "LearnerRemoved", ReasonStartedLearnerRemoved, "removed"))
+			s.Status.Deadline = &metav1.Time{Time: t0.Add(time.Duration(o.Policy.Spec.OperationTimeoutSeconds) * time.Second)}
+		}, want{waitFor: ReasonWaitingActuator, says: []string{"record its learner's removal"}}},
+		{"rollback of a started learner once its removal is recorded: the host is returned to an agent", func(o *Observation) {
+			s := running(o, holdfastv1.StepRollback)
+			s.Status.IncomingMemberID = HexID(memberID("n4"))
+			s.Status.History = append(s.Status.History, rec(holdfastv1.StepRollback, "LearnerRemoved", ReasonStartedLearnerRemoved, "removed"))
+			o.Nodes["n4"].Annotations[holdfastv1.AnnotationTombstone] = `{"memberID":"4","clusterID":"c1"}`
+		}, want{kind: SetRoleStep, node: "n4"}},
+		{"rolled back on the host but its tombstone still reported: waited for", func(o *Observation) {
+			running(o, holdfastv1.StepRollback)
+			cordon(o.Nodes["n4"], swapID)
+			setStep(o.Nodes["n4"], holdfastv1.RoleAgent, swapID, holdfastv1.RoleStepRollback)
+			setReport(o.Nodes["n4"], swapID, holdfastv1.RoleStepRollback, holdfastv1.ActuatorDone, nil, t0)
+			o.Nodes["n4"].Annotations[holdfastv1.AnnotationTombstone] = `{"memberID":"4","clusterID":"c1"}`
+		}, want{waitFor: ReasonWaitingActuator, says: []string{"retire any tombstone"}}},
 		{"rollback waits for the node plugin", func(o *Observation) {
 			running(o, holdfastv1.StepRollback)
 			setStep(o.Nodes["n4"], holdfastv1.RoleAgent, swapID, holdfastv1.RoleStepRollback)
