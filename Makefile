@@ -57,6 +57,10 @@ test-integration: k8s-bin node-deps cri-bin ## Run only the packages with tests 
 test: k8s-bin node-deps cri-bin ## Run everything CI runs: unit and integration tests (the README's test command)
 	$(GO) test -tags integration -timeout $(TEST_TIMEOUT) $(GO_TEST_FLAGS) ./...
 
+.PHONY: test-e2e
+test-e2e: k8s-bin node-deps cri-bin ## Run everything make test runs plus the long drills (build tag e2e)
+	$(GO) test -tags 'integration e2e' -timeout $(TEST_TIMEOUT) $(GO_TEST_FLAGS) ./...
+
 $(CONTROLLER_GEN):
 	GOBIN=$(CURDIR)/bin/tools/.gobin $(GO) install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)
 	mv $(CURDIR)/bin/tools/.gobin/controller-gen $@
