@@ -80,6 +80,10 @@ func TestL5AllStandbysTriedStaysPendingAndExplainsEachNode(t *testing.T) {
 	p.node("l5-standby-1")
 	p.node("l5-standby-2")
 	p.node("l5-other")
+	// A workload on l5-standby-1: left to the scores, a runtime would go to
+	// the idle l5-standby-2, so only the manual pod's node affinity takes it
+	// to l5-standby-1 below.
+	p.placedPod("l5-workload", "l5-standby-1", nil)
 	p.unit(plugintest.MakeUnit("", "boiler-1").Targets("l5-standby-1", "l5-standby-2").Obj(),
 		&holdfastv1.RuntimeBinding{Epoch: 4, Origin: holdfastv1.OriginAutomatic, PreviousNode: "l5-primary", UnsettledRebinds: []string{"l5-standby-1", "l5-standby-2"}})
 	startHoldfastScheduler(t)
