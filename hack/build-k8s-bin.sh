@@ -19,19 +19,9 @@ if [[ -x "${out}/kube-apiserver" && -x "${out}/kubectl" && -x "${out}/etcd" && -
 	exit 0
 fi
 
-# Stamp the versions the way Kubernetes' own release build does, or the
-# binaries report v0.0.0-master and version-skew checks misfire.
-major=${k8s_version#v}
-major=${major%%.*}
-minor=${k8s_version#v*.}
-minor=${minor%%.*}
-ldflags="-s -w"
-for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-	ldflags+=" -X ${pkg}.gitVersion=${k8s_version}"
-	ldflags+=" -X ${pkg}.gitMajor=${major}"
-	ldflags+=" -X ${pkg}.gitMinor=${minor}"
-	ldflags+=" -X ${pkg}.gitTreeState=clean"
-done
+# shellcheck source=lib/k8s-ldflags.sh
+source hack/lib/k8s-ldflags.sh
+ldflags=$(k8s_ldflags "${k8s_version}")
 
 # Build into a scratch directory and move it into place whole, so an
 # interrupted build never leaves a directory that looks complete.

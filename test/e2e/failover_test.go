@@ -1,0 +1,256 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/holdfast-io/holdfast/api/lease"
+	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/test/devicesim"
+	"github.com/holdfast-io/holdfast/test/e2e/scenario"
+)
+
+// The controller's Event reasons (controller/units) the drills expect.
+const (
+	evLeaseEstablished   = "LeaseEstablished"
+	evLeaseExpired       = "LeaseExpired"
+	evHold               = "Hold"
+	evRebound            = "Rebound"
+	evLeaseReestablished = "LeaseReestablished"
+)
+
+// drill is one drill's unit on the shared cluster.
+type drill struct {
+	t   *testing.T
+	ctx context.Context
+	u   *scenario.Unit
+}
+
+func newDrill(t *testing.T, name string, leaseSeconds int32) *drill {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	t.Cleanup(cancel)
+	nodes := world.NodeNames
+	u, err := world.CreateUnit(ctx, scenario.UnitOptions{Namespace: "drill-" + name, Name: "kiln", LeaseSeconds: leaseSeconds,
+		Primary: nodes[0], Targets: nodes[1:]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &drill{t: t, ctx: ctx, u: u}
+	t.Cleanup(func() {
+		if t.Failed() {
+			d.dump()
+		}
+	})
+	return d
+}
+
+func (d *drill) dump() {
+	u, err := d.u.Get(d.ctx)
+	if err == nil {
+		d.t.Logf("unit status: %+v", u.Status)
+		if b := u.Status.RuntimeBinding; b != nil {
+			d.t.Logf("binding: %+v", *b)
+		}
+	}
+	if r, err := d.u.EventReasons(d.ctx); err == nil {
+		d.t.Logf("events: %v", r)
+	}
+	if log, err := d.u.Writes(d.ctx); err == nil {
+		d.t.Logf("device epochs: %v (%d writes)", devicesim.Epochs(log), len(log))
+	}
+	for _, c := range world.Controllers {
+		d.t.Logf("%s log tail:\n%s", c.Identity, c.Tail(20))
+	}
+}
+
+func (d *drill) held(epoch int64) *holdfastv1.RuntimeBinding {
+	d.t.Helper()
+	b, err := d.u.WaitHeld(d.ctx, epoch, 3*time.Minute)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	if err := d.u.WaitWrites(d.ctx, epoch, 5, time.Minute); err != nil {
+		d.t.Fatal(err)
+	}
+	return b
+}
+
+// oneWriter asserts from the device's own log that there was one writer at a
+// time, and that the new epoch's first write came at least the re-bind
+// margin after the old epoch's last attempt.
+func (d *drill) oneWriter(old, new int64) {
+	d.t.Helper()
+	log, err := d.u.Writes(d.ctx)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	if err := scenario.CheckNoTwoWriters(log); err != nil {
+		d.t.Fatalf("two writers on the device: %v", err)
+	}
+	last, ok := devicesim.LastAttempt(log, old)
+	by := devicesim.ByEpoch(log)
+	if !ok || len(by[new]) == 0 {
+		d.t.Fatalf("want writes at epochs %d and %d, the device saw %v", old, new, devicesim.Epochs(log))
+	}
+	u, err := d.u.Get(d.ctx)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	if gap := by[new][0].Time.Sub(last); gap < u.Spec.Availability.RebindMargin() {
+		d.t.Fatalf("epoch %d first wrote %v after epoch %d's last attempt, inside the re-bind margin %v", new, gap, old, u.Spec.Availability.RebindMargin())
+	}
+}
+
+// events waits until the Unit's Events begin with want, in order.
+func (d *drill) events(want ...string) {
+	d.t.Helper()
+	var got []string
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		got, _ = d.u.EventReasons(d.ctx)
+		if len(got) >= len(want) && slices.Equal(got[:len(want)], want) {
+			return
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	d.t.Fatalf("unit events %v, want them to begin %v", got, want)
+}
+
+// metric waits until some controller's metric with the labels reaches at
+// least min.
+func (d *drill) metric(name string, labels map[string]string, min float64) {
+	d.t.Helper()
+	var last string
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		var sum float64
+		for _, c := range world.Controllers {
+			v, err := scrape(world.HTTPClient(), c.Metrics+"/metrics", name, labels)
+			if err != nil {
+				last = err.Error()
+				continue
+			}
+			sum += v
+		}
+		if sum >= min {
+			return
+		}
+		last = fmt.Sprintf("%s%v = %v", name, labels, sum)
+		time.Sleep(500 * time.Millisecond)
+	}
+	d.t.Fatalf("metric %s%v never reached %v: %s", name, labels, min, last)
+}
+
+// oldRuntimeFenced waits until the old epoch's runtime, reached at its
+// node's address, reports itself fenced, or is gone (stopped by the node
+// plugin, or its pod deleted).
+func (d *drill) oldRuntimeFenced(node string, epoch int64) {
+	d.t.Helper()
+	url := fmt.Sprintf("http://%s:9443%s", world.Nodes[node].IP, lease.Path)
+	var last string
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		st, err := leaseStatus(world.HTTPClient(), url)
+		switch {
+		case err != nil:
+			last = err.Error()
+		case st.Epoch != epoch:
+			return // another runtime answers there now
+		case st.Fenced:
+			return
+		default:
+			last = fmt.Sprintf("%+v", st)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	d.t.Fatalf("the epoch %d runtime on %s never reported itself fenced: %s", epoch, node, last)
+}
+
+// TestPrimaryNodeCutFailsOverToAStandby: the primary node's link goes down
+// (it loses the apiserver, the grantor and the device at once). The lease
+// expires, the Hold is recorded, the unit is re-bound with epoch 2 to a
+// standby after the margin, the standby's runtime holds the lease and
+// drives the device. When the link comes back the old runtime is fenced and
+// writes nothing: the device saw one writer at a time.
+func TestPrimaryNodeCutFailsOverToAStandby(t *testing.T) {
+	d := newDrill(t, "node-cut", 10)
+	b1 := d.held(1)
+	node := world.Nodes[b1.Node]
+	if err := node.Cut(); err != nil {
+		t.Fatal(err)
+	}
+	mended := false
+	mend := func() {
+		if !mended {
+			mended = true
+			if err := node.Mend(); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	t.Cleanup(mend)
+	b2 := d.held(2)
+	if b2.Node == b1.Node {
+		t.Fatalf("epoch 2 bound to the cut node %s", b2.Node)
+	}
+	if !slices.Contains(world.NodeNames[1:], b2.Node) {
+		t.Fatalf("epoch 2 bound to %s, not a target", b2.Node)
+	}
+	if b2.Expiry == nil || b2.Expiry.Epoch != 1 || b2.Expiry.Verdict != holdfastv1.VerdictSelfFenced {
+		t.Fatalf("expiry record after the re-bind: %+v", b2.Expiry)
+	}
+	d.events(evLeaseEstablished, evLeaseExpired, evHold, evRebound, evLeaseReestablished)
+	d.metric("holdfast_unit_rebinds_total", map[string]string{"namespace": d.u.Key.Namespace, "unit": d.u.Key.Name, "path": "automatic"}, 1)
+	d.metric("holdfast_unit_lease_expiries_total", map[string]string{"namespace": d.u.Key.Namespace, "unit": d.u.Key.Name, "verdict": "SelfFenced"}, 1)
+
+	// The link comes back: the old runtime reconnects to its device fenced.
+	mend()
+	d.oldRuntimeFenced(b1.Node, 1)
+	time.Sleep(2 * time.Second) // scans of the old runtime, had it written
+	d.oneWriter(1, 2)
+}
+
+// TestRuntimeSIGSTOPFencesBeforeTheStandbyWrites: the primary's runtime
+// process is frozen (its node, kubelet and link are fine). Renewals go
+// unanswered; the grantor declares the lease expired, records the Hold and
+// re-binds after the margin. When the frozen runtime wakes, past its
+// deadline and its hold, it is fenced by its own clock before its next scan
+// and writes nothing.
+func TestRuntimeSIGSTOPFencesBeforeTheStandbyWrites(t *testing.T) {
+	d := newDrill(t, "sigstop", 10)
+	b1 := d.held(1)
+	node := world.Nodes[b1.Node]
+	pid, err := node.ContainerPID(d.ctx, d.u.Key.Namespace, b1.Pod, "runtime")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	continued := false
+	cont := func() {
+		if !continued {
+			continued = true
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		}
+	}
+	t.Cleanup(cont)
+	b2 := d.held(2)
+	if b2.Node == b1.Node {
+		t.Fatalf("epoch 2 bound to the node being left, %s", b2.Node)
+	}
+	d.events(evLeaseEstablished, evLeaseExpired, evHold, evRebound, evLeaseReestablished)
+	cont()
+	d.oldRuntimeFenced(b1.Node, 1)
+	time.Sleep(2 * time.Second)
+	d.oneWriter(1, 2)
+	_ = strings.TrimSpace
+}
