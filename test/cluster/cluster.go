@@ -189,6 +189,9 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	if err := os.MkdirAll(filepath.Join(dir, "logs"), 0o755); err != nil {
 		return nil, err
 	}
+	if reaped := ReapOrphans(); len(reaped) > 0 {
+		c.logf("cleaned up after clusters whose process died: %v", reaped)
+	}
 	c.HubNetns = "hfe-" + c.ID + "-hub"
 	defer func() {
 		if err != nil {
@@ -203,6 +206,9 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		if err == nil {
 			c.sysctls[s] = strings.TrimSpace(string(b))
 		}
+	}
+	if err := c.writeState(); err != nil {
+		return c, err
 	}
 	if err := c.startHub(); err != nil {
 		return c, err
@@ -507,8 +513,10 @@ func (c *Cluster) Leftovers() []string {
 			}
 		}
 	}
-	for _, d := range c.cgroups {
-		if _, err := os.Stat(d); err == nil {
+	mounts, _ := cgroupMounts()
+	for _, m := range mounts {
+		left, _ := filepath.Glob(filepath.Join(m, "hfe-"+c.ID+"-*"))
+		for _, d := range left {
 			out = append(out, "cgroup "+d)
 		}
 	}

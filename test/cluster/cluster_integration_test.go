@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -117,7 +119,6 @@ func TestTwoRealKubeletsRunPodsAndTearDownClean(t *testing.T) {
 	if _, err := os.Stat(dir); err == nil {
 		t.Errorf("cluster directory %s left behind", dir)
 	}
-	_ = filepath.Join
 }
 
 func runtimePod(name, node string) *corev1.Pod {
@@ -174,4 +175,49 @@ func wait(ctx context.Context, timeout time.Duration, f func() bool) error {
 		}
 	}
 	return nil
+}
+
+// TestReapOrphansCleansUpAfterADeadOwner: a cluster whose owning process
+// died without Stop (a panic, a SIGKILL) is cleaned up by the next Start:
+// its processes killed by PID, its namespaces, cgroups and directory
+// removed, the kernel settings it found put back.
+func TestReapOrphansCleansUpAfterADeadOwner(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	c, err := cluster.Start(ctx, cluster.Config{Nodes: []cluster.NodeSpec{{Name: "edge-a"}}, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Stop() }()
+	// Play the owner's death: its state names a process that is gone.
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	statePath := filepath.Join(c.Dir, "state.json")
+	b, err := os.ReadFile(statePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st map[string]any
+	if err := json.Unmarshal(b, &st); err != nil {
+		t.Fatal(err)
+	}
+	st["owner"] = dead.Process.Pid
+	if b, err = json.Marshal(st); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(statePath, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	reaped := cluster.ReapOrphans()
+	if !slices.Contains(reaped, c.ID) {
+		t.Fatalf("ReapOrphans reaped %v, not the orphaned cluster %s", reaped, c.ID)
+	}
+	if err := wait(ctx, time.Minute, func() bool { return len(c.Leftovers()) == 0 }); err != nil {
+		t.Fatalf("left behind after ReapOrphans:\n%s", strings.Join(c.Leftovers(), "\n"))
+	}
+	if _, err := os.Stat(c.Dir); err == nil {
+		t.Errorf("cluster directory %s left behind", c.Dir)
+	}
 }

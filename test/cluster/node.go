@@ -342,7 +342,9 @@ func (n *Node) removeSandboxes() {
 	}
 }
 
-// cgroupMounts lists the mounted cgroup v1 hierarchies.
+// cgroupMounts lists the mounted cgroup hierarchies: the v1 ones and, on a
+// hybrid host, the unified one (runc creates the containers' cgroups there
+// too).
 func cgroupMounts() ([]string, error) {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
@@ -354,7 +356,7 @@ func cgroupMounts() ([]string, error) {
 	for s.Scan() {
 		fields := strings.Fields(s.Text())
 		for i, fld := range fields {
-			if fld == "-" && i+1 < len(fields) && fields[i+1] == "cgroup" {
+			if fld == "-" && i+1 < len(fields) && (fields[i+1] == "cgroup" || fields[i+1] == "cgroup2") {
 				out = append(out, fields[4])
 			}
 		}
@@ -414,8 +416,7 @@ func (n *Node) cgroupPIDs() []int {
 	return out
 }
 
-// removeCgroups removes the node's cgroups, deepest first (cgroupfs
-// directories go with rmdir only).
+// removeCgroups removes the node's cgroups in every hierarchy.
 func (n *Node) removeCgroups() error {
 	mounts, err := cgroupMounts()
 	if err != nil {
@@ -423,25 +424,8 @@ func (n *Node) removeCgroups() error {
 	}
 	var firstErr error
 	for _, m := range mounts {
-		var dirs []string
-		_ = filepath.WalkDir(filepath.Join(m, n.cgroupRoot), func(p string, d os.DirEntry, err error) error {
-			if err == nil && d.IsDir() {
-				dirs = append(dirs, p)
-			}
-			return nil
-		})
-		for i := len(dirs) - 1; i >= 0; i-- {
-			var err error
-			for try := 0; try < 50; try++ {
-				if err = os.Remove(dirs[i]); err == nil || os.IsNotExist(err) {
-					err = nil
-					break
-				}
-				time.Sleep(100 * time.Millisecond)
-			}
-			if err != nil && firstErr == nil {
-				firstErr = fmt.Errorf("removing cgroup %s: %w", dirs[i], err)
-			}
+		if err := removeCgroupTree(filepath.Join(m, n.cgroupRoot)); err != nil && firstErr == nil {
+			firstErr = err
 		}
 	}
 	return firstErr

@@ -9,6 +9,7 @@ import (
 	"net/http"
 
 	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	"github.com/holdfast-io/holdfast/api/lease"
 )
@@ -21,7 +22,7 @@ func scrape(hc *http.Client, url, name string, labels map[string]string) (float6
 		return 0, err
 	}
 	defer resp.Body.Close()
-	var p expfmt.TextParser
+	p := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := p.TextToMetricFamilies(resp.Body)
 	if err != nil {
 		return 0, err
