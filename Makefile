@@ -33,7 +33,7 @@ verify: $(CONTROLLER_GEN) ## Fail on stale generated files, gofmt/go vet finding
 	CONTROLLER_GEN=$(CONTROLLER_GEN) hack/verify.sh
 
 .PHONY: k8s-bin
-k8s-bin: ## Build kube-apiserver, kubectl and etcd from the module graph into bin/k8s/<version>
+k8s-bin: ## Build kube-apiserver, kubectl, etcd and the kubelet from the module graph into bin/k8s/<version>
 	hack/build-k8s-bin.sh
 
 .PHONY: node-deps
@@ -44,20 +44,20 @@ node-deps: ## Install the Debian packages the node-plugin tests need (dbus, libs
 cri-bin: node-deps ## Build containerd v2, its runc shim, ctr and runc from their Go modules into bin/cri/<versions>
 	hack/build-cri-bin.sh
 
-.PHONY: node-bin
-node-bin: ## Build the kubelet, kube-controller-manager, kube-scheduler and CNI plugins of the e2e nodes into bin/node, bin/cni
-	hack/build-node-bin.sh
+.PHONY: cni-bin
+cni-bin: ## Build the CNI plugins the e2e cluster's nodes name (test/cluster) into bin/cni/<version>
+	hack/build-cni-bin.sh
 
 .PHONY: test-unit
 test-unit: node-deps ## Run the tests that need no control plane
 	$(GO) test -timeout $(TEST_TIMEOUT) $(GO_TEST_FLAGS) ./...
 
 .PHONY: test-integration
-test-integration: k8s-bin node-deps cri-bin node-bin ## Run only the packages with tests against the real apiserver, etcd and kubectl
+test-integration: k8s-bin node-deps cri-bin cni-bin ## Run only the packages with tests against the real apiserver, etcd and kubectl
 	$(GO) test -tags integration -timeout $(TEST_TIMEOUT) $(GO_TEST_FLAGS) $$(hack/integration-packages.sh)
 
 .PHONY: test
-test: k8s-bin node-deps cri-bin node-bin ## Run everything CI runs: unit and integration tests (the README's test command)
+test: k8s-bin node-deps cri-bin cni-bin ## Run everything CI runs: unit and integration tests (the README's test command)
 	$(GO) test -tags integration -timeout $(TEST_TIMEOUT) $(GO_TEST_FLAGS) ./...
 
 $(CONTROLLER_GEN):

@@ -1,8 +1,10 @@
 // Package cluster runs a real Kubernetes cluster on one machine for the
-// end-to-end drills and the demo: etcd and kube-apiserver (make k8s-bin),
-// the kube-controller-manager and, per node, containerd with runc and a real
-// kubelet v1.37.2 (make node-bin, make cri-bin), with holdfast's components
-// started as processes beside them.
+// end-to-end drills and the demo: etcd and kube-apiserver and, per node,
+// containerd with runc and a real kubelet v1.37.2 (make k8s-bin cri-bin
+// cni-bin), with holdfast's components started as processes beside them.
+// There is no kube-controller-manager: EnsureNamespace does the little of
+// its work pods need (the default ServiceAccount, kube-root-ca.crt), and
+// every pod is bound by name or by holdfast's own placement.
 //
 // Every part lives in network namespaces the cluster creates: a hub
 // namespace with a bridge holds the control plane and the plant (device
@@ -88,11 +90,12 @@ type Config struct {
 type Binaries struct {
 	// K8s holds kube-apiserver, kubectl and etcd (make k8s-bin).
 	K8s string
-	// Node holds kubelet and kube-controller-manager (make node-bin).
-	Node string
+	// Kubelet is the kubelet binary (make k8s-bin builds it into K8s in
+	// the same go build; HOLDFAST_KUBELET names another).
+	Kubelet string
 	// CRI holds containerd, its shim, ctr and runc (make cri-bin).
 	CRI string
-	// CNI holds the CNI plugins (make node-bin).
+	// CNI holds the CNI plugins (make cni-bin).
 	CNI string
 }
 
@@ -137,23 +140,28 @@ func FindBinaries(root string) (Binaries, error) {
 		return Binaries{}, err
 	}
 	b := Binaries{
-		K8s:  filepath.Join(root, "bin", "k8s", ver),
-		Node: filepath.Join(root, "bin", "node", ver),
-		CRI:  filepath.Join(root, "bin", "cri", "current"),
-		CNI:  filepath.Join(root, "bin", "cni", "v1.10.0"),
+		K8s:     filepath.Join(root, "bin", "k8s", ver),
+		Kubelet: filepath.Join(root, "bin", "k8s", ver, "kubelet"),
+		CRI:     filepath.Join(root, "bin", "cri", "current"),
+		CNI:     filepath.Join(root, "bin", "cni", "v1.10.0"),
 	}
 	if d := os.Getenv("HOLDFAST_CRI_BIN"); d != "" {
 		b.CRI = d
 	}
+	if f := os.Getenv("HOLDFAST_KUBELET"); f != "" {
+		b.Kubelet = f
+	}
+	if _, err := os.Stat(b.Kubelet); err != nil {
+		return b, fmt.Errorf("%s missing: run make k8s-bin (or set HOLDFAST_KUBELET): %w", b.Kubelet, err)
+	}
 	for dir, files := range map[string][]string{
-		b.K8s:  {"kube-apiserver", "etcd", "kubectl"},
-		b.Node: {"kubelet", "kube-controller-manager"},
-		b.CRI:  {"containerd", "containerd-shim-runc-v2", "ctr", "runc"},
-		b.CNI:  {"bridge", "host-local", "loopback"},
+		b.K8s: {"kube-apiserver", "etcd", "kubectl"},
+		b.CRI: {"containerd", "containerd-shim-runc-v2", "ctr", "runc"},
+		b.CNI: {"bridge", "host-local", "loopback"},
 	} {
 		for _, f := range files {
 			if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
-				return b, fmt.Errorf("%s missing: run make k8s-bin node-bin cri-bin: %w", filepath.Join(dir, f), err)
+				return b, fmt.Errorf("%s missing: run make k8s-bin cri-bin cni-bin: %w", filepath.Join(dir, f), err)
 			}
 		}
 	}
@@ -485,7 +493,8 @@ func (c *Cluster) restClient() (*rest.RESTClient, error) {
 
 // Leftovers lists what a stopped cluster left on the machine: running
 // processes it started, network namespaces, mounts, cgroups, and kernel
-// settings that differ from what it found. Empty after a clean Stop.
+// settings that differ from what it found, and its directory. Empty after a
+// clean Stop.
 func (c *Cluster) Leftovers() []string {
 	var out []string
 	all := slices.Clone(c.procs)
@@ -531,6 +540,9 @@ func (c *Cluster) Leftovers() []string {
 				out = append(out, fmt.Sprintf("processes %v in the mount namespace of %s", pids, n.Name))
 			}
 		}
+	}
+	if _, err := os.Stat(c.Dir); err == nil {
+		out = append(out, "directory "+c.Dir)
 	}
 	return out
 }

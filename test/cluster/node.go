@@ -254,7 +254,7 @@ func (n *Node) Import(tarball string) error {
 func (n *Node) startKubelet() error {
 	var err error
 	n.kubelet, err = startProc(n.Name+"-kubelet", filepath.Join(n.Dir, "logs", "kubelet.log"), nil,
-		n.enter(filepath.Join(n.c.bins.Node, "kubelet"),
+		n.enter(n.c.bins.Kubelet,
 			"--config", filepath.Join(n.Dir, "kubelet.yaml"),
 			"--kubeconfig", filepath.Join(n.Dir, "kubeconfig"),
 			"--hostname-override", n.Name,

@@ -1,4 +1,4 @@
-//go:build e2e
+//go:build integration || e2e
 
 // Package e2e holds the drills: holdfast on real kubelets (test/cluster)
 // with faults injected the way nodes and networks fail, each asserted from
@@ -23,19 +23,27 @@ var world *scenario.World
 
 func TestMain(m *testing.M) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	w, err := scenario.Up(ctx, scenario.Options{Logf: func(f string, a ...any) { fmt.Fprintf(os.Stderr, "e2e: "+f+"\n", a...) }})
+	start := time.Now()
+	logf := func(f string, a ...any) {
+		fmt.Fprintf(os.Stderr, "e2e %6.1fs: %s\n", time.Since(start).Seconds(), fmt.Sprintf(f, a...))
+	}
+	w, err := scenario.Up(ctx, scenario.Options{Nodes: clusterNodes, Logf: logf})
 	cancel()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "e2e: starting the cluster: %v\n", err)
 		os.Exit(1)
 	}
 	world = w
+	logf("cluster up")
 	code := m.Run()
+	logf("drills done; stopping the cluster")
 	if err := w.Down(); err != nil {
 		fmt.Fprintf(os.Stderr, "e2e: stopping the cluster: %v\n", err)
 		if code == 0 {
 			code = 1
 		}
+	} else {
+		logf("cluster stopped; nothing left behind")
 	}
 	os.Exit(code)
 }

@@ -1,6 +1,7 @@
 // Package scenario is what the drills (test/e2e) and the demo share: a
-// holdfast installation on a test/cluster cluster (the webhook, both
-// schedulers, two grantor replicas), units each driving their own simulated
+// holdfast installation on a test/cluster cluster (the webhook, two
+// holdfast-controller --role units replicas, and the test-only binder in
+// place of holdfast-scheduler until it lands), units each driving their own simulated
 // device, and the outside observations a drill asserts on and the demo
 // prints: the device's write log, the Unit's status and Events, the
 // controllers' metrics and audit trails.
@@ -12,6 +13,9 @@ import (
 	"fmt"
 	"time"
 
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/test/cluster"
 )
 
@@ -22,6 +26,12 @@ type Options struct {
 	// Controllers is the number of holdfast-controller --role units
 	// replicas (default 2).
 	Controllers int
+	// LeaseStandDown is the controllers' --lease-stand-down (default 20s;
+	// the binary's 90s is sized for a control-plane VIP move, which this
+	// cluster has none of). A new leader holds off re-binds for this + the
+	// unit's lease + its margin after acquiring, so a drill right after
+	// start-up waits that long for its Hold.
+	LeaseStandDown time.Duration
 	// EtcdMembers of the control plane (default 1).
 	EtcdMembers int
 	Logf        func(format string, args ...any)
@@ -31,7 +41,7 @@ type Options struct {
 type World struct {
 	*cluster.Cluster
 	Webhook     *cluster.Process
-	Scheduler   *cluster.Process
+	Binder      *TestOnlyBinder
 	Controllers []*cluster.Controller
 	logf        func(string, ...any)
 	plants      int
@@ -55,6 +65,9 @@ func Up(ctx context.Context, o Options) (w *World, err error) {
 	if o.Logf == nil {
 		o.Logf = func(string, ...any) {}
 	}
+	if o.LeaseStandDown == 0 {
+		o.LeaseStandDown = 20 * time.Second
+	}
 	var specs []cluster.NodeSpec
 	for _, n := range o.Nodes {
 		specs = append(specs, cluster.NodeSpec{Name: n})
@@ -67,6 +80,9 @@ func Up(ctx context.Context, o Options) (w *World, err error) {
 	w = &World{Cluster: c, logf: o.Logf}
 	defer func() {
 		if err != nil {
+			if w.Binder != nil {
+				w.Binder.Stop()
+			}
 			err = errors.Join(err, c.Stop())
 			w = nil
 		}
@@ -75,17 +91,25 @@ func Up(ctx context.Context, o Options) (w *World, err error) {
 	if w.Webhook, err = c.StartWebhook(ctx); err != nil {
 		return w, fmt.Errorf("holdfast-webhook: %w", err)
 	}
-	o.Logf("starting kube-scheduler and holdfast-scheduler")
-	if _, err = c.StartDefaultScheduler(ctx); err != nil {
-		return w, fmt.Errorf("kube-scheduler: %w", err)
+	// The binder acts as holdfast-scheduler's service account: the webhook
+	// lets no one else bind a runtime pod.
+	kc, err := c.UserKubeconfig("test-only-binder", cluster.ServiceAccountUser(holdfastv1.SchedulerName), "system:masters")
+	if err != nil {
+		return w, err
 	}
-	if w.Scheduler, err = c.StartHoldfastScheduler(ctx, "holdfast-scheduler", 10269); err != nil {
-		return w, fmt.Errorf("holdfast-scheduler: %w", err)
+	cfg, err := c.RESTConfigFor(kc)
+	if err != nil {
+		return w, err
 	}
+	bc, err := client.New(cfg, client.Options{Scheme: c.Scheme})
+	if err != nil {
+		return w, err
+	}
+	w.Binder = StartTestOnlyBinder(bc, c.NodeNames, o.Logf)
 	for i := 0; i < o.Controllers; i++ {
 		id := fmt.Sprintf("holdfast-controller-%d", i)
 		o.Logf("starting %s", id)
-		ctl, err := c.StartController(ctx, "units", id, 8200+10*i)
+		ctl, err := c.StartController(ctx, "units", id, 8200+10*i, "--lease-stand-down="+o.LeaseStandDown.String())
 		if err != nil {
 			return w, fmt.Errorf("%s: %w", id, err)
 		}
@@ -96,6 +120,9 @@ func Up(ctx context.Context, o Options) (w *World, err error) {
 
 // Down stops everything and reports what was left behind.
 func (w *World) Down() error {
+	if w.Binder != nil {
+		w.Binder.Stop()
+	}
 	err := w.Stop()
 	if left := w.Leftovers(); len(left) > 0 {
 		err = errors.Join(err, fmt.Errorf("left behind: %v", left))

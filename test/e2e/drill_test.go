@@ -1,4 +1,4 @@
-//go:build e2e
+//go:build integration || e2e
 
 package e2e
 
@@ -6,8 +6,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -85,27 +83,32 @@ func (d *drill) held(epoch int64) *holdfastv1.RuntimeBinding {
 
 // oneWriter asserts from the device's own log that there was one writer at a
 // time, and that the new epoch's first write came at least the re-bind
-// margin after the old epoch's last attempt.
+// margin after the old epoch's last accepted write.
 func (d *drill) oneWriter(old, new int64) {
 	d.t.Helper()
 	log, err := d.u.Writes(d.ctx)
 	if err != nil {
 		d.t.Fatal(err)
 	}
-	if err := scenario.CheckNoTwoWriters(log); err != nil {
+	late, err := scenario.CheckNoTwoWriters(log)
+	if err != nil {
 		d.t.Fatalf("two writers on the device: %v", err)
 	}
-	last, ok := devicesim.LastAttempt(log, old)
+	for _, w := range late {
+		d.t.Logf("late delivery refused by the device: epoch %d register %d value %d at %s from %s (%s)",
+			w.Epoch, w.Register, w.Value, w.Time.Format(time.RFC3339Nano), w.Peer, w.Reason)
+	}
 	by := devicesim.ByEpoch(log)
-	if !ok || len(by[new]) == 0 {
+	if len(by[old]) == 0 || len(by[new]) == 0 {
 		d.t.Fatalf("want writes at epochs %d and %d, the device saw %v", old, new, devicesim.Epochs(log))
 	}
+	last := by[old][len(by[old])-1].Time
 	u, err := d.u.Get(d.ctx)
 	if err != nil {
 		d.t.Fatal(err)
 	}
 	if gap := by[new][0].Time.Sub(last); gap < u.Spec.Availability.RebindMargin() {
-		d.t.Fatalf("epoch %d first wrote %v after epoch %d's last attempt, inside the re-bind margin %v", new, gap, old, u.Spec.Availability.RebindMargin())
+		d.t.Fatalf("epoch %d first wrote %v after epoch %d's last accepted write, inside the re-bind margin %v", new, gap, old, u.Spec.Availability.RebindMargin())
 	}
 }
 
@@ -172,85 +175,4 @@ func (d *drill) oldRuntimeFenced(node string, epoch int64) {
 		time.Sleep(500 * time.Millisecond)
 	}
 	d.t.Fatalf("the epoch %d runtime on %s never reported itself fenced: %s", epoch, node, last)
-}
-
-// TestPrimaryNodeCutFailsOverToAStandby: the primary node's link goes down
-// (it loses the apiserver, the grantor and the device at once). The lease
-// expires, the Hold is recorded, the unit is re-bound with epoch 2 to a
-// standby after the margin, the standby's runtime holds the lease and
-// drives the device. When the link comes back the old runtime is fenced and
-// writes nothing: the device saw one writer at a time.
-func TestPrimaryNodeCutFailsOverToAStandby(t *testing.T) {
-	d := newDrill(t, "node-cut", 10)
-	b1 := d.held(1)
-	node := world.Nodes[b1.Node]
-	if err := node.Cut(); err != nil {
-		t.Fatal(err)
-	}
-	mended := false
-	mend := func() {
-		if !mended {
-			mended = true
-			if err := node.Mend(); err != nil {
-				t.Error(err)
-			}
-		}
-	}
-	t.Cleanup(mend)
-	b2 := d.held(2)
-	if b2.Node == b1.Node {
-		t.Fatalf("epoch 2 bound to the cut node %s", b2.Node)
-	}
-	if !slices.Contains(world.NodeNames[1:], b2.Node) {
-		t.Fatalf("epoch 2 bound to %s, not a target", b2.Node)
-	}
-	if b2.Expiry == nil || b2.Expiry.Epoch != 1 || b2.Expiry.Verdict != holdfastv1.VerdictSelfFenced {
-		t.Fatalf("expiry record after the re-bind: %+v", b2.Expiry)
-	}
-	d.events(evLeaseEstablished, evLeaseExpired, evHold, evRebound, evLeaseReestablished)
-	d.metric("holdfast_unit_rebinds_total", map[string]string{"namespace": d.u.Key.Namespace, "unit": d.u.Key.Name, "path": "automatic"}, 1)
-	d.metric("holdfast_unit_lease_expiries_total", map[string]string{"namespace": d.u.Key.Namespace, "unit": d.u.Key.Name, "verdict": "SelfFenced"}, 1)
-
-	// The link comes back: the old runtime reconnects to its device fenced.
-	mend()
-	d.oldRuntimeFenced(b1.Node, 1)
-	time.Sleep(2 * time.Second) // scans of the old runtime, had it written
-	d.oneWriter(1, 2)
-}
-
-// TestRuntimeSIGSTOPFencesBeforeTheStandbyWrites: the primary's runtime
-// process is frozen (its node, kubelet and link are fine). Renewals go
-// unanswered; the grantor declares the lease expired, records the Hold and
-// re-binds after the margin. When the frozen runtime wakes, past its
-// deadline and its hold, it is fenced by its own clock before its next scan
-// and writes nothing.
-func TestRuntimeSIGSTOPFencesBeforeTheStandbyWrites(t *testing.T) {
-	d := newDrill(t, "sigstop", 10)
-	b1 := d.held(1)
-	node := world.Nodes[b1.Node]
-	pid, err := node.ContainerPID(d.ctx, d.u.Key.Namespace, b1.Pod, "runtime")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	continued := false
-	cont := func() {
-		if !continued {
-			continued = true
-			_ = syscall.Kill(pid, syscall.SIGCONT)
-		}
-	}
-	t.Cleanup(cont)
-	b2 := d.held(2)
-	if b2.Node == b1.Node {
-		t.Fatalf("epoch 2 bound to the node being left, %s", b2.Node)
-	}
-	d.events(evLeaseEstablished, evLeaseExpired, evHold, evRebound, evLeaseReestablished)
-	cont()
-	d.oldRuntimeFenced(b1.Node, 1)
-	time.Sleep(2 * time.Second)
-	d.oneWriter(1, 2)
-	_ = strings.TrimSpace
 }
