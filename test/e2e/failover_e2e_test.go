@@ -5,7 +5,6 @@ package e2e
 import (
 	"syscall"
 	"testing"
-	"time"
 )
 
 // TestRuntimeSIGSTOPFencesBeforeTheStandbyWrites: the primary's runtime
@@ -40,6 +39,6 @@ func TestRuntimeSIGSTOPFencesBeforeTheStandbyWrites(t *testing.T) {
 	d.events(evLeaseEstablished, evLeaseExpired, evHold, evRebound, evLeaseReestablished)
 	cont()
 	d.oldRuntimeFenced(b1.Node, 1)
-	time.Sleep(2 * time.Second)
+	d.watchAfterMend()
 	d.oneWriter(1, 2)
 }

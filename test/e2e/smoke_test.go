@@ -5,7 +5,6 @@ package e2e
 import (
 	"slices"
 	"testing"
-	"time"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 )
@@ -53,6 +52,6 @@ func TestPrimaryNodeCutFailsOverToAStandby(t *testing.T) {
 	// The link comes back: the old runtime reconnects to its device fenced.
 	mend()
 	d.oldRuntimeFenced(b1.Node, 1)
-	time.Sleep(2 * time.Second) // scans of the old runtime, had it written
+	d.watchAfterMend()
 	d.oneWriter(1, 2)
 }

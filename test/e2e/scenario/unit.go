@@ -148,8 +148,10 @@ func (u *Unit) WaitWrites(ctx context.Context, epoch int64, n int, timeout time.
 // one wrote is allowed only as a late delivery: refused by the device's
 // owner-epoch block, and on a connection the device had already seen before
 // the higher epoch first wrote (a request the stale runtime sent before the
-// cut, which TCP delivered when the link came back). A stale runtime that
-// dialled again and tried is a failure. The late deliveries are returned
+// cut, which TCP delivered when the link came back), and at most one such
+// request per connection (a Modbus TCP client has one request in flight). A
+// stale runtime that dialled again and tried, or went on trying on its old
+// connection, is a failure. The late deliveries are returned
 // so a drill can show them.
 func CheckNoTwoWriters(log []devicesim.Write) (late []devicesim.Write, err error) {
 	if err := devicesim.CheckOneWriter(log); err != nil {
@@ -171,6 +173,10 @@ func CheckNoTwoWriters(log []devicesim.Write) (late []devicesim.Write, err error
 				return late, fmt.Errorf("epoch %d tried to write register %d at %s from %s, a connection first seen at %s, after epoch %d had written at %s: the stale runtime dialled the device again",
 					w.Epoch, w.Register, w.Time.Format(time.RFC3339Nano), w.Peer, firstSeen[w.Peer].Format(time.RFC3339Nano), high, highAt.Format(time.RFC3339Nano))
 			}
+			if n := lateRequests(late, w); n > 0 {
+				return late, fmt.Errorf("epoch %d tried to write register %d at %s from %s after epoch %d had written at %s, the %d-th late request on that connection: the stale runtime went on trying",
+					w.Epoch, w.Register, w.Time.Format(time.RFC3339Nano), w.Peer, high, highAt.Format(time.RFC3339Nano), n+1)
+			}
 			late = append(late, w)
 			continue
 		}
@@ -179,6 +185,19 @@ func CheckNoTwoWriters(log []devicesim.Write) (late []devicesim.Write, err error
 		}
 	}
 	return late, nil
+}
+
+// lateRequests counts the requests (one per distinct time: a request
+// writing several registers logs one Write each) from w's connection in
+// late other than w's own.
+func lateRequests(late []devicesim.Write, w devicesim.Write) int {
+	seen := map[time.Time]bool{}
+	for _, l := range late {
+		if l.Peer == w.Peer && !l.Time.Equal(w.Time) {
+			seen[l.Time] = true
+		}
+	}
+	return len(seen)
 }
 
 // Events are the Unit's Events in time order.
