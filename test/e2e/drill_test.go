@@ -13,6 +13,7 @@ import (
 
 	"github.com/holdfast-io/holdfast/api/lease"
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/node-plugin/fence"
 	"github.com/holdfast-io/holdfast/test/devicesim"
 	"github.com/holdfast-io/holdfast/test/e2e/scenario"
 )
@@ -112,6 +113,34 @@ func (d *drill) oneWriter(old, new int64) {
 	if gap := by[new][0].Time.Sub(last); gap < u.Spec.Availability.RebindMargin() {
 		d.t.Fatalf("epoch %d first wrote %v after epoch %d's last accepted write, inside the re-bind margin %v", new, gap, old, u.Spec.Availability.RebindMargin())
 	}
+}
+
+// staleRuntimeStoppedByNodePlugin waits until holdfast-node on node has
+// audited stopping the unit's runtime of epoch (L7: a runtime behind its
+// unit's binding is stopped by its node's plugin once it hears of the new
+// binding).
+func (d *drill) staleRuntimeStoppedByNodePlugin(node string, epoch int64) {
+	d.t.Helper()
+	var last []fence.Action
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		acts, err := world.FenceActions(node)
+		if err != nil {
+			d.t.Fatal(err)
+		}
+		last = acts
+		for _, a := range acts {
+			if a.Reason == fence.ReasonStaleEpoch && a.Namespace == d.u.Key.Namespace && a.Unit == d.u.Key.Name && a.Epoch == epoch {
+				if a.BindingEpoch <= epoch {
+					d.t.Fatalf("holdfast-node on %s stopped epoch %d for a binding at %d: %+v", node, epoch, a.BindingEpoch, a)
+				}
+				d.t.Logf("holdfast-node on %s: %s %s at %s (binding epoch %d)", node, a.Reason, a.Pod, a.At.Format(time.RFC3339Nano), a.BindingEpoch)
+				return
+			}
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	d.t.Fatalf("holdfast-node on %s never stopped the epoch %d runtime; its fence audit: %+v", node, epoch, last)
 }
 
 // watchAfterMend gives a stale runtime that came back the time to show

@@ -16,8 +16,9 @@ import (
 // (it loses the apiserver, the grantor and the device at once). The lease
 // expires, the Hold is recorded, the unit is re-bound with epoch 2 to a
 // standby after the margin, the standby's runtime holds the lease and
-// drives the device. When the link comes back the old runtime is fenced and
-// writes nothing: the device saw one writer at a time.
+// drives the device. When the link comes back the old runtime is fenced,
+// holdfast-node on its node stops it as stale (L7, from its fence audit),
+// and the device saw one writer at a time.
 func TestPrimaryNodeCutFailsOverToAStandby(t *testing.T) {
 	d := newDrill(t, "node-cut", 10)
 	b1 := d.held(1)
@@ -52,6 +53,7 @@ func TestPrimaryNodeCutFailsOverToAStandby(t *testing.T) {
 	// The link comes back: the old runtime reconnects to its device fenced.
 	mend()
 	d.oldRuntimeFenced(b1.Node, 1)
+	d.staleRuntimeStoppedByNodePlugin(b1.Node, 1)
 	d.watchAfterMend()
 	d.oneWriter(1, 2)
 }

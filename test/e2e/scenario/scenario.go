@@ -42,6 +42,7 @@ type World struct {
 	*cluster.Cluster
 	Webhook     *cluster.Process
 	Binder      *TestOnlyBinder
+	NodePlugins []*NodePlugin
 	Controllers []*cluster.Controller
 	logf        func(string, ...any)
 	plants      int
@@ -73,7 +74,7 @@ func Up(ctx context.Context, o Options) (w *World, err error) {
 		specs = append(specs, cluster.NodeSpec{Name: n})
 	}
 	c, err := cluster.Start(ctx, cluster.Config{Nodes: specs, EtcdMembers: o.EtcdMembers, Logf: o.Logf,
-		Images: []cluster.Image{{Ref: RuntimeImage, Package: "cmd/unit-runtime"}}})
+		Images: []cluster.Image{{Ref: RuntimeImage, Package: "cmd/unit-runtime"}, {Ref: NodePluginImage, Package: "cmd/holdfast-node"}}})
 	if err != nil {
 		return nil, err
 	}
@@ -84,12 +85,17 @@ func Up(ctx context.Context, o Options) (w *World, err error) {
 				w.Binder.Stop()
 			}
 			err = errors.Join(err, c.Stop())
+			w.stopNodePlugins()
 			w = nil
 		}
 	}()
 	o.Logf("starting holdfast-webhook")
 	if w.Webhook, err = c.StartWebhook(ctx); err != nil {
 		return w, fmt.Errorf("holdfast-webhook: %w", err)
+	}
+	o.Logf("starting holdfast-node on every node")
+	if err = w.startNodePlugins(ctx); err != nil {
+		return w, fmt.Errorf("holdfast-node: %w", err)
 	}
 	// The binder acts as holdfast-scheduler's service account: the webhook
 	// lets no one else bind a runtime pod.
@@ -124,6 +130,7 @@ func (w *World) Down() error {
 		w.Binder.Stop()
 	}
 	err := w.Stop()
+	w.stopNodePlugins()
 	if left := w.Leftovers(); len(left) > 0 {
 		err = errors.Join(err, fmt.Errorf("left behind: %v", left))
 	}
