@@ -60,6 +60,14 @@ test-integration: k8s-bin node-deps cri-bin cni-bin ## Run only the packages wit
 test: k8s-bin node-deps cri-bin cni-bin ## Run everything CI runs: unit and integration tests (the README's test command)
 	$(GO) test -tags integration -timeout $(TEST_TIMEOUT) $(GO_TEST_FLAGS) ./...
 
+.PHONY: test-e2e
+test-e2e: k8s-bin node-deps cri-bin cni-bin ## Run the whole drill matrix on real kubelets (test/e2e, test/cluster; build tag e2e)
+	$(GO) test -tags integration,e2e -timeout 60m -v $(GO_TEST_FLAGS) ./test/cluster/ ./test/e2e/...
+
+.PHONY: demo
+demo: k8s-bin node-deps cri-bin cni-bin ## Start a local cluster of real kubelets, fail a unit over, print the timeline; Ctrl-C cleans up
+	$(GO) run ./test/e2e/demo
+
 $(CONTROLLER_GEN):
 	GOBIN=$(CURDIR)/bin/tools/.gobin $(GO) install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)
 	mv $(CURDIR)/bin/tools/.gobin/controller-gen $@

@@ -16,12 +16,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
 	"github.com/holdfast-io/holdfast/test/e2e/scenario"
 )
 
 var world *scenario.World
 
 func TestMain(m *testing.M) {
+	// The harness's clients log nothing of their own.
+	ctrllog.SetLogger(logr.Discard())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	start := time.Now()
 	logf := func(f string, a ...any) {

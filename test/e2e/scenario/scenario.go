@@ -46,6 +46,7 @@ type World struct {
 	Controllers []*cluster.Controller
 	logf        func(string, ...any)
 	plants      int
+	standDown   time.Duration
 }
 
 // RuntimeImage is the unit runtime's image on every node.
@@ -78,7 +79,7 @@ func Up(ctx context.Context, o Options) (w *World, err error) {
 	if err != nil {
 		return nil, err
 	}
-	w = &World{Cluster: c, logf: o.Logf}
+	w = &World{Cluster: c, logf: o.Logf, standDown: o.LeaseStandDown}
 	defer func() {
 		if err != nil {
 			if w.Binder != nil {
@@ -155,4 +156,19 @@ func poll(ctx context.Context, timeout time.Duration, f func() (bool, error)) er
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
+}
+
+// RestartController starts the i-th holdfast-controller again (after a
+// drill killed it), with the same identity and ports.
+func (w *World) RestartController(ctx context.Context, i int) error {
+	old := w.Controllers[i]
+	if !old.Exited() {
+		return fmt.Errorf("%s is running", old.Identity)
+	}
+	ctl, err := w.StartController(ctx, "units", old.Identity, 8200+10*i, "--lease-stand-down="+w.standDown.String())
+	if err != nil {
+		return err
+	}
+	w.Controllers[i] = ctl
+	return nil
 }

@@ -245,3 +245,31 @@ func (u *Unit) RuntimePod(ctx context.Context, epoch int64) (*corev1.Pod, error)
 	}
 	return &pod, nil
 }
+
+// Delete removes the Unit and its runtime pods and waits until the kubelets
+// have stopped them (there is no garbage collector without a
+// controller-manager, and runtimes of every unit share the nodes' host
+// ports), then stops its device.
+func (u *Unit) Delete(ctx context.Context) error {
+	if err := client.IgnoreNotFound(u.w.Client.Delete(ctx, &holdfastv1.Unit{ObjectMeta: metav1.ObjectMeta{Namespace: u.Key.Namespace, Name: u.Key.Name}})); err != nil {
+		return err
+	}
+	sel := client.MatchingLabels{holdfastv1.LabelUnit: u.Key.Name}
+	err := poll(ctx, 2*time.Minute, func() (bool, error) {
+		var pods corev1.PodList
+		if err := u.w.Client.List(ctx, &pods, client.InNamespace(u.Key.Namespace), sel); err != nil {
+			return false, nil
+		}
+		for i := range pods.Items {
+			if pods.Items[i].DeletionTimestamp.IsZero() {
+				_ = u.w.Client.Delete(ctx, &pods.Items[i], client.GracePeriodSeconds(2))
+			}
+		}
+		return len(pods.Items) == 0, nil
+	})
+	if err != nil {
+		return fmt.Errorf("unit %s: runtime pods not gone: %w", u.Key, err)
+	}
+	u.Plant.Stop(5 * time.Second)
+	return nil
+}
