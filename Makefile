@@ -64,6 +64,10 @@ test: k8s-bin node-deps cri-bin cni-bin ## Run everything CI runs: unit and inte
 test-e2e: k8s-bin node-deps cri-bin cni-bin ## Run the whole drill matrix on real kubelets (test/e2e, test/cluster; build tag e2e)
 	$(GO) test -tags integration,e2e -timeout 60m -v $(GO_TEST_FLAGS) ./test/cluster/ ./test/e2e/...
 
+.PHONY: bench-e2e
+bench-e2e: k8s-bin node-deps cri-bin cni-bin ## Run the e2e benchmarks on real kubelets (results in docs/benchmarks.md)
+	$(GO) test -tags integration,e2e -timeout 60m -run '^$$' -bench . -benchtime 3x -v $(GO_TEST_FLAGS) ./test/e2e/
+
 .PHONY: demo
 demo: k8s-bin node-deps cri-bin cni-bin ## Start a local cluster of real kubelets, fail a unit over, print the timeline; Ctrl-C cleans up
 	$(GO) run ./test/e2e/demo
