@@ -544,5 +544,8 @@ func (c *Cluster) Leftovers() []string {
 	if _, err := os.Stat(c.Dir); err == nil {
 		out = append(out, "directory "+c.Dir)
 	}
+	for _, pid := range PIDsNaming(c.Dir) {
+		out = append(out, fmt.Sprintf("process %d names %s on its command line", pid, c.Dir))
+	}
 	return out
 }

@@ -189,13 +189,35 @@ func TestReapOrphansCleansUpAfterADeadOwner(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = c.Stop() }()
+	// A helper started beside the cluster in the machine's own namespaces
+	// (as the nodes' dbus-daemons are) is found by the cluster's directory
+	// on its command line.
+	sleepBin, err := exec.LookPath("sleep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(sleepBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	helperBin := filepath.Join(c.Dir, "helper-sleep")
+	if err := os.WriteFile(helperBin, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	helper := exec.Command(helperBin, "infinity")
+	if err := helper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	helperDone := make(chan struct{})
+	go func() { _ = helper.Wait(); close(helperDone) }()
+	defer func() { _ = helper.Process.Kill() }()
 	// Play the owner's death: its state names a process that is gone.
 	dead := exec.Command("true")
 	if err := dead.Run(); err != nil {
 		t.Fatal(err)
 	}
 	statePath := filepath.Join(c.Dir, "state.json")
-	b, err := os.ReadFile(statePath)
+	b, err = os.ReadFile(statePath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,6 +235,11 @@ func TestReapOrphansCleansUpAfterADeadOwner(t *testing.T) {
 	reaped := cluster.ReapOrphans()
 	if !slices.Contains(reaped, c.ID) {
 		t.Fatalf("ReapOrphans reaped %v, not the orphaned cluster %s", reaped, c.ID)
+	}
+	select {
+	case <-helperDone:
+	case <-time.After(30 * time.Second):
+		t.Fatal("ReapOrphans left the helper naming the cluster's directory running")
 	}
 	if err := wait(ctx, time.Minute, func() bool { return len(c.Leftovers()) == 0 }); err != nil {
 		t.Fatalf("left behind after ReapOrphans:\n%s", strings.Join(c.Leftovers(), "\n"))

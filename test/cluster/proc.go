@@ -112,6 +112,11 @@ func run(argv ...string) error {
 // killPID stops a process the cluster started indirectly (a containerd
 // shim, a container) by its PID: SIGKILL, then wait for it to go.
 func killPID(pid int) {
+	// This process dials into a cluster's namespaces from a thread it
+	// moves there for the dial, so it can show up in "ip netns pids".
+	if pid == os.Getpid() {
+		return
+	}
 	_ = syscall.Kill(pid, syscall.SIGKILL)
 	for i := 0; i < 100; i++ {
 		if err := syscall.Kill(pid, 0); err != nil {

@@ -72,6 +72,12 @@ func ReapOrphans() []string {
 			continue // its owner is alive
 		}
 		reap(st)
+		// Helpers a harness started beside the cluster in the machine's
+		// own namespaces (the nodes' dbus-daemons) are found by the
+		// cluster's directory on their command line.
+		for _, pid := range PIDsNaming(filepath.Dir(f)) {
+			killPID(pid)
+		}
 		_ = os.RemoveAll(filepath.Dir(f))
 		out = append(out, st.ID)
 	}
@@ -122,6 +128,27 @@ func reap(st state) {
 	for s, v := range st.Sysctls {
 		_ = os.WriteFile(filepath.Join("/proc/sys", s), []byte(v), 0o644)
 	}
+}
+
+// PIDsNaming lists the processes whose command line names a path under dir.
+func PIDsNaming(dir string) []int {
+	self := os.Getpid()
+	entries, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == self {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		if strings.Contains(string(b), dir+"/") {
+			out = append(out, pid)
+		}
+	}
+	return out
 }
 
 // removeCgroupTree removes a cgroup directory tree, deepest first (cgroupfs
