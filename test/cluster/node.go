@@ -466,3 +466,20 @@ func (n *Node) ContainerPID(ctx context.Context, namespace, pod, container strin
 	}
 	return info.Pid, nil
 }
+
+// RunningContainers counts the node's running containers named container
+// in pod namespace/pod, as its CRI reports them.
+func (n *Node) RunningContainers(ctx context.Context, namespace, pod, container string) (int, error) {
+	rt, err := remote.NewRemoteRuntimeService(ctx, n.CRIEndpoint, 10*time.Second, noop.NewTracerProvider(), false)
+	if err != nil {
+		return 0, err
+	}
+	defer rt.Close(ctx)
+	cs, err := rt.ListContainers(ctx, &runtimeapi.ContainerFilter{
+		State: &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING},
+		LabelSelector: map[string]string{
+			"io.kubernetes.pod.namespace": namespace, "io.kubernetes.pod.name": pod, "io.kubernetes.container.name": container,
+		},
+	})
+	return len(cs), err
+}

@@ -17,8 +17,9 @@ import (
 // expires, the Hold is recorded, the unit is re-bound with epoch 2 to a
 // standby after the margin, the standby's runtime holds the lease and
 // drives the device. When the link comes back the old runtime is fenced,
-// holdfast-node on its node stops it as stale (L7, from its fence audit),
-// and the device saw one writer at a time.
+// then stopped (L7: by holdfast-node as stale, from its fence audit, or by
+// the kubelet once the old pod's deletion reaches it), and the device saw
+// one writer at a time.
 func TestPrimaryNodeCutFailsOverToAStandby(t *testing.T) {
 	d := newDrill(t, "node-cut", 10)
 	b1 := d.held(1)
@@ -53,7 +54,7 @@ func TestPrimaryNodeCutFailsOverToAStandby(t *testing.T) {
 	// The link comes back: the old runtime reconnects to its device fenced.
 	mend()
 	d.oldRuntimeFenced(b1.Node, 1)
-	d.staleRuntimeStoppedByNodePlugin(b1.Node, 1)
+	d.staleRuntimeStopped(b1.Node, 1)
 	d.watchAfterMend()
 	d.oneWriter(1, 2)
 }
