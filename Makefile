@@ -34,7 +34,7 @@ verify: $(CONTROLLER_GEN) ## Fail on stale generated files, gofmt/go vet finding
 	CONTROLLER_GEN=$(CONTROLLER_GEN) hack/verify.sh
 
 .PHONY: k8s-bin
-k8s-bin: ## Build kube-apiserver, kubectl and etcd from the module graph into bin/k8s/<version>
+k8s-bin: ## Build kube-apiserver, kubectl, etcd and the kubelet from the module graph into bin/k8s/<version>
 	hack/build-k8s-bin.sh
 
 .PHONY: node-deps
@@ -45,21 +45,33 @@ node-deps: ## Install the Debian packages the node-plugin tests need (dbus, libs
 cri-bin: node-deps ## Build containerd v2, its runc shim, ctr and runc from their Go modules into bin/cri/<versions>
 	hack/build-cri-bin.sh
 
+.PHONY: cni-bin
+cni-bin: ## Build the CNI plugins the e2e cluster's nodes name (test/cluster) into bin/cni/<version>
+	hack/build-cni-bin.sh
+
 .PHONY: test-unit
 test-unit: node-deps ## Run the tests that need no control plane
 	$(GO) test -timeout $(TEST_TIMEOUT) $(GO_TEST_FLAGS) ./...
 
 .PHONY: test-integration
-test-integration: k8s-bin node-deps cri-bin ## Run only the packages with tests against the real apiserver, etcd and kubectl
+test-integration: k8s-bin node-deps cri-bin cni-bin ## Run only the packages with tests against the real apiserver, etcd and kubectl
 	$(GO) test -tags integration -timeout $(TEST_TIMEOUT) $(GO_TEST_FLAGS) $$(hack/integration-packages.sh)
 
 .PHONY: test
-test: k8s-bin node-deps cri-bin ## Run everything CI runs: unit and integration tests (the README's test command)
+test: k8s-bin node-deps cri-bin cni-bin ## Run everything CI runs: unit and integration tests (the README's test command)
 	$(GO) test -tags integration -timeout $(TEST_TIMEOUT) $(GO_TEST_FLAGS) ./...
 
 .PHONY: test-e2e
-test-e2e: k8s-bin node-deps cri-bin ## Run everything make test runs plus the long drills (build tag e2e)
-	$(GO) test -tags 'integration e2e' -timeout $(TEST_TIMEOUT) $(GO_TEST_FLAGS) ./...
+test-e2e: k8s-bin node-deps cri-bin cni-bin ## Run everything make test runs plus the long drills (build tag e2e): the matrix on real kubelets, the voter swap drills
+	$(GO) test -tags integration,e2e -timeout 90m $(GO_TEST_FLAGS) ./...
+
+.PHONY: bench-e2e
+bench-e2e: k8s-bin node-deps cri-bin cni-bin ## Run the e2e benchmarks on real kubelets (results in docs/benchmarks.md)
+	$(GO) test -tags integration,e2e -timeout 60m -run '^$$' -bench . -benchtime 3x -v $(GO_TEST_FLAGS) ./test/e2e/
+
+.PHONY: demo
+demo: k8s-bin node-deps cri-bin cni-bin ## Start a local cluster of real kubelets, fail a unit over, print the timeline; Ctrl-C cleans up
+	$(GO) run ./test/e2e/demo
 
 $(CONTROLLER_GEN):
 	GOBIN=$(CURDIR)/bin/tools/.gobin $(GO) install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the node-plugin tests need on a fresh machine:
 # dbus (dbus-daemon, for the private bus the systemd double is served on) and
-# libseccomp-dev (runc is built with the seccomp tag). Idempotent: installs
-# only what is missing.
+# libseccomp-dev (runc is built with the seccomp tag), and iproute2 (ip: the
+# e2e cluster's network namespaces and links, test/cluster). Idempotent:
+# installs only what is missing.
 set -euo pipefail
 
-want=(dbus-daemon libseccomp-dev pkg-config)
+want=(dbus-daemon libseccomp-dev pkg-config iproute2)
 missing=()
 for p in "${want[@]}"; do
 	if ! dpkg-query -W -f='${Status}' "${p}" 2>/dev/null | grep -q 'install ok installed'; then

@@ -1,0 +1,112 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// HoldfastNamespace is the release namespace: the components' election
+// Leases live here.
+const HoldfastNamespace = holdfastNS
+
+// EnsureNamespace creates a namespace unless it exists, with what the
+// kube-controller-manager would give it and a pod needs before it can start
+// there: the default ServiceAccount (admission refuses pods without it) and
+// the kube-root-ca.crt ConfigMap (every projected token volume reads it).
+func (c *Cluster) EnsureNamespace(ctx context.Context, name string) error {
+	ca, err := os.ReadFile(c.pki.CAFile)
+	if err != nil {
+		return err
+	}
+	for _, obj := range []client.Object{
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}},
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: name, Name: "default"}},
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: name, Name: "kube-root-ca.crt"},
+			Data: map[string]string{"ca.crt": string(ca)}},
+	} {
+		if err := c.Client.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("%T %s: %w", obj, obj.GetName(), err)
+		}
+	}
+	return nil
+}
+
+// waitHTTP waits until url (inside the hub) answers 200.
+func (c *Cluster) waitHTTP(ctx context.Context, p *Process, url string, timeout time.Duration) error {
+	hc := c.HTTPClient()
+	return poll(ctx, timeout, func() (bool, error) {
+		if p.Exited() {
+			return false, fmt.Errorf("%s exited: %s", p.p.Name, p.Tail(15))
+		}
+		resp, err := hc.Get(url)
+		if err != nil {
+			return false, nil
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	})
+}
+
+// waitHTTPS waits until a component's self-signed health endpoint answers.
+func (c *Cluster) waitHTTPS(ctx context.Context, p *Process, url string, timeout time.Duration) error {
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: c.Dial,
+		TLSClientConfig: insecureTLS(), DisableKeepAlives: true}}
+	return poll(ctx, timeout, func() (bool, error) {
+		if p.Exited() {
+			return false, fmt.Errorf("%s exited: %s", p.p.Name, p.Tail(15))
+		}
+		resp, err := hc.Get(url)
+		if err != nil {
+			return false, nil
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	})
+}
+
+// Controller is one holdfast-controller process.
+type Controller struct {
+	*Process
+	Identity string
+	// Health and Metrics are base URLs inside the hub.
+	Health, Metrics string
+	// Audit is its audit trail file.
+	Audit string
+}
+
+// StartController starts holdfast-controller --role role as identity, its
+// probes and metrics on the hub's loopback at base and base+1.
+func (c *Cluster) StartController(ctx context.Context, role, identity string, base int, extra ...string) (*Controller, error) {
+	bin, err := c.Binary("cmd/holdfast-controller")
+	if err != nil {
+		return nil, err
+	}
+	kc, err := c.UserKubeconfig(identity, ServiceAccountUser("holdfast-controller"), "system:masters")
+	if err != nil {
+		return nil, err
+	}
+	if err := c.EnsureNamespace(ctx, holdfastNS); err != nil {
+		return nil, err
+	}
+	ctl := &Controller{Identity: identity, Health: fmt.Sprintf("http://127.0.0.1:%d", base),
+		Metrics: fmt.Sprintf("http://127.0.0.1:%d", base+1), Audit: filepath.Join(c.Dir, "logs", identity+".audit.jsonl")}
+	args := append([]string{bin, "--role", role, "--kubeconfig", kc, "--identity", identity,
+		"--leader-election-namespace", holdfastNS,
+		"--health-probe-bind-address", fmt.Sprintf("127.0.0.1:%d", base),
+		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", base+1),
+		"--audit-log-path", ctl.Audit}, extra...)
+	ctl.Process, err = c.StartInHub(identity, nil, args...)
+	if err != nil {
+		return nil, err
+	}
+	return ctl, c.waitHTTP(ctx, ctl.Process, ctl.Health+"/healthz", time.Minute)
+}

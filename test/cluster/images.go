@@ -1,0 +1,78 @@
+package cluster
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"github.com/holdfast-io/holdfast/test/crihost"
+)
+
+// PauseImage is the sandbox image every node pins: test/crihost's test
+// binary in its pause mode.
+const PauseImage = "holdfast.test/pause:e2e"
+
+// Image is a locally built image: one static binary of this module at /app
+// (test/crihost's single-layer images; no registry, the nodes import it).
+type Image struct {
+	// Ref is the image reference pods name.
+	Ref string
+	// Package is the main package, relative to the repository root.
+	Package string
+	// Entrypoint follows /app.
+	Entrypoint []string
+}
+
+// buildBinary builds a main package of this module as a static binary.
+func buildBinary(root, out, pkg string) error {
+	cmd := exec.Command("go", "build", "-trimpath", "-o", out, pkg)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build %s: %v: %s", pkg, err, b)
+	}
+	return nil
+}
+
+// writeImage writes binary as image ref to a tarball.
+func writeImage(path, ref, binary string, entrypoint []string) error {
+	img, err := crihost.Image(binary, entrypoint)
+	if err != nil {
+		return err
+	}
+	tag, err := name.NewTag(ref)
+	if err != nil {
+		return err
+	}
+	return tarball.WriteToFile(path, tag, img)
+}
+
+// buildImages builds the pause image and every image into dir and returns
+// their tarballs.
+func buildImages(root, dir string, images []Image) ([]string, error) {
+	pause, err := crihost.TestImageBinary()
+	if err != nil {
+		return nil, err
+	}
+	out := []string{filepath.Join(dir, "pause.tar")}
+	if err := writeImage(out[0], PauseImage, pause, []string{"pause"}); err != nil {
+		return nil, err
+	}
+	for _, im := range images {
+		base := filepath.Base(im.Package)
+		bin := filepath.Join(dir, base)
+		if err := buildBinary(root, bin, "./"+im.Package); err != nil {
+			return nil, err
+		}
+		tarPath := filepath.Join(dir, base+".tar")
+		if err := writeImage(tarPath, im.Ref, bin, im.Entrypoint); err != nil {
+			return nil, fmt.Errorf("image %s: %w", im.Ref, err)
+		}
+		out = append(out, tarPath)
+	}
+	return out, nil
+}

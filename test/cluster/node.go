@@ -1,0 +1,485 @@
+package cluster
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/otel/trace/noop"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	remote "k8s.io/cri-client/pkg"
+)
+
+// Node is one real node: a network namespace with its own address on the
+// cluster's bridge, a private mount namespace (its own /var/lib and
+// /var/log, so the kubelet's and containerd's fixed paths are its own),
+// containerd with runc, and a kubelet.
+type Node struct {
+	Name string
+	// IP is the node's address, its InternalIP and every hostNetwork
+	// pod's IP.
+	IP string
+	// Netns is the node's network namespace (ip netns name).
+	Netns string
+	// Dir holds every file of the node.
+	Dir string
+	// CRIEndpoint is containerd's socket, reachable from this process.
+	CRIEndpoint string
+
+	c          *Cluster
+	index      int
+	hubLink    string
+	cgroupRoot string
+	holder     *proc
+	mountNS    uint64
+	containerd *proc
+	kubelet    *proc
+}
+
+const containerdConfig = `version = 3
+root = "{{dir}}/containerd/root"
+state = "{{dir}}/containerd/state"
+disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.blockfile", "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing", "io.containerd.nri.v1.nri"]
+
+[grpc]
+  address = "{{dir}}/containerd.sock"
+
+[ttrpc]
+  address = "{{dir}}/containerd.sock.ttrpc"
+
+[debug]
+  level = "warn"
+
+[plugins.'io.containerd.cri.v1.runtime']
+  enable_selinux = false
+  disable_apparmor = true
+  restrict_oom_score_adj = true
+  netns_mounts_under_state_dir = true
+  [plugins.'io.containerd.cri.v1.runtime'.cni]
+    bin_dirs = ["{{cnibin}}"]
+    conf_dir = "{{dir}}/cni/conf"
+  [plugins.'io.containerd.cri.v1.runtime'.containerd]
+    default_runtime_name = "runc"
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+        BinaryName = "{{cri}}/runc"
+        Root = "{{dir}}/containerd/runc"
+
+[plugins.'io.containerd.cri.v1.images']
+  snapshotter = "overlayfs"
+  [plugins.'io.containerd.cri.v1.images'.pinned_images]
+    sandbox = "{{pause}}"
+
+[plugins.'io.containerd.grpc.v1.cri']
+  disable_tcp_service = true
+`
+
+// The bridge network of pods that are not hostNetwork: it exists only inside
+// the node's network namespace. Its presence makes the node Ready.
+const cniConfig = `{
+  "cniVersion": "1.0.0",
+  "name": "holdfast-e2e",
+  "plugins": [
+    {"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": false,
+     "ipam": {"type": "host-local", "ranges": [[{"subnet": "{{podcidr}}"}]], "dataDir": "{{dir}}/cni/ipam"}},
+    {"type": "loopback"}
+  ]
+}
+`
+
+const kubeletConfig = `apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: {{ip}}
+port: 10250
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: 10248
+tlsCertFile: {{pki}}/kubelet-{{name}}-serving.crt
+tlsPrivateKeyFile: {{pki}}/kubelet-{{name}}-serving.key
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: false}
+  x509: {clientCAFile: {{pki}}/ca.crt}
+authorization: {mode: AlwaysAllow}
+containerRuntimeEndpoint: unix://{{dir}}/containerd.sock
+cgroupDriver: cgroupfs
+cgroupRoot: {{cgroupRoot}}
+failCgroupV1: false
+failSwapOn: false
+resolvConf: ""
+protectKernelDefaults: false
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard:
+  memory.available: "1Mi"
+  nodefs.available: "0%"
+  nodefs.inodesFree: "0%"
+  imagefs.available: "0%"
+nodeStatusUpdateFrequency: 4s
+nodeStatusReportFrequency: 20s
+syncFrequency: 10s
+fileCheckFrequency: 10s
+serializeImagePulls: false
+`
+
+func (n *Node) replacer() *strings.Replacer {
+	return strings.NewReplacer("{{dir}}", n.Dir, "{{cri}}", n.c.bins.CRI, "{{cnibin}}", n.c.bins.CNI,
+		"{{pause}}", PauseImage, "{{ip}}", n.IP, "{{name}}", n.Name, "{{pki}}", n.c.pki.dir,
+		"{{cgroupRoot}}", n.cgroupRoot, "{{podcidr}}", fmt.Sprintf("198.19.%d.0/24", n.index))
+}
+
+// start brings the node up: namespaces, link, mounts, cgroups, containerd
+// with the images, and the kubelet.
+func (n *Node) start(ctx context.Context) error {
+	for _, d := range []string{"var/lib/kubelet", "var/lib/cni", "var/log/pods", "var/log/containers",
+		"containerd", "cni/conf", "cni/ipam", "logs"} {
+		if err := os.MkdirAll(filepath.Join(n.Dir, d), 0o755); err != nil {
+			return err
+		}
+	}
+	c := n.c
+	// Network: a veth pair from the hub's bridge to the node's eth0.
+	if err := run("ip", "netns", "add", n.Netns); err != nil {
+		return err
+	}
+	c.netns = append(c.netns, n.Netns)
+	for _, argv := range [][]string{
+		{"ip", "-n", c.HubNetns, "link", "add", n.hubLink, "type", "veth", "peer", "name", "eth0", "netns", n.Netns},
+		{"ip", "-n", c.HubNetns, "link", "set", n.hubLink, "master", hubBridge, "up"},
+		{"ip", "-n", n.Netns, "addr", "add", n.IP + "/24", "dev", "eth0"},
+		{"ip", "-n", n.Netns, "link", "set", "eth0", "up"},
+		{"ip", "-n", n.Netns, "link", "set", "lo", "up"},
+	} {
+		if err := run(argv...); err != nil {
+			return err
+		}
+	}
+	// The mount namespace lives as long as its holder, a process that only
+	// sleeps; every node process enters it and the holder's network
+	// namespace.
+	holder, err := startProc(n.Name+"-holder", filepath.Join(n.Dir, "logs", "holder.log"), nil,
+		inNetns(n.Netns, "unshare", "--mount", "--propagation", "private", "--", "sleep", "infinity")...)
+	if err != nil {
+		return err
+	}
+	n.holder = holder
+	host, err := nsInode(os.Getpid(), "mnt")
+	if err != nil {
+		return err
+	}
+	if err := poll(ctx, 10*time.Second, func() (bool, error) {
+		if holder.Exited() {
+			return false, fmt.Errorf("the namespace holder of %s exited: %s", n.Name, holder.tail(5))
+		}
+		ino, err := nsInode(holder.PID(), "mnt")
+		n.mountNS = ino
+		return err == nil && ino != host, nil
+	}); err != nil {
+		return err
+	}
+	// The kubelet and containerd write fixed paths under /var/lib and
+	// /var/log: the node has its own, and the machine's are never touched.
+	for _, m := range [][2]string{{"var/lib", "/var/lib"}, {"var/log", "/var/log"}} {
+		if err := run(n.enter("mount", "--bind", filepath.Join(n.Dir, m[0]), m[1])...); err != nil {
+			return err
+		}
+	}
+	if err := n.makeCgroups(); err != nil {
+		return err
+	}
+	r := n.replacer()
+	for path, content := range map[string]string{
+		filepath.Join(n.Dir, "containerd.toml"):                     containerdConfig,
+		filepath.Join(n.Dir, "cni", "conf", "10-holdfast.conflist"): cniConfig,
+		filepath.Join(n.Dir, "kubelet.yaml"):                        kubeletConfig,
+	} {
+		if err := os.WriteFile(path, []byte(r.Replace(content)), 0o644); err != nil {
+			return err
+		}
+	}
+	n.containerd, err = startProc(n.Name+"-containerd", filepath.Join(n.Dir, "logs", "containerd.log"),
+		[]string{"PATH=" + c.bins.CRI + ":" + os.Getenv("PATH")},
+		n.enter(filepath.Join(c.bins.CRI, "containerd"), "--config", filepath.Join(n.Dir, "containerd.toml"))...)
+	if err != nil {
+		return err
+	}
+	if err := poll(ctx, 60*time.Second, func() (bool, error) {
+		if n.containerd.Exited() {
+			return false, fmt.Errorf("containerd on %s exited: %s", n.Name, n.containerd.tail(10))
+		}
+		return n.criAnswers(ctx), nil
+	}); err != nil {
+		return err
+	}
+	for _, img := range c.images {
+		if err := n.Import(img); err != nil {
+			return err
+		}
+	}
+	return n.startKubelet()
+}
+
+// enter is argv run in the node's network and mount namespaces.
+func (n *Node) enter(argv ...string) []string {
+	return append([]string{"nsenter", "--target", strconv.Itoa(n.holder.PID()), "--mount", "--net", "--"}, argv...)
+}
+
+func (n *Node) criAnswers(ctx context.Context) bool {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	rt, err := remote.NewRemoteRuntimeService(ctx, n.CRIEndpoint, 2*time.Second, noop.NewTracerProvider(), false)
+	if err != nil {
+		return false
+	}
+	defer rt.Close(ctx)
+	_, err = rt.Version(ctx, "v1")
+	return err == nil
+}
+
+// Import imports an image tarball into the k8s.io namespace CRI uses.
+func (n *Node) Import(tarball string) error {
+	return run(filepath.Join(n.c.bins.CRI, "ctr"), "--address", filepath.Join(n.Dir, "containerd.sock"),
+		"--namespace", "k8s.io", "images", "import", tarball)
+}
+
+// startKubelet starts the node's kubelet (again, after StopKubelet).
+func (n *Node) startKubelet() error {
+	var err error
+	n.kubelet, err = startProc(n.Name+"-kubelet", filepath.Join(n.Dir, "logs", "kubelet.log"), nil,
+		n.enter(n.c.bins.Kubelet,
+			"--config", filepath.Join(n.Dir, "kubelet.yaml"),
+			"--kubeconfig", filepath.Join(n.Dir, "kubeconfig"),
+			"--hostname-override", n.Name,
+			"--node-ip", n.IP,
+			// The VM lacks CAP_SYS_RESOURCE: a negative score is EPERM.
+			"--oom-score-adj", "0",
+			"--v", "1")...)
+	return err
+}
+
+// StopKubelet stops the kubelet (SIGTERM); its pods keep running, as on a
+// host whose kubelet service stopped.
+func (n *Node) StopKubelet() { n.kubelet.Stop(15 * time.Second) }
+
+// StartKubelet starts a kubelet stopped by StopKubelet.
+func (n *Node) StartKubelet() error {
+	if n.kubelet != nil && !n.kubelet.Exited() {
+		return fmt.Errorf("the kubelet of %s is running", n.Name)
+	}
+	return n.startKubelet()
+}
+
+// KubeletPID is the kubelet's process ID.
+func (n *Node) KubeletPID() int { return n.kubelet.PID() }
+
+// Cut takes the node's link down on the hub side: the node loses the
+// apiserver, the grantor and the plant at once, as when its cable is pulled.
+func (n *Node) Cut() error {
+	return run("ip", "-n", n.c.HubNetns, "link", "set", n.hubLink, "down")
+}
+
+// Mend brings the link back up.
+func (n *Node) Mend() error {
+	return run("ip", "-n", n.c.HubNetns, "link", "set", n.hubLink, "up")
+}
+
+// InNode is argv as run inside the node's namespaces.
+func (n *Node) InNode(argv ...string) []string { return n.enter(argv...) }
+
+// stop stops the kubelet, every pod, containerd and whatever they left, then
+// the holder (so the mount namespace and every mount in it go), the
+// cgroups and the network namespace.
+func (n *Node) stop() []error {
+	var errs []error
+	n.kubelet.Stop(15 * time.Second)
+	if n.containerd != nil && !n.containerd.Exited() {
+		n.removeSandboxes()
+	}
+	n.containerd.Stop(15 * time.Second)
+	// Shims and containers outlive containerd by design: stop each by PID,
+	// found by the node's cgroups and mount namespace.
+	for _, pid := range n.cgroupPIDs() {
+		killPID(pid)
+	}
+	if n.mountNS != 0 {
+		for _, pid := range pidsInMountNS(n.mountNS) {
+			if n.holder != nil && pid == n.holder.PID() {
+				continue
+			}
+			killPID(pid)
+		}
+	}
+	n.holder.Stop(5 * time.Second)
+	if err := n.removeCgroups(); err != nil {
+		errs = append(errs, err)
+	}
+	return errs
+}
+
+func (n *Node) removeSandboxes() {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	rt, err := remote.NewRemoteRuntimeService(ctx, n.CRIEndpoint, 10*time.Second, noop.NewTracerProvider(), false)
+	if err != nil {
+		return
+	}
+	defer rt.Close(ctx)
+	sbs, err := rt.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{})
+	if err != nil {
+		return
+	}
+	for _, sb := range sbs {
+		_ = rt.StopPodSandbox(ctx, sb.Id)
+		_ = rt.RemovePodSandbox(ctx, sb.Id)
+	}
+}
+
+// cgroupMounts lists the mounted cgroup hierarchies: the v1 ones and, on a
+// hybrid host, the unified one (runc creates the containers' cgroups there
+// too).
+func cgroupMounts() ([]string, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []string
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		fields := strings.Fields(s.Text())
+		for i, fld := range fields {
+			if fld == "-" && i+1 < len(fields) && (fields[i+1] == "cgroup" || fields[i+1] == "cgroup2") {
+				out = append(out, fields[4])
+			}
+		}
+	}
+	return out, s.Err()
+}
+
+// makeCgroups creates the node's cgroup root in every v1 hierarchy (the
+// kubelet's --cgroup-root must exist), so two kubelets never share
+// kubepods.
+func (n *Node) makeCgroups() error {
+	mounts, err := cgroupMounts()
+	if err != nil {
+		return err
+	}
+	for _, m := range mounts {
+		dir := filepath.Join(m, n.cgroupRoot)
+		if err := os.Mkdir(dir, 0o755); err != nil && !os.IsExist(err) {
+			return err
+		}
+		n.c.cgroups = append(n.c.cgroups, dir)
+		// A new cpuset starts with no CPUs and no memory nodes.
+		for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
+			if b, err := os.ReadFile(filepath.Join(m, f)); err == nil {
+				if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// cgroupPIDs lists every process in the node's cgroups.
+func (n *Node) cgroupPIDs() []int {
+	seen := map[int]bool{}
+	mounts, _ := cgroupMounts()
+	for _, m := range mounts {
+		_ = filepath.WalkDir(filepath.Join(m, n.cgroupRoot), func(p string, d os.DirEntry, err error) error {
+			if err != nil || !d.IsDir() {
+				return nil
+			}
+			b, _ := os.ReadFile(filepath.Join(p, "cgroup.procs"))
+			for _, l := range strings.Fields(string(b)) {
+				if pid, err := strconv.Atoi(l); err == nil {
+					seen[pid] = true
+				}
+			}
+			return nil
+		})
+	}
+	var out []int
+	for p := range seen {
+		out = append(out, p)
+	}
+	sort.Ints(out)
+	return out
+}
+
+// removeCgroups removes the node's cgroups in every hierarchy.
+func (n *Node) removeCgroups() error {
+	mounts, err := cgroupMounts()
+	if err != nil {
+		return err
+	}
+	var firstErr error
+	for _, m := range mounts {
+		if err := removeCgroupTree(filepath.Join(m, n.cgroupRoot)); err != nil && firstErr == nil {
+			firstErr = err
+		}
+	}
+	return firstErr
+}
+
+// ContainerPID is the host PID of a running container of a pod on this
+// node, read from containerd (CRI) as the kubelet sees it.
+func (n *Node) ContainerPID(ctx context.Context, namespace, pod, container string) (int, error) {
+	rt, err := remote.NewRemoteRuntimeService(ctx, n.CRIEndpoint, 10*time.Second, noop.NewTracerProvider(), false)
+	if err != nil {
+		return 0, err
+	}
+	defer rt.Close(ctx)
+	cs, err := rt.ListContainers(ctx, &runtimeapi.ContainerFilter{
+		State: &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING},
+		LabelSelector: map[string]string{
+			"io.kubernetes.pod.namespace": namespace, "io.kubernetes.pod.name": pod, "io.kubernetes.container.name": container,
+		},
+	})
+	if err != nil {
+		return 0, err
+	}
+	if len(cs) != 1 {
+		return 0, fmt.Errorf("%d running containers %s in %s/%s on %s", len(cs), container, namespace, pod, n.Name)
+	}
+	st, err := rt.ContainerStatus(ctx, cs[0].Id, true)
+	if err != nil {
+		return 0, err
+	}
+	var info struct {
+		Pid int `json:"pid"`
+	}
+	if err := json.Unmarshal([]byte(st.Info["info"]), &info); err != nil {
+		return 0, err
+	}
+	if info.Pid == 0 {
+		return 0, fmt.Errorf("container %s has no pid", cs[0].Id)
+	}
+	return info.Pid, nil
+}
+
+// RunningContainers counts the node's running containers named container
+// in pod namespace/pod, as its CRI reports them.
+func (n *Node) RunningContainers(ctx context.Context, namespace, pod, container string) (int, error) {
+	rt, err := remote.NewRemoteRuntimeService(ctx, n.CRIEndpoint, 10*time.Second, noop.NewTracerProvider(), false)
+	if err != nil {
+		return 0, err
+	}
+	defer rt.Close(ctx)
+	cs, err := rt.ListContainers(ctx, &runtimeapi.ContainerFilter{
+		State: &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING},
+		LabelSelector: map[string]string{
+			"io.kubernetes.pod.namespace": namespace, "io.kubernetes.pod.name": pod, "io.kubernetes.container.name": container,
+		},
+	})
+	return len(cs), err
+}

@@ -1,0 +1,152 @@
+package cluster
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// pki is the cluster's one certificate authority: it signs the apiserver's
+// and the kubelets' serving certificates and every client certificate
+// (a client's user name is its certificate's CN, its groups its O).
+type pki struct {
+	dir  string
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+	// CAFile is the CA certificate, PEM.
+	CAFile string
+}
+
+func newPKI(dir string) (*pki, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "holdfast-e2e-ca"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(10 * 24 * time.Hour),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return nil, err
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, err
+	}
+	p := &pki{dir: dir, cert: cert, key: key, CAFile: filepath.Join(dir, "ca.crt")}
+	return p, writePEM(p.CAFile, "CERTIFICATE", der)
+}
+
+// pair is a certificate and key written as PEM files.
+type pair struct{ Cert, Key string }
+
+var serial int64 = 1
+
+// issue writes name.crt and name.key: a client certificate for user and
+// groups, serving too when hosts are given.
+func (p *pki) issue(name, user string, groups []string, hosts ...string) (pair, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return pair{}, err
+	}
+	serial++
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(serial),
+		Subject:      pkix.Name{CommonName: user, Organization: groups},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(10 * 24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	if len(hosts) > 0 {
+		tmpl.ExtKeyUsage = append(tmpl.ExtKeyUsage, x509.ExtKeyUsageServerAuth)
+		for _, h := range hosts {
+			if ip := net.ParseIP(h); ip != nil {
+				tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+			} else {
+				tmpl.DNSNames = append(tmpl.DNSNames, h)
+			}
+		}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.cert, &key.PublicKey, p.key)
+	if err != nil {
+		return pair{}, err
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return pair{}, err
+	}
+	out := pair{Cert: filepath.Join(p.dir, name+".crt"), Key: filepath.Join(p.dir, name+".key")}
+	if err := writePEM(out.Cert, "CERTIFICATE", der); err != nil {
+		return pair{}, err
+	}
+	return out, writePEM(out.Key, "EC PRIVATE KEY", kder)
+}
+
+// serviceAccountKeys writes the RSA key pair the apiserver signs and checks
+// service account tokens with.
+func (p *pki) serviceAccountKeys() (pub, priv string, err error) {
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return "", "", err
+	}
+	pubDER, err := x509.MarshalPKIXPublicKey(&key.PublicKey)
+	if err != nil {
+		return "", "", err
+	}
+	pub, priv = filepath.Join(p.dir, "sa.pub"), filepath.Join(p.dir, "sa.key")
+	if err := writePEM(pub, "PUBLIC KEY", pubDER); err != nil {
+		return "", "", err
+	}
+	return pub, priv, writePEM(priv, "RSA PRIVATE KEY", x509.MarshalPKCS1PrivateKey(key))
+}
+
+func writePEM(path, typ string, der []byte) error {
+	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600)
+}
+
+// writeKubeconfig writes a kubeconfig for server with a client certificate.
+func writeKubeconfig(path, server, caFile string, client pair) error {
+	s := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters:
+- name: holdfast-e2e
+  cluster:
+    server: %s
+    certificate-authority: %s
+users:
+- name: user
+  user:
+    client-certificate: %s
+    client-key: %s
+contexts:
+- name: holdfast-e2e
+  context: {cluster: holdfast-e2e, user: user}
+current-context: holdfast-e2e
+`, server, caFile, client.Cert, client.Key)
+	return os.WriteFile(path, []byte(s), 0o600)
+}
+
+// insecureTLS is for a component's own self-signed health endpoint on the
+// hub's loopback, which carries nothing but "ok".
+func insecureTLS() *tls.Config { return &tls.Config{InsecureSkipVerify: true} } //nolint:gosec // health probe only

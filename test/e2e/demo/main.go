@@ -1,0 +1,176 @@
+// Command demo is `make demo`: it starts holdfast on a local cluster of real
+// kubelets (test/cluster: three etcd members, three nodes each in its own
+// network and mount namespace), creates a Failover unit driving a simulated
+// Modbus device, cuts the primary node's link, and prints the failover's
+// timeline as the cluster recorded it: the unit's Events, the device's own
+// write log and the node plugin's fence audit. It then leaves the cluster
+// up, prints how to reach it, and removes everything on Ctrl-C.
+//
+// It needs root (namespaces, cgroups) and the binaries of make k8s-bin
+// cri-bin cni-bin.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"sort"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/test/devicesim"
+	"github.com/holdfast-io/holdfast/test/e2e/scenario"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintf(os.Stderr, "demo: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+type entry struct {
+	at   time.Time
+	what string
+}
+
+func run() error {
+	// The harness's clients log nothing of their own.
+	ctrllog.SetLogger(logr.Discard())
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	start := time.Now()
+	logf := func(f string, a ...any) {
+		fmt.Printf("[%6.1fs] %s\n", time.Since(start).Seconds(), fmt.Sprintf(f, a...))
+	}
+	upCtx, cancel := context.WithTimeout(ctx, 15*time.Minute)
+	w, err := scenario.Up(upCtx, scenario.Options{Nodes: scenario.DefaultNodes, EtcdMembers: 3, Logf: logf})
+	cancel()
+	if err != nil {
+		return err
+	}
+	defer func() {
+		fmt.Println("demo: stopping the cluster")
+		if err := w.Down(); err != nil {
+			fmt.Fprintf(os.Stderr, "demo: %v\n", err)
+		} else {
+			fmt.Println("demo: stopped; nothing left behind")
+		}
+	}()
+
+	if err := failover(ctx, w, logf); err != nil {
+		fmt.Fprintf(os.Stderr, "demo: the failover did not complete: %v\n", err)
+	}
+	fmt.Println()
+	fmt.Println("Voter swap: waits for the voters role (issue 8), which is not on main yet.")
+	fmt.Println()
+	fmt.Printf("The cluster stays up. Its apiserver lives in network namespace %s:\n", w.HubNetns)
+	fmt.Printf("  ip netns exec %s kubectl --kubeconfig %s get units -A\n", w.HubNetns, w.Kubeconfig)
+	fmt.Println("Ctrl-C stops it and removes everything it made.")
+	<-ctx.Done()
+	return nil
+}
+
+func failover(ctx context.Context, w *scenario.World, logf func(string, ...any)) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	u, err := w.CreateUnit(ctx, scenario.UnitOptions{Namespace: "demo", Name: "kiln", LeaseSeconds: 10,
+		Primary: w.NodeNames[0], Targets: w.NodeNames[1:]})
+	if err != nil {
+		return err
+	}
+	logf("created Failover unit demo/kiln (lease 10s), primary %s, standbys %v", w.NodeNames[0], w.NodeNames[1:])
+	b1, err := u.WaitHeld(ctx, 1, 3*time.Minute)
+	if err != nil {
+		return err
+	}
+	if err := u.WaitWrites(ctx, 1, 5, time.Minute); err != nil {
+		return err
+	}
+	logf("epoch 1 holds its lease on %s and drives the device", b1.Node)
+	node := w.Nodes[b1.Node]
+	if err := node.Cut(); err != nil {
+		return err
+	}
+	cutAt := time.Now()
+	logf("cut the link of %s", b1.Node)
+	b2, err := u.WaitHeld(ctx, 2, 5*time.Minute)
+	if err != nil {
+		_ = node.Mend()
+		return err
+	}
+	logf("epoch 2 holds its lease on %s", b2.Node)
+	if err := node.Mend(); err != nil {
+		return err
+	}
+	mendAt := time.Now()
+	logf("mended the link of %s", b1.Node)
+	// Give the node plugin time to hear of epoch 2 and stop the stale runtime.
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		acts, _ := w.FenceActions(b1.Node)
+		if len(acts) > 0 {
+			break
+		}
+		time.Sleep(time.Second)
+	}
+
+	tl := []entry{{cutAt, "link of " + b1.Node + " cut"}, {mendAt, "link of " + b1.Node + " mended"}}
+	evs, err := u.Events(ctx)
+	if err != nil {
+		return err
+	}
+	for _, e := range evs {
+		tl = append(tl, entry{eventTime(e.EventTime.Time, e.DeprecatedFirstTimestamp.Time), fmt.Sprintf("Unit event %s: %s", e.Reason, e.Note)})
+	}
+	log, err := u.Writes(ctx)
+	if err != nil {
+		return err
+	}
+	by := devicesim.ByEpoch(log)
+	for _, ep := range []int64{1, 2} {
+		ws := by[ep]
+		if len(ws) == 0 {
+			continue
+		}
+		tl = append(tl, entry{ws[0].Time, fmt.Sprintf("device: first write of epoch %d (from %s)", ep, ws[0].Peer)})
+		if ep == 1 {
+			tl = append(tl, entry{ws[len(ws)-1].Time, "device: last accepted write of epoch 1"})
+		}
+	}
+	for _, wr := range log {
+		if !wr.Accepted {
+			tl = append(tl, entry{wr.Time, fmt.Sprintf("device: refused epoch %d (%s)", wr.Epoch, wr.Reason)})
+		}
+	}
+	acts, err := w.FenceActions(b1.Node)
+	if err != nil {
+		return err
+	}
+	for _, a := range acts {
+		tl = append(tl, entry{a.At, fmt.Sprintf("holdfast-node on %s: %s %s (epoch %d, binding at %d)", b1.Node, a.Reason, a.Pod, a.Epoch, a.BindingEpoch)})
+	}
+	sort.SliceStable(tl, func(i, j int) bool { return tl[i].at.Before(tl[j].at) })
+	fmt.Println()
+	fmt.Printf("Timeline of the failover (seconds from the cut; lease 10s, hold bound %v):\n", holdfastv1.HoldBound(10*time.Second))
+	for _, e := range tl {
+		fmt.Printf("  %+7.2fs  %s\n", e.at.Sub(cutAt).Seconds(), e.what)
+	}
+	if _, err := scenario.CheckNoTwoWriters(log); err != nil {
+		return fmt.Errorf("two writers on the device: %w", err)
+	}
+	fmt.Println("The device saw one writer at a time.")
+	return nil
+}
+
+func eventTime(t, first time.Time) time.Time {
+	if !t.IsZero() {
+		return t
+	}
+	return first
+}

@@ -1,0 +1,237 @@
+//go:build integration || e2e
+
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/holdfast-io/holdfast/api/lease"
+	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/node-plugin/fence"
+	"github.com/holdfast-io/holdfast/test/devicesim"
+	"github.com/holdfast-io/holdfast/test/e2e/scenario"
+)
+
+// The controller's Event reasons (controller/units) the drills expect.
+const (
+	evLeaseEstablished   = "LeaseEstablished"
+	evLeaseExpired       = "LeaseExpired"
+	evHold               = "Hold"
+	evRebound            = "Rebound"
+	evLeaseReestablished = "LeaseReestablished"
+)
+
+// drill is one drill's unit on the shared cluster.
+type drill struct {
+	t   *testing.T
+	ctx context.Context
+	u   *scenario.Unit
+}
+
+func newDrill(t *testing.T, name string, leaseSeconds int32) *drill {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	t.Cleanup(cancel)
+	nodes := world.NodeNames
+	u, err := world.CreateUnit(ctx, scenario.UnitOptions{Namespace: "drill-" + name, Name: "kiln", LeaseSeconds: leaseSeconds,
+		Primary: nodes[0], Targets: nodes[1:]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &drill{t: t, ctx: ctx, u: u}
+	t.Cleanup(func() {
+		if t.Failed() {
+			d.dump()
+		}
+		// The next drill's runtimes use the same host ports.
+		if err := u.Delete(context.Background()); err != nil {
+			t.Error(err)
+		}
+	})
+	return d
+}
+
+func (d *drill) dump() {
+	u, err := d.u.Get(d.ctx)
+	if err == nil {
+		d.t.Logf("unit status: %+v", u.Status)
+		if b := u.Status.RuntimeBinding; b != nil {
+			d.t.Logf("binding: %+v", *b)
+		}
+	}
+	if evs, err := d.u.Events(d.ctx); err == nil {
+		for _, e := range evs {
+			d.t.Logf("event %s %s by %s: %s", e.EventTime.Format(time.RFC3339Nano), e.Reason, e.ReportingController, e.Note)
+		}
+	}
+	if log, err := d.u.Writes(d.ctx); err == nil {
+		d.t.Logf("device epochs: %v (%d writes)", devicesim.Epochs(log), len(log))
+	}
+	for _, c := range world.Controllers {
+		d.t.Logf("%s log tail:\n%s", c.Identity, c.Tail(20))
+	}
+}
+
+func (d *drill) held(epoch int64) *holdfastv1.RuntimeBinding {
+	d.t.Helper()
+	b, err := d.u.WaitHeld(d.ctx, epoch, 3*time.Minute)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	if err := d.u.WaitWrites(d.ctx, epoch, 5, time.Minute); err != nil {
+		d.t.Fatal(err)
+	}
+	return b
+}
+
+// oneWriter asserts from the device's own log that there was one writer at a
+// time, and that the new epoch's first write came at least the re-bind
+// margin after the old epoch's last accepted write.
+func (d *drill) oneWriter(old, new int64) {
+	d.t.Helper()
+	log, err := d.u.Writes(d.ctx)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	late, err := scenario.CheckNoTwoWriters(log)
+	if err != nil {
+		d.t.Fatalf("two writers on the device: %v", err)
+	}
+	for _, w := range late {
+		d.t.Logf("late delivery refused by the device: epoch %d register %d value %d at %s from %s (%s)",
+			w.Epoch, w.Register, w.Value, w.Time.Format(time.RFC3339Nano), w.Peer, w.Reason)
+	}
+	by := devicesim.ByEpoch(log)
+	if len(by[old]) == 0 || len(by[new]) == 0 {
+		d.t.Fatalf("want writes at epochs %d and %d, the device saw %v", old, new, devicesim.Epochs(log))
+	}
+	last := by[old][len(by[old])-1].Time
+	u, err := d.u.Get(d.ctx)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	if gap := by[new][0].Time.Sub(last); gap < u.Spec.Availability.RebindMargin() {
+		d.t.Fatalf("epoch %d first wrote %v after epoch %d's last accepted write, inside the re-bind margin %v", new, gap, old, u.Spec.Availability.RebindMargin())
+	}
+}
+
+// staleRuntimeStopped waits until the unit's runtime of epoch is stopped on
+// node (L7: a runtime behind its unit's binding does not keep running once
+// its node hears of the new binding). Two roads get there, and which comes
+// first is a race on a busy machine: holdfast-node audits a
+// StaleRuntimeStopped for it, or the controller's deletion of the old pod
+// reaches the kubelet, which stops it (the pod gone or terminating, no
+// container of it running).
+func (d *drill) staleRuntimeStopped(node string, epoch int64) {
+	d.t.Helper()
+	var last []fence.Action
+	pod := d.u.Key.Name + fmt.Sprintf("-runtime-e%d", epoch)
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		acts, err := world.FenceActions(node)
+		if err != nil {
+			d.t.Fatal(err)
+		}
+		last = acts
+		for _, a := range acts {
+			if a.Reason == fence.ReasonStaleEpoch && a.Namespace == d.u.Key.Namespace && a.Unit == d.u.Key.Name && a.Epoch == epoch {
+				if a.BindingEpoch <= epoch {
+					d.t.Fatalf("holdfast-node on %s stopped epoch %d for a binding at %d: %+v", node, epoch, a.BindingEpoch, a)
+				}
+				d.t.Logf("holdfast-node on %s: %s %s at %s (binding epoch %d)", node, a.Reason, a.Pod, a.At.Format(time.RFC3339Nano), a.BindingEpoch)
+				return
+			}
+		}
+		p, err := d.u.RuntimePod(d.ctx, epoch)
+		if err == nil && (p == nil || !p.DeletionTimestamp.IsZero()) {
+			if n, err := world.Nodes[node].RunningContainers(d.ctx, d.u.Key.Namespace, pod, "runtime"); err == nil && n == 0 {
+				d.t.Logf("the kubelet on %s stopped %s: its pod was deleted", node, pod)
+				return
+			}
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	d.t.Fatalf("the epoch %d runtime on %s still runs a minute after the link came back; holdfast-node's fence audit: %+v", epoch, node, last)
+}
+
+// watchAfterMend gives a stale runtime that came back the time to show
+// itself on the device: its driver redials within its health interval (5s)
+// and it scans every 200ms, so two intervals cover a redial and many scans.
+// An absence can only be watched for a while.
+func (d *drill) watchAfterMend() { time.Sleep(10 * time.Second) }
+
+// events waits until the Unit's Events of the reasons in want, in time
+// order, begin with want. Events of other reasons (the node plugin's
+// StaleRuntimeStopped, for one) may come between.
+func (d *drill) events(want ...string) {
+	d.t.Helper()
+	var got []string
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		all, _ := d.u.EventReasons(d.ctx)
+		got = slices.DeleteFunc(all, func(r string) bool { return !slices.Contains(want, r) })
+		if len(got) >= len(want) && slices.Equal(got[:len(want)], want) {
+			return
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	d.t.Fatalf("unit events %v, want them to begin %v", got, want)
+}
+
+// metric waits until some controller's metric with the labels reaches at
+// least min.
+func (d *drill) metric(name string, labels map[string]string, min float64) {
+	d.t.Helper()
+	var last string
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		var sum float64
+		for _, c := range world.Controllers {
+			v, err := scrape(world.HTTPClient(), c.Metrics+"/metrics", name, labels)
+			if err != nil {
+				last = err.Error()
+				continue
+			}
+			sum += v
+		}
+		if sum >= min {
+			return
+		}
+		last = fmt.Sprintf("%s%v = %v", name, labels, sum)
+		time.Sleep(500 * time.Millisecond)
+	}
+	d.t.Fatalf("metric %s%v never reached %v: %s", name, labels, min, last)
+}
+
+// oldRuntimeFenced waits until the old epoch's runtime, reached at its
+// node's address, reports itself fenced, or is gone (stopped by the node
+// plugin, or its pod deleted).
+func (d *drill) oldRuntimeFenced(node string, epoch int64) {
+	d.t.Helper()
+	url := fmt.Sprintf("http://%s:9443%s", world.Nodes[node].IP, lease.Path)
+	var last string
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		st, err := leaseStatus(world.HTTPClient(), url)
+		switch {
+		case err != nil && errors.Is(err, syscall.ECONNREFUSED):
+			return // nothing listens there: the runtime is gone
+		case err != nil:
+			last = err.Error()
+		case st.Epoch != epoch:
+			return // another runtime answers there now
+		case st.Fenced:
+			return
+		default:
+			last = fmt.Sprintf("%+v", st)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	d.t.Fatalf("the epoch %d runtime on %s never reported itself fenced: %s", epoch, node, last)
+}

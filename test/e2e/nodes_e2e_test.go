@@ -1,0 +1,8 @@
+//go:build e2e
+
+package e2e
+
+import "github.com/holdfast-io/holdfast/test/e2e/scenario"
+
+// The matrix's cluster: a primary and two standbys, all real kubelets.
+var clusterNodes = scenario.DefaultNodes
