@@ -1,0 +1,528 @@
+package webhook
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/utils/ptr"
+
+	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/webhook/rules"
+)
+
+var t0 = time.Date(2026, 11, 29, 20, 0, 0, 0, time.UTC)
+
+func testOptions() *Options {
+	o := DefaultOptions()
+	o.Now = func() time.Time { return t0 }
+	return &o
+}
+
+var (
+	admin      = requester{User: "admin", Groups: []string{"system:masters", "system:authenticated"}}
+	operator   = requester{User: "olivia", Groups: []string{"plant-operators", "system:authenticated"}}
+	controller = requester{User: "system:serviceaccount:holdfast-system:holdfast-controller"}
+)
+
+func pluginOn(node string) requester {
+	r := requester{User: "system:serviceaccount:holdfast-system:holdfast-node"}
+	if node != "" {
+		r.Extra = map[string][]string{"authentication.kubernetes.io/node-name": {node}}
+	}
+	return r
+}
+
+// reasons is every error of a verdict, 422 ones first, as the client sees
+// them.
+func reasons(v verdict) string {
+	var out []string
+	for _, l := range []field.ErrorList{v.invalid, v.forbidden} {
+		for _, e := range l {
+			out = append(out, e.Error())
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+func expect(t *testing.T, v verdict, want ...string) {
+	t.Helper()
+	if got := reasons(v); got != strings.Join(want, "\n") {
+		t.Fatalf("reasons:\n%s\nwant:\n%s", got, strings.Join(want, "\n"))
+	}
+}
+
+func nodeWith(name string, labels, ann map[string]string, taints ...corev1.Taint) *corev1.Node {
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels, Annotations: ann}, Spec: corev1.NodeSpec{Taints: taints}}
+}
+
+func heldLease(nodes string) *coordinationv1.Lease {
+	return &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "holdfast-voter-swap",
+			Labels:      map[string]string{holdfastv1.LabelGuarded: "true"},
+			Annotations: map[string]string{holdfastv1.AnnotationSwapID: "s1", holdfastv1.AnnotationSwapNodes: nodes}},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("ctl"), LeaseDurationSeconds: ptr.To[int32](60),
+			RenewTime: &metav1.MicroTime{Time: t0.Add(-10 * time.Second)}},
+	}
+}
+
+var oos = corev1.Taint{Key: corev1.TaintNodeOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute}
+
+func TestNodeRules(t *testing.T) {
+	o := testOptions()
+	ctl := "only the holdfast controller (system:serviceaccount:holdfast-system:holdfast-controller) may change it"
+	for _, tc := range []struct {
+		name     string
+		r        requester
+		old, new *corev1.Node
+		facts    nodeFacts
+		want     []string
+	}{
+		{"desired-role by an admin", admin, nodeWith("n1", nil, nil), nodeWith("n1", map[string]string{holdfastv1.LabelDesiredRole: "server"}, nil), nodeFacts{},
+			[]string{"metadata.labels[holdfast.io/desired-role]: Forbidden: " + ctl + ": the voter controller sets the desired role during a swap; create a VoterSwap instead"}},
+		{"desired-role by the controller", controller, nodeWith("n1", nil, nil), nodeWith("n1", map[string]string{holdfastv1.LabelDesiredRole: "server"}, nil), nodeFacts{}, nil},
+		{"desired-role removed by an admin", admin, nodeWith("n1", map[string]string{holdfastv1.LabelDesiredRole: "server"}, nil), nodeWith("n1", nil, nil), nodeFacts{},
+			[]string{"metadata.labels[holdfast.io/desired-role]: Forbidden: " + ctl + ": the voter controller sets the desired role during a swap; create a VoterSwap instead"}},
+		{"desired-role unchanged among other changes", admin, nodeWith("n1", map[string]string{holdfastv1.LabelDesiredRole: "server"}, nil),
+			nodeWith("n1", map[string]string{holdfastv1.LabelDesiredRole: "server", "zone": "a"}, nil), nodeFacts{}, nil},
+		{"desired-role unknown value", controller, nodeWith("n1", nil, nil), nodeWith("n1", map[string]string{holdfastv1.LabelDesiredRole: "voter"}, nil), nodeFacts{},
+			[]string{`metadata.labels[holdfast.io/desired-role]: Unsupported value: "voter": supported values: "server", "agent"`}},
+		{"registered with desired-role", admin, nil, nodeWith("n1", map[string]string{holdfastv1.LabelDesiredRole: "agent"}, nil), nodeFacts{},
+			[]string{"metadata.labels[holdfast.io/desired-role]: Forbidden: " + ctl + ": the voter controller sets the desired role during a swap; create a VoterSwap instead"}},
+		{"role-step and role-join by an admin", admin, nodeWith("n1", nil, nil),
+			nodeWith("n1", nil, map[string]string{holdfastv1.AnnotationRoleStep: "bogus", holdfastv1.AnnotationRoleJoin: "https://10.0.0.1:2380"}), nodeFacts{},
+			[]string{
+				`metadata.annotations[holdfast.io/role-step]: Unsupported value: "bogus": supported values: "promote", "step-down", "finish-demote", "rollback"`,
+				"metadata.annotations[holdfast.io/role-join]: Forbidden: " + ctl + ": role steps belong to the swap in progress",
+				"metadata.annotations[holdfast.io/role-step]: Forbidden: " + ctl + ": role steps belong to the swap in progress",
+			}},
+		{"etcd label off a member", admin, nodeWith("cp-1", map[string]string{holdfastv1.LabelEtcdRole: "true"}, nil), nodeWith("cp-1", nil, nil),
+			nodeFacts{Members: map[string]bool{"cp-1": true}},
+			[]string{"metadata.labels[node-role.kubernetes.io/etcd]: Forbidden: node cp-1 is still an etcd member (VoterPolicy default status); a VoterSwap removes the member first and then clears this label"}},
+		{"etcd label off a former member", controller, nodeWith("cp-1", map[string]string{holdfastv1.LabelEtcdRole: "true"}, nil), nodeWith("cp-1", nil, nil),
+			nodeFacts{Members: map[string]bool{"cp-2": true}}, nil},
+		{"control-plane label off a learner", controller, nodeWith("cp-1", map[string]string{holdfastv1.LabelControlPlaneRole: ""}, nil), nodeWith("cp-1", nil, nil),
+			nodeFacts{Members: map[string]bool{"cp-1": true}},
+			[]string{"metadata.labels[node-role.kubernetes.io/control-plane]: Forbidden: node cp-1 is still an etcd member (VoterPolicy default status); a VoterSwap removes the member first and then clears this label"}},
+		{"voter-eligible off a swap's node", admin, nodeWith("edge-7", map[string]string{holdfastv1.LabelVoterEligible: "true"}, nil),
+			nodeWith("edge-7", map[string]string{holdfastv1.LabelVoterEligible: "false"}, nil), nodeFacts{RunningSwaps: []string{"swap-a"}},
+			[]string{"metadata.labels[holdfast.io/voter-eligible]: Forbidden: node edge-7 is in the running VoterSwap swap-a; change it after the swap finishes"}},
+		{"voter-eligible off with no swap", admin, nodeWith("edge-7", map[string]string{holdfastv1.LabelVoterEligible: "true"}, nil), nodeWith("edge-7", nil, nil), nodeFacts{}, nil},
+		{"node plugin on its own node", pluginOn("n1"), nodeWith("n1", nil, nil),
+			nodeWith("n1", map[string]string{holdfastv1.LabelRole: "agent"}, map[string]string{holdfastv1.AnnotationActuator: "{}"}), nodeFacts{}, nil},
+		{"node plugin on another node", pluginOn("n2"), nodeWith("n1", nil, nil),
+			nodeWith("n1", map[string]string{holdfastv1.LabelRole: "agent"}, map[string]string{holdfastv1.AnnotationTombstone: "x"}), nodeFacts{},
+			[]string{
+				"metadata.labels[holdfast.io/role]: Forbidden: the node plugin on node n2 may write holdfast keys only on its own Node, not on n1",
+				"metadata.annotations[holdfast.io/tombstone]: Forbidden: the node plugin on node n2 may write holdfast annotations only on its own Node, not on n1",
+			}},
+		{"node plugin without a node name", pluginOn(""), nodeWith("n1", nil, nil), nodeWith("n1", nil, map[string]string{holdfastv1.AnnotationFitness: "x"}), nodeFacts{},
+			[]string{"metadata: Forbidden: the node plugin must use a pod-bound service account token (user extra authentication.kubernetes.io/node-name names its node)"}},
+		{"node plugin setting desired-role on its own node", pluginOn("n1"), nodeWith("n1", nil, nil), nodeWith("n1", map[string]string{holdfastv1.LabelDesiredRole: "server"}, nil), nodeFacts{},
+			[]string{"metadata.labels[holdfast.io/desired-role]: Forbidden: " + ctl + ": the voter controller sets the desired role during a swap; create a VoterSwap instead"}},
+		{"out-of-service on a swap node", admin, nodeWith("cp-3", nil, nil), nodeWith("cp-3", nil, nil, corev1.Taint{Key: "x", Effect: corev1.TaintEffectNoSchedule}, oos),
+			nodeFacts{SwapLease: heldLease("cp-3,edge-7"), Now: t0},
+			[]string{"spec.taints[1]: Forbidden: node cp-3 is in voter swap s1 (swap Lease kube-system/holdfast-voter-swap held by ctl until 2026-11-29T20:00:50Z); taint it out of service after the swap finishes or the Lease expires"}},
+		{"out-of-service on a swap node by the controller", controller, nodeWith("cp-3", nil, nil), nodeWith("cp-3", nil, nil, oos),
+			nodeFacts{SwapLease: heldLease("cp-3"), Now: t0},
+			[]string{"spec.taints[0]: Forbidden: node cp-3 is in voter swap s1 (swap Lease kube-system/holdfast-voter-swap held by ctl until 2026-11-29T20:00:50Z); taint it out of service after the swap finishes or the Lease expires"}},
+		{"out-of-service after the Lease expired", admin, nodeWith("cp-3", nil, nil), nodeWith("cp-3", nil, nil, oos),
+			nodeFacts{SwapLease: heldLease("cp-3"), Now: t0.Add(50 * time.Second)}, nil},
+		{"out-of-service already there", admin, nodeWith("cp-3", nil, nil, oos), nodeWith("cp-3", map[string]string{"a": "b"}, nil, oos),
+			nodeFacts{SwapLease: heldLease("cp-3"), Now: t0}, nil},
+		{"out-of-service on another node", admin, nodeWith("cp-1", nil, nil), nodeWith("cp-1", nil, nil, oos), nodeFacts{SwapLease: heldLease("cp-3"), Now: t0}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			expect(t, checkNode(o, tc.r, tc.old, tc.new, tc.facts), tc.want...)
+		})
+	}
+}
+
+func TestNodeNeedsReadOnlyWhatTheChangeCallsFor(t *testing.T) {
+	old := nodeWith("n", map[string]string{holdfastv1.LabelEtcdRole: "", holdfastv1.LabelVoterEligible: "true"}, nil)
+	if got := needsForNode(old, nodeWith("n", map[string]string{holdfastv1.LabelEtcdRole: "", holdfastv1.LabelVoterEligible: "true", "x": "y"}, nil)); got != (nodeNeeds{}) {
+		t.Fatalf("an unrelated change reads %+v", got)
+	}
+	if got := needsForNode(old, nodeWith("n", nil, nil, oos)); got != (nodeNeeds{members: true, swaps: true, lease: true}) {
+		t.Fatalf("removing both labels and adding the taint reads %+v", got)
+	}
+}
+
+func TestSwapLeaseRules(t *testing.T) {
+	o := testOptions()
+	held := heldLease("cp-3,edge-7")
+	with := func(f func(*coordinationv1.Lease)) *coordinationv1.Lease { l := held.DeepCopy(); f(l); return l }
+	renewed := with(func(l *coordinationv1.Lease) { l.Spec.RenewTime = &metav1.MicroTime{Time: t0} })
+	onlyCtl := "spec.holderIdentity: Forbidden: only the holdfast controller (system:serviceaccount:holdfast-system:holdfast-controller) may acquire, renew or release the swap Lease"
+	heldBy := "spec.holderIdentity: Forbidden: the swap Lease is held by ctl until 2026-11-29T20:00:50Z; another holder may take it only after it expires or is released"
+	for _, tc := range []struct {
+		name     string
+		r        requester
+		old, new *coordinationv1.Lease
+		now      time.Time
+		want     []string
+	}{
+		{"controller renews", controller, held, renewed, t0, nil},
+		{"admin renews", admin, held, renewed, t0, []string{onlyCtl}},
+		{"admin takes it", admin, held, with(func(l *coordinationv1.Lease) { l.Spec.HolderIdentity = ptr.To("me") }), t0, []string{onlyCtl, heldBy}},
+		{"controller takes it over while held", controller, held, with(func(l *coordinationv1.Lease) { l.Spec.HolderIdentity = ptr.To("ctl-2") }), t0, []string{heldBy}},
+		{"controller takes it over once expired", controller, held, with(func(l *coordinationv1.Lease) {
+			l.Spec.HolderIdentity = ptr.To("ctl-2")
+			l.Annotations[holdfastv1.AnnotationSwapID] = "s2"
+			l.Annotations[holdfastv1.AnnotationSwapNodes] = "cp-2"
+		}), t0.Add(50 * time.Second), nil},
+		{"controller releases, clearing the record", controller, held, with(func(l *coordinationv1.Lease) {
+			l.Spec.HolderIdentity = nil
+			l.Annotations = nil
+		}), t0, nil},
+		{"controller drops a node and renames the swap", controller, held, with(func(l *coordinationv1.Lease) {
+			l.Annotations[holdfastv1.AnnotationSwapNodes] = "cp-3"
+			l.Annotations[holdfastv1.AnnotationSwapID] = "s9"
+		}), t0, []string{
+			"metadata.annotations[holdfast.io/swap-id]: Forbidden: swap s1 is in progress; it may change only when the Lease is released",
+			"metadata.annotations[holdfast.io/swap-nodes]: Forbidden: may not drop node edge-7 while swap s1 holds the Lease; nodes may only be added",
+		}},
+		{"controller adds a node", controller, held, with(func(l *coordinationv1.Lease) { l.Annotations[holdfastv1.AnnotationSwapNodes] = "cp-3,edge-7,edge-8" }), t0, nil},
+		{"admin edits the record", admin, held, with(func(l *coordinationv1.Lease) { l.Annotations[holdfastv1.AnnotationSwapNodes] = "cp-3,edge-7,x" }), t0,
+			[]string{"metadata.annotations[holdfast.io/swap-nodes]: Forbidden: only the holdfast controller (system:serviceaccount:holdfast-system:holdfast-controller) may change it"}},
+		{"guard label removed", controller, held, with(func(l *coordinationv1.Lease) { l.Labels = nil }), t0,
+			[]string{`metadata.labels[holdfast.io/guarded]: Forbidden: must be "true" on the swap Lease, so that every change of it is checked`}},
+		{"held without a record", controller, nil, with(func(l *coordinationv1.Lease) {
+			l.Annotations = map[string]string{holdfastv1.AnnotationSwapNodes: "Bad_Node"}
+		}), t0, []string{
+			"metadata.annotations[holdfast.io/swap-id]: Required value: a held swap Lease names its swap",
+			`metadata.annotations[holdfast.io/swap-nodes]: Invalid value: "Bad_Node": not a node name: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')`,
+		}},
+		{"deleted while held", controller, held, nil, t0,
+			[]string{"spec.holderIdentity: Forbidden: the swap Lease is held by ctl until 2026-11-29T20:00:50Z for swap s1; it may be deleted only once released or expired"}},
+		{"deleted once expired", admin, held, nil, t0.Add(time.Minute), nil},
+		{"another Lease", admin, nil, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "kube-scheduler"}}, t0, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			expect(t, checkSwapLease(o, tc.r, tc.old, tc.new, tc.now), tc.want...)
+		})
+	}
+}
+
+func unitBound(mode holdfastv1.AvailabilityMode, state holdfastv1.LeaseState) *holdfastv1.Unit {
+	return &holdfastv1.Unit{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "plant", Name: "kiln-1"},
+		Spec: holdfastv1.UnitSpec{NodeSelector: map[string]string{"dev": "kiln-1"}, Availability: holdfastv1.Availability{
+			Mode: mode, LeaseDurationSeconds: 30, RuntimeStartupGraceSeconds: 120,
+			Targets: &holdfastv1.FailoverTargets{Nodes: []string{"edge-2", "edge-3"}},
+		}},
+		Status: holdfastv1.UnitStatus{RuntimeBinding: &holdfastv1.RuntimeBinding{Node: "edge-1", Epoch: 3, LeaseState: state,
+			LeaseEstablishedBy: &holdfastv1.RuntimeIncarnation{PodUID: "uid-3"}}},
+	}
+}
+
+func readyNode(name string, ready bool, labels map[string]string) corev1.Node {
+	s := corev1.ConditionTrue
+	if !ready {
+		s = corev1.ConditionFalse
+	}
+	n := nodeWith(name, labels, nil)
+	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: s}}
+	return *n
+}
+
+func TestUnitRules(t *testing.T) {
+	o := testOptions()
+	o.FailoverGroups = []string{"system:masters", "shift-leads"}
+	nodes := unitFacts{Nodes: []corev1.Node{
+		readyNode("edge-1", true, map[string]string{"dev": "kiln-1"}), readyNode("edge-2", true, nil), readyNode("edge-3", false, nil), readyNode("edge-9", true, nil),
+	}}
+	ann := func(u *holdfastv1.Unit, kv ...string) *holdfastv1.Unit {
+		u = u.DeepCopy()
+		u.Annotations = map[string]string{}
+		for i := 0; i < len(kv); i += 2 {
+			u.Annotations[kv[i]] = kv[i+1]
+		}
+		return u
+	}
+	held := unitBound(holdfastv1.Failover, holdfastv1.LeaseHeld)
+	expired := unitBound(holdfastv1.Failover, holdfastv1.LeaseExpired)
+	fence := holdfastv1.AnnotationFailoverConfirmFenced
+	to := holdfastv1.AnnotationFailoverTo
+	for _, tc := range []struct {
+		name     string
+		r        requester
+		old, new *holdfastv1.Unit
+		want     []string
+		audits   []string
+	}{
+		{"failover of a held lease without a fence", admin, held, ann(held, to, "edge-2"), []string{
+			"metadata.annotations[holdfast.io/failover-to]: Forbidden: the runtime on edge-1 still holds its control lease (Held at epoch 3); set holdfast.io/failover-confirm-fenced to how edge-1 was fenced, or wait for the lease to expire",
+		}, nil},
+		{"failover of a held lease with a fence", admin, held, ann(held, to, "edge-2", fence, "breaker off"), nil,
+			[]string{AuditConfirmFenced, AuditManualFailover}},
+		{"failover of an expired lease", admin, expired, ann(expired, to, "edge-2"), nil, []string{AuditManualFailover}},
+		{"failover of an Autonomy runtime needs a fence", admin, unitBound(holdfastv1.Autonomy, ""), ann(unitBound(holdfastv1.Autonomy, ""), to, "edge-2"), []string{
+			"metadata.annotations[holdfast.io/failover-to]: Forbidden: the runtime on edge-1 is an Autonomy runtime and never fences itself; set holdfast.io/failover-confirm-fenced to how edge-1 was fenced",
+		}, nil},
+		{"failover outside the groups, to a NotReady node", operator, expired, ann(expired, to, "edge-3"), []string{
+			"metadata.annotations[holdfast.io/failover-to]: Forbidden: edge-3 is NotReady; name a Ready target",
+			"metadata.annotations[holdfast.io/failover-to]: Forbidden: user olivia (groups plant-operators, system:authenticated) may not request a manual failover: requires membership in one of the groups [system:masters, shift-leads]",
+		}, nil},
+		{"failover to the current node and a non-target", admin, expired, ann(expired, to, "edge-1"), []string{
+			"metadata.annotations[holdfast.io/failover-to]: Forbidden: edge-1 is the node the runtime is bound to now; name a failover target",
+			"metadata.annotations[holdfast.io/failover-to]: Forbidden: edge-1 is not a failover target of this unit (spec.availability.targets)",
+		}, nil},
+		{"failover to a missing node", admin, expired, ann(expired, to, "edge-99"), []string{
+			"metadata.annotations[holdfast.io/failover-to]: Forbidden: node edge-99 does not exist",
+		}, nil},
+		{"failover to a malformed name", admin, expired, ann(expired, to, "Edge 2"), []string{
+			`metadata.annotations[holdfast.io/failover-to]: Invalid value: "Edge 2": not a node name: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')`,
+		}, nil},
+		{"blank fence and a bad restart time", admin, held, ann(held, fence, "  ", holdfastv1.AnnotationRestart, "tomorrow"), []string{
+			`metadata.annotations[holdfast.io/failover-confirm-fenced]: Invalid value: "  ": must say how the old node was fenced`,
+			`metadata.annotations[holdfast.io/restart]: Invalid value: "tomorrow": must be an RFC 3339 time, e.g. 2026-11-29T20:15:00Z`,
+		}, nil},
+		{"fence outside the groups", operator, held, ann(held, fence, "breaker off"), []string{
+			"metadata.annotations[holdfast.io/failover-confirm-fenced]: Forbidden: user olivia (groups plant-operators, system:authenticated) may not confirm a fence: requires membership in one of the groups [system:masters]",
+		}, nil},
+		{"clearing a request is always allowed", operator, ann(held, to, "edge-2", fence, "x"), held, nil, nil},
+		{"an unchanged request is not judged again", controller, ann(held, to, "edge-2"), ann(held, to, "edge-2", "note", "x"), nil, nil},
+		{"Failover to Autonomy while a re-bind is pending", admin, expired, func() *holdfastv1.Unit {
+			u := expired.DeepCopy()
+			u.Spec.Availability.Mode = holdfastv1.Autonomy
+			return u
+		}(), []string{"spec.availability.mode: Forbidden: a re-bind is pending (lease Expired at epoch 3); switch to Autonomy once the new runtime holds its lease"}, nil},
+		{"Failover to Autonomy while held", admin, held, func() *holdfastv1.Unit {
+			u := held.DeepCopy()
+			u.Spec.Availability.Mode = holdfastv1.Autonomy
+			return u
+		}(), nil, nil},
+		{"targets include the primary and L3 margin too short", admin, nil, func() *holdfastv1.Unit {
+			u := held.DeepCopy()
+			u.Spec.Availability.Targets.Nodes = []string{"edge-1"}
+			u.Spec.Availability.RebindMarginSeconds = ptr.To[int32](3)
+			return u
+		}(), []string{
+			"spec.availability.rebindMarginSeconds: Invalid value: 3: must be at least the hold bound 15s (half the lease, clamped to 5s..30s), so a new writer starts only after the old one has fenced",
+			`spec.availability.targets.nodes[0]: Invalid value: "edge-1": is a primary node of this unit (matches spec.nodeSelector); a failover target must be another node`,
+		}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v, audits := checkUnit(o, tc.r, tc.old, tc.new, nodes)
+			expect(t, v, tc.want...)
+			var kinds []string
+			for _, a := range audits {
+				kinds = append(kinds, a.Audit)
+			}
+			if strings.Join(kinds, ",") != strings.Join(tc.audits, ",") {
+				t.Fatalf("audit records %v, want %v", kinds, tc.audits)
+			}
+		})
+	}
+}
+
+// L7: the epoch, the fencing token, never goes backwards, and the runtime
+// incarnation that established a binding's lease is written once.
+func TestL7EpochAndLeaseEstablishedBy(t *testing.T) {
+	o := testOptions()
+	old := unitBound(holdfastv1.Failover, holdfastv1.LeaseHeld)
+	with := func(f func(*holdfastv1.RuntimeBinding)) *holdfastv1.Unit {
+		u := old.DeepCopy()
+		f(u.Status.RuntimeBinding)
+		return u
+	}
+	status := requester{User: "admin", Groups: admin.Groups, SubResource: "status"}
+	for _, tc := range []struct {
+		name string
+		r    requester
+		new  *holdfastv1.Unit
+		want []string
+	}{
+		{"epoch back", status, with(func(b *holdfastv1.RuntimeBinding) { b.Epoch = 2 }), []string{
+			"status.runtimeBinding.epoch: Forbidden: may not go backwards (from 3 to 2): the epoch is the fencing token every runtime and device checks"}},
+		{"binding removed", status, func() *holdfastv1.Unit { u := old.DeepCopy(); u.Status.RuntimeBinding = nil; return u }(), []string{
+			"status.runtimeBinding.epoch: Forbidden: may not go backwards (from 3 to 0): the epoch is the fencing token every runtime and device checks"}},
+		{"incarnation rewritten", status, with(func(b *holdfastv1.RuntimeBinding) { b.LeaseEstablishedBy.RestartCount = 1 }), []string{
+			"status.runtimeBinding.leaseEstablishedBy: Forbidden: is written once per binding and already names pod uid-3 restart 0 at epoch 3"}},
+		{"incarnation cleared", status, with(func(b *holdfastv1.RuntimeBinding) { b.LeaseEstablishedBy = nil }), []string{
+			"status.runtimeBinding.leaseEstablishedBy: Forbidden: is written once per binding and already names pod uid-3 restart 0 at epoch 3"}},
+		{"re-bind resets the incarnation", status, with(func(b *holdfastv1.RuntimeBinding) { b.Epoch = 4; b.LeaseEstablishedBy = nil }), nil},
+		{"the controller is trusted", controller, with(func(b *holdfastv1.RuntimeBinding) { b.Epoch = 1 }), nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v, _ := checkUnit(o, tc.r, old, tc.new, unitFacts{})
+			expect(t, v, tc.want...)
+		})
+	}
+}
+
+func swap(name, out, in string, phase holdfastv1.SwapPhase) holdfastv1.VoterSwap {
+	return holdfastv1.VoterSwap{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: holdfastv1.VoterSwapSpec{Outgoing: out, Incoming: in, Origin: holdfastv1.SwapManual, Reason: "r"}, Status: holdfastv1.VoterSwapStatus{Phase: phase}}
+}
+
+func gatesOK() rules.GateInput {
+	ready := func(name string, labels, ann map[string]string) *corev1.Node {
+		n := readyNode(name, true, labels)
+		n.Annotations = ann
+		return &n
+	}
+	return rules.GateInput{
+		Policy: &holdfastv1.VoterPolicy{Spec: holdfastv1.VoterPolicySpec{TargetVoters: 3}, Status: holdfastv1.VoterPolicyStatus{
+			Voters: []string{"cp-1", "cp-2", "cp-3"}, Leader: "cp-1",
+			Conditions: []metav1.Condition{{Type: holdfastv1.ConditionEtcdHealthy, Status: metav1.ConditionTrue}}}},
+		Nodes: map[string]*corev1.Node{"cp-1": ready("cp-1", nil, nil), "cp-2": ready("cp-2", nil, nil), "cp-3": ready("cp-3", nil, nil),
+			"edge-7": ready("edge-7", map[string]string{holdfastv1.LabelVoterEligible: "true"}, map[string]string{holdfastv1.AnnotationProvisioned: "true"})},
+		Now: t0,
+	}
+}
+
+func TestVoterSwapRules(t *testing.T) {
+	o := testOptions()
+	s := swap("new", "cp-3", "edge-7", "")
+	auto := s
+	auto.Spec.Origin = holdfastv1.SwapAutomatic
+	for _, tc := range []struct {
+		name   string
+		r      requester
+		s      holdfastv1.VoterSwap
+		others []holdfastv1.VoterSwap
+		want   []string
+		audit  bool
+	}{
+		{"admin's manual swap", admin, s, []holdfastv1.VoterSwap{swap("old", "cp-1", "edge-7", holdfastv1.SwapSucceeded)}, nil, true},
+		{"controller's automatic swap", controller, auto, nil, nil, false},
+		{"operator's manual swap", operator, s, nil, []string{
+			"spec: Forbidden: user olivia (groups plant-operators, system:authenticated) may not request a manual swap: requires membership in one of the groups [system:masters]"}, false},
+		{"admin's automatic swap", admin, auto, nil, []string{
+			"spec.origin: Forbidden: only the holdfast controller (system:serviceaccount:holdfast-system:holdfast-controller) creates Automatic swaps; a person's swap is Manual"}, false},
+		{"a second swap while one is pending and one running", admin, s, []holdfastv1.VoterSwap{swap("a", "cp-1", "", ""), func() holdfastv1.VoterSwap {
+			x := swap("b", "cp-2", "edge-8", holdfastv1.SwapRunning)
+			x.Status.Step = holdfastv1.StepRegate
+			return x
+		}()}, []string{
+			"spec: Forbidden: VoterSwap a (cp-1 out, the scheduler's pick in) is Pending; one swap at a time: wait for it to finish",
+			"spec: Forbidden: VoterSwap b (cp-2 out, edge-8 in) is Running at step Regate; one swap at a time: wait for it to finish"}, false},
+		{"malformed node names", admin, swap("x", "CP 3", "", ""), nil, []string{
+			`spec.outgoing: Invalid value: "CP 3": not a node name: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')`}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v, audits := checkVoterSwapCreate(o, tc.r, &tc.s, tc.others, gatesOK())
+			expect(t, v, tc.want...)
+			if (len(audits) == 1) != tc.audit {
+				t.Fatalf("audit records %+v, want one: %v", audits, tc.audit)
+			}
+		})
+	}
+	changed := s
+	changed.Spec.Incoming = "edge-8"
+	expect(t, checkVoterSwapUpdate(&s, &changed), "spec: Forbidden: is immutable: delete this VoterSwap and create a new one")
+	labelled := s
+	labelled.Labels = map[string]string{"a": "b"}
+	expect(t, checkVoterSwapUpdate(&s, &labelled))
+
+	running := swap("r", "cp-3", "edge-7", holdfastv1.SwapRunning)
+	running.Status.SwapID, running.Status.Step = "20261129T200000Z-cp-3-edge-7", holdfastv1.StepRemoveMember
+	expect(t, checkVoterSwapDelete(&running),
+		"status.phase: Forbidden: swap 20261129T200000Z-cp-3-edge-7 is running (step RemoveMember); a swap in progress is always finished or rolled back, delete it afterwards")
+	started := swap("p", "cp-3", "edge-7", holdfastv1.SwapPending)
+	started.Status.StartedAt = &metav1.Time{Time: t0}
+	if checkVoterSwapDelete(&started).allowed() {
+		t.Fatal("a Pending swap that took the Lease is running")
+	}
+	for _, p := range []holdfastv1.SwapPhase{"", holdfastv1.SwapPending, holdfastv1.SwapSucceeded, holdfastv1.SwapRolledBack, holdfastv1.SwapAbandoned, holdfastv1.SwapRefused} {
+		x := swap("p", "cp-3", "edge-7", p)
+		if !checkVoterSwapDelete(&x).allowed() {
+			t.Errorf("a %q swap that never started may be deleted", p)
+		}
+	}
+}
+
+func runtimePod(name, unit, epoch, scheduler, node string) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{holdfastv1.LabelUnit: unit, holdfastv1.LabelEpoch: epoch}},
+		Spec: corev1.PodSpec{SchedulerName: scheduler, NodeName: node}}
+}
+
+// L7: a runtime pod keeps the epoch it was created for, and only
+// holdfast-scheduler places it.
+func TestL7RuntimePodRules(t *testing.T) {
+	expect(t, checkRuntimePodCreate(runtimePod("kiln-1-runtime-e3", "kiln-1", "3", holdfastv1.SchedulerName, "")))
+	expect(t, checkRuntimePodCreate(runtimePod("kiln-1-runtime-e3", "kiln-1", "3", "default-scheduler", "edge-2")),
+		"spec.nodeName: Forbidden: must be empty: holdfast-scheduler places runtime pods, so a failover never lands on a node its rules refuse",
+		"spec.schedulerName: Forbidden: must be holdfast-scheduler: another scheduler would bypass the unit's placement rules")
+	expect(t, checkRuntimePodCreate(runtimePod("kiln-1-runtime-e03", "kiln-1", "03", holdfastv1.SchedulerName, "")),
+		`metadata.labels[holdfast.io/epoch]: Invalid value: "03": must be the binding's epoch, a positive integer`)
+	expect(t, checkRuntimePodCreate(runtimePod("x", "kiln-1", "0", holdfastv1.SchedulerName, "")),
+		`metadata.labels[holdfast.io/epoch]: Invalid value: "0": must be the binding's epoch, a positive integer`)
+	expect(t, checkRuntimePodCreate(runtimePod("kiln-2-runtime-e3", "kiln-1", "3", holdfastv1.SchedulerName, "")),
+		`metadata.name: Invalid value: "kiln-2-runtime-e3": a runtime pod of unit kiln-1 at epoch 3 is named kiln-1-runtime-e3`)
+	expect(t, checkRuntimePodUpdate(runtimePod("p", "kiln-1", "3", "", ""), runtimePod("p", "kiln-1", "4", "", "")),
+		"metadata.labels[holdfast.io/epoch]: Forbidden: is set when the runtime pod is created and never changes: the fence agent stops runtimes by it")
+	unlabelled := runtimePod("p", "", "", "", "")
+	unlabelled.Labels = nil
+	expect(t, checkRuntimePodUpdate(unlabelled, runtimePod("p", "kiln-1", "3", "", "")),
+		"metadata.labels[holdfast.io/epoch]: Forbidden: is set when the runtime pod is created and never changes: the fence agent stops runtimes by it",
+		"metadata.labels[holdfast.io/unit]: Forbidden: is set when the runtime pod is created and never changes: the fence agent stops runtimes by it")
+
+	o := testOptions()
+	pod := runtimePod("kiln-1-runtime-e3", "kiln-1", "3", holdfastv1.SchedulerName, "")
+	expect(t, checkBinding(o, admin, &corev1.Binding{}, pod),
+		"target: Forbidden: pod kiln-1-runtime-e3 is the runtime of unit kiln-1; only holdfast-scheduler (system:serviceaccount:holdfast-system:holdfast-scheduler) binds it to a node")
+	expect(t, checkBinding(o, requester{User: o.Scheduler}, &corev1.Binding{}, pod))
+	expect(t, checkBinding(o, admin, &corev1.Binding{}, &corev1.Pod{}))
+}
+
+func TestVerdictStatusCodes(t *testing.T) {
+	var v verdict
+	if err := v.err(nodeGVR, nodeGK, "n1"); err != nil {
+		t.Fatalf("an empty verdict allows: %v", err)
+	}
+	v.forbid(field.Forbidden(field.NewPath("a"), "no"))
+	if code := v.err(nodeGVR, nodeGK, "n1").(interface{ Status() metav1.Status }).Status().Code; code != 403 {
+		t.Fatalf("a policy refusal is %d, want 403", code)
+	}
+	v.invalidf(field.Invalid(field.NewPath("b"), "x", "bad"))
+	st := v.err(nodeGVR, nodeGK, "n1").(interface{ Status() metav1.Status }).Status()
+	if st.Code != 422 || len(st.Details.Causes) != 2 {
+		t.Fatalf("malformed input is %d with %d causes, want 422 listing both reasons", st.Code, len(st.Details.Causes))
+	}
+}
+
+func TestOptionsFlags(t *testing.T) {
+	o := DefaultOptions()
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	o.AddFlags(fs)
+	if err := fs.Parse([]string{"--controller-service-account=plant/hf-ctl", "--swap-groups=fleet-admins, system:masters", "--failover-groups=shift-leads"}); err != nil {
+		t.Fatal(err)
+	}
+	if o.Controller != "system:serviceaccount:plant:hf-ctl" || strings.Join(o.SwapGroups, "|") != "fleet-admins|system:masters" ||
+		strings.Join(o.FailoverGroups, "|") != "shift-leads" || strings.Join(o.ConfirmFencedGroups, "|") != "system:masters" {
+		t.Fatalf("flags not applied: %+v", o)
+	}
+	for _, bad := range []string{"--node-plugin-service-account=holdfast-node", "--swap-groups= , "} {
+		if err := fs.Parse([]string{bad}); err == nil {
+			t.Errorf("%s accepted", bad)
+		}
+	}
+}
+
+func TestAuditLinesAreWholeJSON(t *testing.T) {
+	var buf bytes.Buffer
+	a := &auditLog{out: &buf}
+	r := requester{User: "sam", Groups: []string{"shift-leads"}, UID: "u-1", DryRun: true}
+	if err := a.record(r, []AuditRecord{{Audit: AuditManualFailover, Object: AuditRef{Kind: "Unit", Namespace: "p", Name: "k"}, Target: "edge-2", Reason: "breaker"}}, t0); err != nil {
+		t.Fatal(err)
+	}
+	var rec AuditRecord
+	if err := json.Unmarshal(bytes.TrimSuffix(buf.Bytes(), []byte("\n")), &rec); err != nil || bytes.Count(buf.Bytes(), []byte("\n")) != 1 {
+		t.Fatalf("not one JSON line: %q (%v)", buf.String(), err)
+	}
+	if rec.User != "sam" || rec.RequestID != "u-1" || !rec.DryRun || !rec.Time.Equal(t0) || rec.Reason != "breaker" {
+		t.Fatalf("record %+v", rec)
+	}
+}

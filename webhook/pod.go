@@ -1,0 +1,140 @@
+package webhook
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+)
+
+var podGVR = corev1.SchemeGroupVersion.WithResource("pods").GroupResource()
+var podGK = corev1.SchemeGroupVersion.WithKind("Pod").GroupKind()
+
+// RuntimePodName is the name of a unit's runtime pod at an epoch (DESIGN §2).
+func RuntimePodName(unit string, epoch int64) string {
+	return fmt.Sprintf("%s-runtime-e%d", unit, epoch)
+}
+
+// checkRuntimePodCreate: a runtime pod is placed by holdfast-scheduler only,
+// so it may not name a node or another scheduler, and its name and labels
+// must agree (the binding webhook recognises runtime pods by name).
+func checkRuntimePodCreate(p *corev1.Pod) verdict {
+	var v verdict
+	unit, ok := p.Labels[holdfastv1.LabelUnit]
+	if !ok {
+		return v
+	}
+	labelPath := field.NewPath("metadata", "labels")
+	if msgs := validation.IsDNS1123Subdomain(unit); len(msgs) > 0 {
+		v.invalidf(field.Invalid(labelPath.Key(holdfastv1.LabelUnit), unit, "not a Unit name: "+msgs[0]))
+	}
+	epochText := p.Labels[holdfastv1.LabelEpoch]
+	epoch, err := strconv.ParseInt(epochText, 10, 64)
+	if err != nil || epoch < 1 || strconv.FormatInt(epoch, 10) != epochText {
+		v.invalidf(field.Invalid(labelPath.Key(holdfastv1.LabelEpoch), epochText, "must be the binding's epoch, a positive integer"))
+	} else if want := RuntimePodName(unit, epoch); p.Name != want {
+		v.invalidf(field.Invalid(field.NewPath("metadata", "name"), p.Name, fmt.Sprintf("a runtime pod of unit %s at epoch %d is named %s", unit, epoch, want)))
+	}
+	if p.Spec.NodeName != "" {
+		v.forbid(field.Forbidden(field.NewPath("spec", "nodeName"), fmt.Sprintf(
+			"must be empty: %s places runtime pods, so a failover never lands on a node its rules refuse", holdfastv1.SchedulerName)))
+	}
+	if p.Spec.SchedulerName != holdfastv1.SchedulerName {
+		v.forbid(field.Forbidden(field.NewPath("spec", "schedulerName"), fmt.Sprintf(
+			"must be %s: another scheduler would bypass the unit's placement rules", holdfastv1.SchedulerName)))
+	}
+	return v
+}
+
+// checkRuntimePodUpdate: the unit and epoch labels are set at creation only;
+// a runtime whose epoch label changed could escape the fence agent (L7).
+func checkRuntimePodUpdate(old, p *corev1.Pod) verdict {
+	var v verdict
+	labelPath := field.NewPath("metadata", "labels")
+	for _, k := range changedKeys(old.Labels, p.Labels, func(k string) bool {
+		return k == holdfastv1.LabelUnit || k == holdfastv1.LabelEpoch
+	}) {
+		v.forbid(field.Forbidden(labelPath.Key(k), "is set when the runtime pod is created and never changes: the fence agent stops runtimes by it"))
+	}
+	return v
+}
+
+// PodValidator guards the runtime pods (labelled holdfast.io/unit).
+type PodValidator struct{}
+
+var _ admission.Validator[*corev1.Pod] = PodValidator{}
+
+func (PodValidator) ValidateCreate(_ context.Context, p *corev1.Pod) (admission.Warnings, error) {
+	v := checkRuntimePodCreate(p)
+	return nil, v.err(podGVR, podGK, p.Name)
+}
+
+func (PodValidator) ValidateUpdate(_ context.Context, old, p *corev1.Pod) (admission.Warnings, error) {
+	v := checkRuntimePodUpdate(old, p)
+	return nil, v.err(podGVR, podGK, p.Name)
+}
+
+func (PodValidator) ValidateDelete(context.Context, *corev1.Pod) (admission.Warnings, error) {
+	return nil, nil
+}
+
+// checkBinding: only holdfast-scheduler binds a runtime pod.
+func checkBinding(o *Options, r requester, b *corev1.Binding, pod *corev1.Pod) verdict {
+	var v verdict
+	if pod == nil || r.User == o.Scheduler {
+		return v
+	}
+	if unit, ok := pod.Labels[holdfastv1.LabelUnit]; ok {
+		v.forbid(field.Forbidden(field.NewPath("target"), fmt.Sprintf(
+			"pod %s is the runtime of unit %s; only %s (%s) binds it to a node", pod.Name, unit, holdfastv1.SchedulerName, o.Scheduler)))
+	}
+	return v
+}
+
+// BindingValidator guards pods/binding for runtime pods.
+type BindingValidator struct {
+	Options *Options
+	Reader  client.Reader
+}
+
+var _ admission.Validator[*corev1.Binding] = &BindingValidator{}
+
+func (bv *BindingValidator) ValidateCreate(ctx context.Context, b *corev1.Binding) (admission.Warnings, error) {
+	r, err := requesterFrom(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if r.User == bv.Options.Scheduler {
+		return nil, nil
+	}
+	req, err := admission.RequestFromContext(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// The Binding carries the pod's name, not its labels.
+	var pod corev1.Pod
+	if err := bv.Reader.Get(ctx, client.ObjectKey{Namespace: req.Namespace, Name: req.Name}, &pod); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, readFailed("reading the pod to bind", err)
+	}
+	v := checkBinding(bv.Options, r, b, &pod)
+	return nil, v.err(podGVR, podGK, pod.Name)
+}
+
+func (bv *BindingValidator) ValidateUpdate(context.Context, *corev1.Binding, *corev1.Binding) (admission.Warnings, error) {
+	return nil, nil
+}
+
+func (bv *BindingValidator) ValidateDelete(context.Context, *corev1.Binding) (admission.Warnings, error) {
+	return nil, nil
+}

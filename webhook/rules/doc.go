@@ -1,0 +1,15 @@
+// Package rules holds the safety rules that more than one holdfast component
+// applies: the admission webhook refuses a change that breaks them, and the
+// controller checks the same functions before it acts. Every function here is
+// pure (objects and a clock in, a verdict out), so both sides agree by
+// construction and the rules are tested without a cluster.
+//
+//   - swap Lease: SwapLeaseHeld, SwapLeaseExpiry, SwapLeaseNodes, SwapLeaseNames
+//     (node recovery leaves alone the nodes an unexpired swap Lease names).
+//   - voter swap gates: SwapGates, Members, NodeReady, NodeProvisioned,
+//     NodeEligible (DESIGN §6 step 1, as VoterPolicy status and the Nodes
+//     show them).
+//   - units: AvailabilityErrors (DESIGN §3 L3/L4 through api/v1alpha1's
+//     HoldBound and RebindMargin), RebindPending, TargetsIncludingPrimary,
+//     EligibleTarget.
+package rules

@@ -1,0 +1,182 @@
+package rules
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+)
+
+// GateInput is the cluster as the voter controller last reported it: the
+// VoterPolicy status (etcd's own view of its members), the Nodes and the
+// swap Lease.
+type GateInput struct {
+	// Policy is the singleton VoterPolicy; nil when it does not exist.
+	Policy *holdfastv1.VoterPolicy
+	// Nodes by name.
+	Nodes map[string]*corev1.Node
+	// SwapLease is kube-system/holdfast-voter-swap; nil when absent.
+	SwapLease *coordinationv1.Lease
+	// Now is the clock the Lease's expiry is judged against.
+	Now time.Time
+}
+
+// Members are the nodes whose etcd members vote or learn, by etcd's own
+// member list as VoterPolicy status reports it.
+func Members(p *holdfastv1.VoterPolicy) map[string]bool {
+	m := map[string]bool{}
+	if p == nil {
+		return m
+	}
+	for _, n := range p.Status.Voters {
+		m[n] = true
+	}
+	for _, n := range p.Status.Learners {
+		m[n] = true
+	}
+	return m
+}
+
+// NodeReady reports whether the Node's Ready condition is True.
+func NodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// NodeProvisioned reports whether the node plugin found the server unit
+// installed (the provisioned annotation, not "false").
+func NodeProvisioned(n *corev1.Node) bool {
+	v, ok := n.Annotations[holdfastv1.AnnotationProvisioned]
+	return ok && v != "" && v != "false"
+}
+
+// NodeEligible reports whether the node may become a voter: it matches the
+// policy's eligibleSelector (holdfast.io/voter-eligible=true when unset).
+// A selector that does not parse makes no node eligible.
+func NodeEligible(p *holdfastv1.VoterPolicy, n *corev1.Node) bool {
+	sel := &metav1.LabelSelector{MatchLabels: map[string]string{holdfastv1.LabelVoterEligible: "true"}}
+	if p != nil && p.Spec.EligibleSelector != nil {
+		sel = p.Spec.EligibleSelector
+	}
+	s, err := metav1.LabelSelectorAsSelector(sel)
+	if err != nil {
+		return false
+	}
+	return s.Matches(labels.Set(n.Labels))
+}
+
+// NodePinned reports whether an admin pinned the node (no swap in or out).
+func NodePinned(n *corev1.Node) bool {
+	v, ok := n.Labels[holdfastv1.LabelPinned]
+	return ok && v != "false"
+}
+
+// SwapGates lists every gate of DESIGN §6 step 1 that the swap fails now, as
+// VoterPolicy status and the Nodes show them, each at the field it is about
+// (spec for the cluster's own health). An empty list means every gate holds.
+// The controller re-checks against etcd itself before it acts; this is the
+// view a person asking for a swap gets.
+func SwapGates(spec *holdfastv1.VoterSwapSpec, in GateInput) field.ErrorList {
+	var errs field.ErrorList
+	specPath := field.NewPath("spec")
+	p := in.Policy
+	if p == nil {
+		return append(errs, field.Forbidden(specPath, fmt.Sprintf(
+			"no VoterPolicy %q: create it so the voter controller observes etcd before any swap", holdfastv1.VoterPolicyName)))
+	}
+	st := &p.Status
+
+	if c := meta.FindStatusCondition(st.Conditions, holdfastv1.ConditionEtcdHealthy); c == nil || c.Status != metav1.ConditionTrue {
+		why := "not yet reported"
+		if c != nil {
+			why = fmt.Sprintf("%s: %s", c.Reason, c.Message)
+		}
+		errs = append(errs, field.Forbidden(specPath, fmt.Sprintf(
+			"etcd is not healthy (VoterPolicy condition %s %s); swap once every voter answers", holdfastv1.ConditionEtcdHealthy, why)))
+	}
+	if st.Leader == "" {
+		errs = append(errs, field.Forbidden(specPath, "etcd reports no leader; swap once it has one"))
+	}
+	if len(st.Learners) > 0 {
+		errs = append(errs, field.Forbidden(specPath, fmt.Sprintf(
+			"learner present (%s); wait until it is promoted or removed", strings.Join(st.Learners, ", "))))
+	}
+	if target := p.Spec.TargetVoters; target != 0 && int32(len(st.Voters)) != target {
+		errs = append(errs, field.Forbidden(specPath, fmt.Sprintf(
+			"%d voters where the target is %d; the voter set must be at its target before a swap", len(st.Voters), target)))
+	}
+	for _, v := range st.Voters {
+		n := in.Nodes[v]
+		switch {
+		case n == nil:
+			errs = append(errs, field.Forbidden(specPath, fmt.Sprintf("voter %s has no Node; swap once every voter's Node is Ready", v)))
+		case !NodeReady(n):
+			errs = append(errs, field.Forbidden(specPath, fmt.Sprintf("voter %s is not Ready; swap once every voter's Node is Ready", v)))
+		}
+	}
+	if SwapLeaseHeld(in.SwapLease, in.Now) {
+		until := "with no expiry"
+		if exp, ok := SwapLeaseExpiry(in.SwapLease); ok {
+			until = "until " + exp.UTC().Format(time.RFC3339)
+		}
+		errs = append(errs, field.Forbidden(specPath, fmt.Sprintf("the swap Lease %s/%s is held by %s %s; one swap at a time",
+			holdfastv1.SwapLeaseNamespace, holdfastv1.SwapLeaseName, SwapLeaseHolder(in.SwapLease), until)))
+	}
+
+	outPath := specPath.Child("outgoing")
+	if !slices.Contains(st.Voters, spec.Outgoing) {
+		errs = append(errs, field.Forbidden(outPath, fmt.Sprintf("%s is not an etcd voter (voters: %s); name a current voter",
+			spec.Outgoing, listOrNone(st.Voters))))
+	}
+	if n := in.Nodes[spec.Outgoing]; n != nil && NodePinned(n) {
+		errs = append(errs, field.Forbidden(outPath, fmt.Sprintf("%s is pinned (%s); an admin must unpin it first",
+			spec.Outgoing, holdfastv1.LabelPinned)))
+	}
+
+	if spec.Incoming == "" {
+		return errs
+	}
+	inPath := specPath.Child("incoming")
+	n := in.Nodes[spec.Incoming]
+	if n == nil {
+		return append(errs, field.Forbidden(inPath, fmt.Sprintf("node %s does not exist", spec.Incoming)))
+	}
+	if Members(p)[spec.Incoming] {
+		errs = append(errs, field.Forbidden(inPath, fmt.Sprintf("%s is already an etcd member; name a node that is not", spec.Incoming)))
+	}
+	if !NodeEligible(p, n) {
+		errs = append(errs, field.Forbidden(inPath, fmt.Sprintf("%s is not voter-eligible (VoterPolicy eligibleSelector); an admin labels eligible nodes",
+			spec.Incoming)))
+	}
+	if NodePinned(n) {
+		errs = append(errs, field.Forbidden(inPath, fmt.Sprintf("%s is pinned (%s); an admin must unpin it first", spec.Incoming, holdfastv1.LabelPinned)))
+	}
+	if !NodeProvisioned(n) {
+		errs = append(errs, field.Forbidden(inPath, fmt.Sprintf("%s is not provisioned (no %s annotation from its node plugin); install the server unit first",
+			spec.Incoming, holdfastv1.AnnotationProvisioned)))
+	}
+	if !NodeReady(n) {
+		errs = append(errs, field.Forbidden(inPath, fmt.Sprintf("%s is not Ready", spec.Incoming)))
+	}
+	return errs
+}
+
+func listOrNone(s []string) string {
+	if len(s) == 0 {
+		return "none reported"
+	}
+	return strings.Join(s, ", ")
+}

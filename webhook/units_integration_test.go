@@ -1,0 +1,159 @@
+//go:build integration
+
+package webhook_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/test/testenv"
+	"github.com/holdfast-io/holdfast/webhook"
+)
+
+func unitYAML(ns, name, availability string) string {
+	return fmt.Sprintf(`apiVersion: holdfast.io/v1alpha1
+kind: Unit
+metadata: {name: %s, namespace: %s}
+spec:
+  runtime: {image: holdfast.local/unit-runtime:dev}
+  nodeSelector: {holdfast.io/device: kiln-1}
+  availability:
+%s
+`, name, ns, availability)
+}
+
+// kilnCluster: edge-1 reaches kiln-1 (primary), edge-2 is a Ready standby,
+// edge-3 a NotReady standby, edge-9 a Ready node that is no target.
+func kilnCluster(t *testing.T) {
+	t.Helper()
+	makeNode(t, "edge-1", map[string]string{"holdfast.io/device": "kiln-1"}, nil, true)
+	makeNode(t, "edge-2", map[string]string{"site/standby": "true"}, nil, true)
+	makeNode(t, "edge-3", map[string]string{"site/standby": "true"}, nil, false)
+	makeNode(t, "edge-9", nil, nil, true)
+}
+
+// boundUnit creates a Failover unit bound to edge-1 at epoch 3 with its lease
+// in the given state, as the controller reports it.
+func boundUnit(t *testing.T, ns string, state holdfastv1.LeaseState) *holdfastv1.Unit {
+	t.Helper()
+	env.Kubectl().MustRun(t, unitYAML(ns, "kiln-1", "    mode: Failover\n    targets: {nodes: [edge-2, edge-3]}"), "apply", "-f", "-")
+	ctx := context.Background()
+	var u holdfastv1.Unit
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "kiln-1"}, &u); err != nil {
+		t.Fatal(err)
+	}
+	u.Status.RuntimeBinding = &holdfastv1.RuntimeBinding{
+		Node: "edge-1", Epoch: 3, Pod: "kiln-1-runtime-e3", LeaseState: state, LeaseStateEpoch: 3,
+		LeaseEstablishedBy: &holdfastv1.RuntimeIncarnation{PodUID: "0d6c7f0e-runtime-e3", RestartCount: 0},
+	}
+	if err := clientAs(t, controllerUser, nil).Status().Update(ctx, &u); err != nil {
+		t.Fatalf("the controller writing the binding: %v", err)
+	}
+	return &u
+}
+
+func TestUnitTargetsExcludePrimary(t *testing.T) {
+	kilnCluster(t)
+	ns := env.Namespace(t)
+	res := env.Kubectl().Run(t, unitYAML(ns, "kiln-1", "    mode: Failover\n    targets: {nodes: [edge-2, edge-1]}"), "apply", "-f", "-")
+	refusal(t, "unit-target-is-primary", res,
+		`spec.availability.targets.nodes[1]: Invalid value: "edge-1": is a primary node of this unit`)
+	res = env.Kubectl().Run(t, unitYAML(ns, "kiln-1", "    mode: Failover\n    targets: {selector: {matchLabels: {holdfast.io/device: kiln-1}}}"), "apply", "-f", "-")
+	refusal(t, "", res, "spec.availability.targets.selector", "selects primary nodes of this unit (edge-1)")
+	allowed(t, env.Kubectl().Run(t, unitYAML(ns, "kiln-1", "    mode: Failover\n    targets: {selector: {matchLabels: {site/standby: \"true\"}}}"), "apply", "-f", "-"))
+}
+
+// The inequalities of DESIGN §3 are refused by the CRD's own rules before
+// any webhook runs; the webhook states them again in Go (unit tests).
+func TestUnitInequalitiesRefused(t *testing.T) {
+	ns := env.Namespace(t)
+	res := env.Kubectl().Run(t, unitYAML(ns, "kiln-1", "    leaseDurationSeconds: 60\n    runtimeStartupGraceSeconds: 30"), "create", "-f", "-")
+	refusal(t, "unit-grace-below-lease", res, "spec.availability.runtimeStartupGraceSeconds", "must be at least leaseDurationSeconds")
+	res = env.Kubectl().Run(t, unitYAML(ns, "kiln-1", "    leaseDurationSeconds: 30\n    rebindMarginSeconds: 14"), "create", "-f", "-")
+	refusal(t, "unit-margin-below-hold-bound", res, "spec.availability.rebindMarginSeconds", "must be at least the hold bound")
+}
+
+func TestManualFailoverNeedsGroupTargetAndFence(t *testing.T) {
+	kilnCluster(t)
+	ns := env.Namespace(t)
+	boundUnit(t, ns, holdfastv1.LeaseHeld)
+	operator, err := env.KubectlAs("olivia", operatorGroup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lead, err := env.KubectlAs("sam", shiftLeadGroup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unit := []string{"-n", ns, "unit", "kiln-1"}
+	annotate := func(k *testenv.Kubectl, kv ...string) testenv.Result {
+		return k.Run(t, "", append(append([]string{"annotate", "--overwrite"}, unit...), kv...)...)
+	}
+
+	res := annotate(operator, "holdfast.io/failover-to=edge-2")
+	refusal(t, "failover-outside-groups", res,
+		"user olivia (groups plant-operators, system:authenticated) may not request a manual failover: requires membership in one of the groups [system:masters, shift-leads]",
+		"the runtime on edge-1 still holds its control lease")
+	res = annotate(lead, "holdfast.io/failover-to=edge-2")
+	refusal(t, "failover-while-lease-held", res,
+		"the runtime on edge-1 still holds its control lease (Held at epoch 3); set holdfast.io/failover-confirm-fenced to how edge-1 was fenced")
+	res = annotate(lead, "holdfast.io/failover-to=edge-9", "holdfast.io/failover-confirm-fenced=powered off at the breaker")
+	refusal(t, "failover-to-non-target", res, "edge-9 is not a failover target of this unit")
+	res = annotate(lead, "holdfast.io/failover-to=edge-3", "holdfast.io/failover-confirm-fenced=powered off at the breaker")
+	refusal(t, "failover-to-not-ready", res, "edge-3 is NotReady")
+	res = annotate(operator, "holdfast.io/failover-confirm-fenced=powered off at the breaker")
+	refusal(t, "confirm-fenced-outside-groups", res, "may not confirm a fence: requires membership in one of the groups [system:masters, shift-leads]")
+
+	var u holdfastv1.Unit
+	if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "kiln-1"}, &u); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := u.Annotations[holdfastv1.AnnotationFailoverTo]; ok {
+		t.Fatalf("a refused failover request reached the Unit: %v", u.Annotations)
+	}
+
+	allowed(t, annotate(lead, "holdfast.io/failover-to=edge-2", "holdfast.io/failover-confirm-fenced=powered off at the breaker"))
+	for _, kind := range []string{webhook.AuditManualFailover, webhook.AuditConfirmFenced} {
+		rec := lastAudit(t, kind)
+		if rec.User != "sam" || !contains(rec.Groups, shiftLeadGroup) || rec.Object != (webhook.AuditRef{Kind: "Unit", Namespace: ns, Name: "kiln-1"}) ||
+			rec.Target != "edge-2" || rec.Reason != "powered off at the breaker" {
+			t.Errorf("%s audit record %+v does not say who asked, for which unit, where to and why", kind, rec)
+		}
+	}
+}
+
+func TestModeKeptWhileRebindPending(t *testing.T) {
+	kilnCluster(t)
+	ns := env.Namespace(t)
+	boundUnit(t, ns, holdfastv1.LeaseExpired)
+	res := env.Kubectl().Run(t, "", "patch", "-n", ns, "unit", "kiln-1", "--type=merge", "-p", `{"spec":{"availability":{"mode":"Autonomy"}}}`)
+	refusal(t, "mode-change-while-rebind-pending", res, "spec.availability.mode: Forbidden: a re-bind is pending (lease Expired at epoch 3)")
+}
+
+func TestEpochNeverGoesBackwards(t *testing.T) {
+	kilnCluster(t)
+	ns := env.Namespace(t)
+	boundUnit(t, ns, holdfastv1.LeaseHeld)
+	// As the admin, or impersonating a user.
+	status := func(as, patch string) testenv.Result {
+		args := []string{"patch", "-n", ns, "unit", "kiln-1", "--subresource=status", "--type=merge", "-p", patch}
+		if as != "" {
+			args = append([]string{"--as=" + as}, args...)
+		}
+		return env.Kubectl().Run(t, "", args...)
+	}
+	res := status("", `{"status":{"runtimeBinding":{"epoch":2}}}`)
+	refusal(t, "epoch-backwards", res, "status.runtimeBinding.epoch: Forbidden: may not go backwards (from 3 to 2)")
+	res = status("", `{"status":{"runtimeBinding":{"leaseEstablishedBy":{"podUID":"forged","restartCount":4}}}}`)
+	refusal(t, "lease-established-by-rewritten", res,
+		"status.runtimeBinding.leaseEstablishedBy: Forbidden: is written once per binding and already names pod 0d6c7f0e-runtime-e3 restart 0 at epoch 3")
+	// The controller moves the binding forward (a re-bind resets
+	// leaseEstablishedBy with the new epoch).
+	allowed(t, status(controllerUser, `{"status":{"runtimeBinding":{"epoch":4,"node":"","leaseEstablishedBy":null,"leaseState":"Pending"}}}`))
+	// An ordinary status write that keeps both is allowed to anyone RBAC lets.
+	allowed(t, status("", `{"status":{"runtimeBinding":{"unsettledRebinds":["edge-2"]}}}`))
+}
