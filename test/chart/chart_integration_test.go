@@ -30,11 +30,28 @@ import (
 	"github.com/holdfast-io/holdfast/test/testenv"
 )
 
-var env *testenv.Env
+var (
+	env *testenv.Env
+	// auditLog is the apiserver's audit log of holdfast's service accounts.
+	auditLog string
+)
 
 func TestMain(m *testing.M) {
 	ctrllog.SetLogger(logr.Discard())
-	testenv.Main(m, &env, testenv.Options{})
+	dir, err := os.MkdirTemp("", "holdfast-chart-audit-")
+	if err == nil {
+		err = os.WriteFile(filepath.Join(dir, "policy.yaml"), []byte(AuditPolicy), 0o600)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	auditLog = filepath.Join(dir, "audit.log")
+	testenv.Main(m, &env, testenv.Options{APIServerFlags: map[string]string{
+		"audit-policy-file": filepath.Join(dir, "policy.yaml"),
+		"audit-log-path":    auditLog,
+		"audit-log-format":  "json",
+	}})
 }
 
 // installMonitoringCRDs generates the Prometheus Operator's ServiceMonitor
