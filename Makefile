@@ -53,3 +53,20 @@ test: k8s-bin $(CONTROLLER_GEN) ## Run everything CI runs: unit and integration 
 $(CONTROLLER_GEN):
 	GOBIN=$(CURDIR)/bin/tools/.gobin $(GO) install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)
 	mv $(CURDIR)/bin/tools/.gobin/controller-gen $@
+
+.PHONY: images
+images: ## Build the static, non-root image of every binary (build/Dockerfile; needs Docker: IMAGE_REPO, IMAGE_TAG)
+	hack/images.sh
+
+.PHONY: kind-demo
+kind-demo: ## With Docker: a kind cluster, the images, the chart, and the failover and swap stories (kind-config/)
+	kind-config/demo.sh
+
+.PHONY: kind-down
+kind-down: ## Delete the kind demo cluster
+	kind-config/down.sh
+
+.PHONY: chart-files
+chart-files: ## Copy the webhook's and the scheduler's configuration into charts/holdfast/files
+	cp webhook/config/validating-webhook-configuration.yaml charts/holdfast/files/
+	@if [[ -f scheduler-plugin/config/scheduler-config.yaml ]]; then cp scheduler-plugin/config/scheduler-config.yaml charts/holdfast/files/; fi
