@@ -38,16 +38,24 @@ verify: $(CONTROLLER_GEN) ## Fail on stale generated files, gofmt/go vet finding
 k8s-bin: ## Build kube-apiserver, kubectl and etcd from the module graph into bin/k8s/<version>
 	hack/build-k8s-bin.sh
 
+.PHONY: node-deps
+node-deps: ## Install the Debian packages the node-plugin tests need (dbus, libseccomp-dev), when missing
+	hack/install-node-deps.sh
+
+.PHONY: cri-bin
+cri-bin: node-deps ## Build containerd v2, its runc shim, ctr and runc from their Go modules into bin/cri/<versions>
+	hack/build-cri-bin.sh
+
 .PHONY: test-unit
-test-unit: ## Run the tests that need no control plane
+test-unit: node-deps ## Run the tests that need no control plane
 	$(GO) test -timeout $(TEST_TIMEOUT) $(GO_TEST_FLAGS) ./...
 
 .PHONY: test-integration
-test-integration: k8s-bin $(CONTROLLER_GEN) ## Run only the packages with tests against the real apiserver, etcd and kubectl
+test-integration: k8s-bin node-deps cri-bin $(CONTROLLER_GEN) ## Run only the packages with tests against the real apiserver, etcd and kubectl
 	$(GO) test -tags integration -timeout $(TEST_TIMEOUT) $(GO_TEST_FLAGS) $$(hack/integration-packages.sh)
 
 .PHONY: test
-test: k8s-bin $(CONTROLLER_GEN) ## Run everything CI runs: unit and integration tests (the README's test command)
+test: k8s-bin node-deps cri-bin $(CONTROLLER_GEN) ## Run everything CI runs: unit and integration tests (the README's test command)
 	$(GO) test -tags integration -timeout $(TEST_TIMEOUT) $(GO_TEST_FLAGS) ./...
 
 $(CONTROLLER_GEN):

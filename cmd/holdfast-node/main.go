@@ -1,0 +1,32 @@
+// holdfast-node runs beside the kubelet as a DaemonSet: the role actuator,
+// the tombstone watcher, the fence agent, image pre-staging and the node
+// reporter (node-plugin/). `holdfast-node role-is server|agent` is the
+// ExecCondition check for the server and agent units.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	nodeplugin "github.com/holdfast-io/holdfast/node-plugin"
+	"github.com/holdfast-io/holdfast/node-plugin/hoststate"
+)
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "role-is" {
+		os.Exit(hoststate.RoleIsMain(os.Args[2:], os.Stderr))
+	}
+	opts, err := nodeplugin.ParseFlags(os.Args[1:])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	ctrl.SetLogger(klog.NewKlogr())
+	if err := nodeplugin.Run(ctrl.SetupSignalHandler(), ctrl.GetConfigOrDie(), opts); err != nil {
+		klog.ErrorS(err, "holdfast-node stopped")
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,348 @@
+// Package actuator switches a host between the server role (an etcd member)
+// and the agent role through systemd, and keeps the guards that hold when
+// the apiserver is away: the role file, the join target, the tombstone and
+// the moved-aside member data (package hoststate), and a runtime mask on the
+// server unit. Every step is idempotent and safe to repeat after a crash at
+// any point: each one writes the host files first and the units after, and
+// re-running it redoes only what is not yet so.
+package actuator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"k8s.io/utils/clock"
+
+	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/node-plugin/hoststate"
+)
+
+// Systemd is the part of systemd the actuator uses. The real one talks to
+// the host's systemd over D-Bus (systemd_linux.go).
+type Systemd interface {
+	// Start starts a unit and waits for it to be active.
+	Start(ctx context.Context, unit string) error
+	// Stop stops a unit and waits for it to be inactive.
+	Stop(ctx context.Context, unit string) error
+	// Restart restarts a unit and waits for it to be active.
+	Restart(ctx context.Context, unit string) error
+	Enable(ctx context.Context, unit string) error
+	Disable(ctx context.Context, unit string) error
+	// MaskRuntime masks a unit until the next boot (/run/systemd/system),
+	// so nothing (Restart=, a dependency, a person) can start it.
+	MaskRuntime(ctx context.Context, unit string) error
+	UnmaskRuntime(ctx context.Context, unit string) error
+	// Reload makes systemd re-read unit files and drop-ins.
+	Reload(ctx context.Context) error
+	// ActiveState is the unit's ActiveState (active, inactive, failed...).
+	ActiveState(ctx context.Context, unit string) (string, error)
+	// LoadState is the unit's LoadState (loaded, not-found, masked...).
+	LoadState(ctx context.Context, unit string) (string, error)
+}
+
+// Drop-in file names in <SystemdDir>/<server unit>.d/.
+const (
+	// JoinDropIn gives the server unit the members to join:
+	// HOLDFAST_JOIN (AnnotationRoleJoin, etcd's initial-cluster form) and
+	// HOLDFAST_CLUSTER_STATE=existing, so a promoted host never bootstraps.
+	JoinDropIn = "50-holdfast-join.conf"
+	// LevelDropIn holds a stepped-down server out of serving:
+	// HOLDFAST_LEVEL=etcd-only (the member keeps voting until removed).
+	LevelDropIn = "50-holdfast-level.conf"
+)
+
+// Environment variables the drop-ins set for the server unit.
+const (
+	EnvJoin         = "HOLDFAST_JOIN"
+	EnvClusterState = "HOLDFAST_CLUSTER_STATE"
+	EnvLevel        = "HOLDFAST_LEVEL"
+	LevelEtcdOnly   = "etcd-only"
+)
+
+// DefaultSystemdDir is where persistent drop-ins go.
+const DefaultSystemdDir = "/etc/systemd/system"
+
+// Config says what the actuator switches.
+type Config struct {
+	// ServerUnit and AgentUnit are VoterPolicy spec.host's units.
+	ServerUnit string
+	AgentUnit  string
+	// SystemdDir holds the server unit's drop-in directory.
+	SystemdDir string
+	// State is the host state (role file, join, tombstone, member data).
+	State hoststate.State
+	Clock clock.PassiveClock
+}
+
+// Actuator carries out the host half of a voter swap.
+type Actuator struct {
+	sd  Systemd
+	cfg Config
+}
+
+// New returns an actuator.
+func New(sd Systemd, cfg Config) *Actuator {
+	if cfg.SystemdDir == "" {
+		cfg.SystemdDir = DefaultSystemdDir
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	return &Actuator{sd: sd, cfg: cfg}
+}
+
+// RefusedError is a step the host must not carry out; nothing was changed.
+type RefusedError struct{ Reason string }
+
+func (e *RefusedError) Error() string { return e.Reason }
+
+// IsRefused says whether err is a refusal.
+func IsRefused(err error) bool {
+	var r *RefusedError
+	return errors.As(err, &r)
+}
+
+// Provisioned says whether the server unit is installed on the host.
+func (a *Actuator) Provisioned(ctx context.Context) (bool, error) {
+	s, err := a.sd.LoadState(ctx, a.cfg.ServerUnit)
+	if err != nil {
+		return false, err
+	}
+	// A runtime-masked unit reports masked: it is installed all the same.
+	return s == "loaded" || s == "masked", nil
+}
+
+// Promote makes the host a server that joins the members in join
+// (AnnotationRoleJoin): join target and drop-in, role file server, agent
+// unit stopped and disabled, server unit unmasked, enabled and started. It
+// returns when the server unit is active, with the time this or an earlier
+// promote started it.
+func (a *Actuator) Promote(ctx context.Context, join string) (time.Time, error) {
+	if _, errs := holdfastv1.ParseRoleJoin(join); len(errs) > 0 {
+		return time.Time{}, &RefusedError{Reason: errs.ToAggregate().Error()}
+	}
+	if ok, err := a.Provisioned(ctx); err != nil {
+		return time.Time{}, err
+	} else if !ok {
+		return time.Time{}, &RefusedError{Reason: fmt.Sprintf("host not provisioned: server unit %s is not installed", a.cfg.ServerUnit)}
+	}
+	t, err := a.cfg.State.Tombstone()
+	if err != nil {
+		return time.Time{}, err
+	}
+	if t != nil {
+		return time.Time{}, &RefusedError{Reason: fmt.Sprintf("member %s was removed from cluster %s and is not finished to an agent yet (tombstone)", t.MemberID, t.ClusterID)}
+	}
+	st := a.cfg.State
+	// The join target first: the role file may then say server without the
+	// never-bootstrap guard ever seeing a former member with nowhere to join.
+	if err := st.SetJoin(join); err != nil {
+		return time.Time{}, err
+	}
+	if err := a.writeDropIn(JoinDropIn, map[string]string{EnvJoin: join, EnvClusterState: "existing"}); err != nil {
+		return time.Time{}, err
+	}
+	if err := a.removeDropIn(LevelDropIn); err != nil {
+		return time.Time{}, err
+	}
+	if err := st.SetRole(holdfastv1.RoleServer); err != nil {
+		return time.Time{}, err
+	}
+	if err := a.sd.Reload(ctx); err != nil {
+		return time.Time{}, err
+	}
+	if err := a.sd.Stop(ctx, a.cfg.AgentUnit); err != nil {
+		return time.Time{}, err
+	}
+	if err := a.sd.Disable(ctx, a.cfg.AgentUnit); err != nil {
+		return time.Time{}, err
+	}
+	if err := a.sd.UnmaskRuntime(ctx, a.cfg.ServerUnit); err != nil {
+		return time.Time{}, err
+	}
+	if err := a.sd.Enable(ctx, a.cfg.ServerUnit); err != nil {
+		return time.Time{}, err
+	}
+	state, err := a.sd.ActiveState(ctx, a.cfg.ServerUnit)
+	if err != nil {
+		return time.Time{}, err
+	}
+	if state == "active" {
+		// Already started by this promote before a crash, or by an earlier
+		// one: report that start.
+		return st.ServerStartedAt()
+	}
+	started := a.cfg.Clock.Now()
+	if err := st.SetServerStartedAt(started); err != nil {
+		return time.Time{}, err
+	}
+	if err := a.sd.Start(ctx, a.cfg.ServerUnit); err != nil {
+		return time.Time{}, err
+	}
+	return started, nil
+}
+
+// StepDown holds the server out of serving (level drop-in, restart) and
+// then writes the role file agent and masks the server unit, before the
+// controller removes the member: from then on a restart of the server (a
+// crash with Restart=always, a reboot) never brings the member back. The
+// running member keeps voting until it is removed.
+func (a *Actuator) StepDown(ctx context.Context) error {
+	st := a.cfg.State
+	role, err := st.Role()
+	if err != nil {
+		return err
+	}
+	if role != holdfastv1.RoleAgent {
+		// The restart happens strictly before the role file says agent, so
+		// a step-down resumed after the role file skips it (it would be
+		// refused by the unit's ExecCondition anyway).
+		if err := a.writeDropIn(LevelDropIn, map[string]string{EnvLevel: LevelEtcdOnly}); err != nil {
+			return err
+		}
+		if err := a.sd.Reload(ctx); err != nil {
+			return err
+		}
+		state, err := a.sd.ActiveState(ctx, a.cfg.ServerUnit)
+		if err != nil {
+			return err
+		}
+		if state == "active" {
+			if err := a.sd.Restart(ctx, a.cfg.ServerUnit); err != nil {
+				return err
+			}
+		}
+		if err := st.SetRole(holdfastv1.RoleAgent); err != nil {
+			return err
+		}
+	}
+	return a.sd.MaskRuntime(ctx, a.cfg.ServerUnit)
+}
+
+// FinishDemote finishes a removed member to an agent: role file agent,
+// server unit masked, stopped and disabled, member data moved aside keeping
+// the newest copy, the tombstone retired beside it, drop-ins and join target
+// removed, agent unit enabled and started. Rollback is the same host work.
+func (a *Actuator) FinishDemote(ctx context.Context) error {
+	st := a.cfg.State
+	if err := st.SetRole(holdfastv1.RoleAgent); err != nil {
+		return err
+	}
+	if err := a.sd.MaskRuntime(ctx, a.cfg.ServerUnit); err != nil {
+		return err
+	}
+	if err := a.sd.Stop(ctx, a.cfg.ServerUnit); err != nil {
+		return err
+	}
+	if err := a.sd.Disable(ctx, a.cfg.ServerUnit); err != nil {
+		return err
+	}
+	if err := st.MoveMemberDataAside(); err != nil {
+		return fmt.Errorf("moving member data aside: %w", err)
+	}
+	// The moved-aside data now guards the server (no join target, no
+	// start): the tombstone has done its job.
+	if err := st.RetireTombstone(); err != nil {
+		return err
+	}
+	if err := st.ClearMember(); err != nil {
+		return err
+	}
+	if err := a.removeDropIn(JoinDropIn); err != nil {
+		return err
+	}
+	if err := a.removeDropIn(LevelDropIn); err != nil {
+		return err
+	}
+	if err := st.ClearJoin(); err != nil {
+		return err
+	}
+	if err := a.sd.Reload(ctx); err != nil {
+		return err
+	}
+	if err := a.sd.Enable(ctx, a.cfg.AgentUnit); err != nil {
+		return err
+	}
+	return a.sd.Start(ctx, a.cfg.AgentUnit)
+}
+
+// Rollback returns a candidate whose promotion failed to an agent.
+func (a *Actuator) Rollback(ctx context.Context) error { return a.FinishDemote(ctx) }
+
+// Guard masks the server unit at runtime when the host files forbid a
+// server (tombstone, role file agent, former member with nowhere to join).
+// It stops a running server only when a tombstone exists: that member is
+// gone from its cluster, so stopping it never costs quorum, and a server
+// that came back (a host down through its swap, a k3s rejoining as a new
+// learner) must not stay. A stepped-down member with no tombstone keeps
+// running: it votes until the controller removes it.
+func (a *Actuator) Guard(ctx context.Context) (bool, string, error) {
+	ok, why, err := a.cfg.State.ServerAllowed()
+	if err != nil || ok {
+		return ok, why, err
+	}
+	if p, err := a.Provisioned(ctx); err != nil || !p {
+		return ok, why, err
+	}
+	if err := a.sd.MaskRuntime(ctx, a.cfg.ServerUnit); err != nil {
+		return ok, why, err
+	}
+	ts, err := a.cfg.State.Tombstone()
+	if err != nil || ts == nil {
+		return ok, why, err
+	}
+	state, err := a.sd.ActiveState(ctx, a.cfg.ServerUnit)
+	if err != nil || state == "inactive" {
+		return ok, why, err
+	}
+	return ok, why, a.sd.Stop(ctx, a.cfg.ServerUnit)
+}
+
+func (a *Actuator) dropInDir() string {
+	return filepath.Join(a.cfg.SystemdDir, a.cfg.ServerUnit+".d")
+}
+
+func (a *Actuator) writeDropIn(name string, env map[string]string) error {
+	dir := a.dropInDir()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	body := "# Written by holdfast-node; removed when the host is finished to an agent.\n[Service]\n"
+	for _, k := range sortedKeys(env) {
+		body += "Environment=" + strconv.Quote(k+"="+env[k]) + "\n"
+	}
+	tmp := filepath.Join(dir, "."+name+".tmp")
+	if err := os.WriteFile(tmp, []byte(body), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(dir, name))
+}
+
+func (a *Actuator) removeDropIn(name string) error {
+	err := os.Remove(filepath.Join(a.dropInDir(), name))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return err
+}
+
+// ActiveRole is the role whose unit is active: server, agent, or "" when
+// neither is (the reporter's observed role).
+func (a *Actuator) ActiveRole(ctx context.Context) (string, error) {
+	for _, u := range []struct{ unit, role string }{{a.cfg.ServerUnit, holdfastv1.RoleServer}, {a.cfg.AgentUnit, holdfastv1.RoleAgent}} {
+		s, err := a.sd.ActiveState(ctx, u.unit)
+		if err != nil {
+			return "", err
+		}
+		if s == "active" {
+			return u.role, nil
+		}
+	}
+	return "", nil
+}

@@ -1,0 +1,464 @@
+package actuator_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/node-plugin/actuator"
+	"github.com/holdfast-io/holdfast/node-plugin/hoststate"
+	"github.com/holdfast-io/holdfast/test/dbusdouble"
+)
+
+const (
+	server = "k3s.service"
+	agent  = "k3s-agent.service"
+	join   = "a=http://127.0.0.1:2380,b=http://127.0.0.1:2381"
+)
+
+// TestMain lets the test binary stand in for `holdfast-node role-is` in the
+// units' ExecCondition lines: the same function the real binary runs.
+func TestMain(m *testing.M) {
+	if os.Getenv("HOLDFAST_TEST_ROLE_IS") == "1" {
+		os.Exit(hoststate.RoleIsMain(os.Args[2:], os.Stderr))
+	}
+	os.Setenv("HOLDFAST_TEST_ROLE_IS", "1")
+	os.Exit(m.Run())
+}
+
+type host struct {
+	t     *testing.T
+	bus   *dbusdouble.Bus
+	mgr   *dbusdouble.Manager
+	sd    *actuator.DBusSystemd
+	state hoststate.State
+	act   *actuator.Actuator
+	clock *clocktesting.FakeClock
+	cfg   actuator.Config
+}
+
+// newHost serves the systemd double with an installed server and agent
+// unit, the server guarded by `role-is server` as the chart's unit is, and
+// connects go-systemd to it.
+func newHost(t *testing.T, serverActive bool) *host {
+	t.Helper()
+	dir := t.TempDir()
+	bus, err := dbusdouble.StartBus(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(bus.Close)
+	state := hoststate.State{Dir: filepath.Join(dir, "holdfast"), MemberDataDir: filepath.Join(dir, "db")}
+	systemdDir := filepath.Join(dir, "systemd")
+	cond := func(role string) []string {
+		return []string{os.Args[0], "role-is", "--host-dir", state.Dir, "--member-data-dir", state.MemberDataDir, role}
+	}
+	mgr, err := dbusdouble.Serve(bus, dbusdouble.Config{DropInDir: systemdDir, Units: []dbusdouble.Unit{
+		{Name: server, ExecCondition: cond(holdfastv1.RoleServer), Enabled: serverActive, Active: serverActive},
+		{Name: agent, ExecCondition: cond(holdfastv1.RoleAgent), Enabled: !serverActive, Active: !serverActive},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(mgr.Close)
+	conn, err := bus.Systemd(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(conn.Close)
+	h := &host{t: t, bus: bus, mgr: mgr, sd: &actuator.DBusSystemd{Conn: conn}, state: state,
+		clock: clocktesting.NewFakeClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))}
+	h.cfg = actuator.Config{ServerUnit: server, AgentUnit: agent, SystemdDir: systemdDir, State: state, Clock: h.clock}
+	h.act = actuator.New(h.sd, h.cfg)
+	return h
+}
+
+func (h *host) calls() []string {
+	var out []string
+	for _, c := range h.mgr.Calls() {
+		out = append(out, c.String())
+	}
+	return out
+}
+
+func (h *host) wantCalls(want ...string) {
+	h.t.Helper()
+	if got := h.calls(); !reflect.DeepEqual(got, want) {
+		h.t.Fatalf("systemd calls:\n got  %v\n want %v", got, want)
+	}
+}
+
+func (h *host) wantRole(want string) {
+	h.t.Helper()
+	if got, err := h.state.Role(); err != nil || got != want {
+		h.t.Fatalf("role file = %q, %v; want %q", got, err, want)
+	}
+}
+
+func (h *host) wantActive(unit, want string) {
+	h.t.Helper()
+	if got := h.mgr.ActiveState(unit); got != want {
+		h.t.Fatalf("%s is %s, want %s", unit, got, want)
+	}
+}
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return c
+}
+
+func TestPromoteSwitchesUnitsInOrderAtTheProtocol(t *testing.T) {
+	h := newHost(t, false)
+	started, err := h.act.Promote(ctx(t), join)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.wantCalls("Reload()", "StopUnit(k3s-agent.service)", "DisableUnitFiles(k3s-agent.service)",
+		"UnmaskUnitFiles(k3s.service,runtime)", "EnableUnitFiles(k3s.service)", "StartUnit(k3s.service)")
+	if !started.Equal(h.clock.Now()) {
+		t.Errorf("startedAt = %v, want the clock's %v", started, h.clock.Now())
+	}
+	h.wantRole(holdfastv1.RoleServer)
+	h.wantActive(server, "active")
+	h.wantActive(agent, "inactive")
+	if !h.mgr.Enabled(server) || h.mgr.Enabled(agent) {
+		t.Errorf("enabled: server %v agent %v; want server only", h.mgr.Enabled(server), h.mgr.Enabled(agent))
+	}
+	// systemd saw the drop-in because the actuator reloaded after writing it.
+	env := h.mgr.Env(server)
+	if env[actuator.EnvJoin] != join || env[actuator.EnvClusterState] != "existing" {
+		t.Errorf("server unit environment after reload = %v, want the join drop-in", env)
+	}
+	if j, _ := h.state.Join(); j != join {
+		t.Errorf("join file = %q, want %q", j, join)
+	}
+
+	// Repeating the step (a resumed reconcile) starts nothing twice.
+	h.mgr.ResetCalls()
+	h.clock.Step(time.Minute)
+	again, err := h.act.Promote(ctx(t), join)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !again.Equal(started) {
+		t.Errorf("a repeated promote reports start %v, want the first start %v", again, started)
+	}
+	for _, c := range h.calls() {
+		if strings.HasPrefix(c, "StartUnit") {
+			t.Errorf("a repeated promote started a unit: %v", h.calls())
+		}
+	}
+}
+
+func TestPromoteRefusedWhenNotProvisionedOrJoinMalformed(t *testing.T) {
+	h := newHost(t, false)
+	noServer := h.cfg
+	noServer.ServerUnit = "missing.service"
+	_, err := actuator.New(h.sd, noServer).Promote(ctx(t), join)
+	if !actuator.IsRefused(err) || !strings.Contains(err.Error(), "not provisioned") {
+		t.Fatalf("promote on a host without the server unit: %v, want refused not provisioned", err)
+	}
+	_, err = h.act.Promote(ctx(t), "http://127.0.0.1:2380")
+	if !actuator.IsRefused(err) || !strings.Contains(err.Error(), `metadata.annotations[holdfast.io/role-join]`) {
+		t.Fatalf("promote with a malformed join: %v, want refused naming the annotation", err)
+	}
+	h.wantCalls()
+	if r, _ := h.state.Role(); r != "" {
+		t.Errorf("a refused promote wrote the role file: %q", r)
+	}
+}
+
+func TestStepDownWritesRoleFileAgentBeforeRemoval(t *testing.T) {
+	h := newHost(t, false)
+	if _, err := h.act.Promote(ctx(t), join); err != nil {
+		t.Fatal(err)
+	}
+	h.mgr.ResetCalls()
+	if err := h.act.StepDown(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	// Held out of serving by a restart while the role file still said
+	// server, then masked: the member keeps running and voting.
+	h.wantCalls("Reload()", "RestartUnit(k3s.service)", "MaskUnitFiles(k3s.service,runtime)")
+	if env := h.mgr.Env(server); env[actuator.EnvLevel] != actuator.LevelEtcdOnly {
+		t.Errorf("server environment %v, want the etcd-only level", env)
+	}
+	h.wantRole(holdfastv1.RoleAgent)
+	h.wantActive(server, "active")
+	if rt, _ := h.mgr.Masked(server); !rt {
+		t.Fatal("server unit not masked at runtime after step-down")
+	}
+	// Nothing can start the server again before the removal: the mask
+	// refuses the start at the protocol...
+	if _, err := h.sd.Conn.StartUnitContext(ctx(t), server, "replace", nil); err == nil || !strings.Contains(err.Error(), "masked") {
+		t.Fatalf("start of the stepped-down server: %v, want masked", err)
+	}
+	// ...and after a reboot (runtime mask gone) its ExecCondition skips it.
+	if err := h.sd.Stop(ctx(t), server); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.sd.UnmaskRuntime(ctx(t), server); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.sd.Start(ctx(t), server); err == nil {
+		t.Fatal("the server started with the role file saying agent")
+	}
+	if h.mgr.ConditionSkips(server) != 1 {
+		t.Fatalf("ExecCondition skips = %d, want 1", h.mgr.ConditionSkips(server))
+	}
+
+	// A resumed step-down does not restart the server again.
+	h.mgr.ResetCalls()
+	if err := h.act.StepDown(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	h.wantCalls("MaskUnitFiles(k3s.service,runtime)")
+}
+
+func TestTombstoneServerNeverStarts(t *testing.T) {
+	// The server runs: a host that was down through its swap came back
+	// and started it before the plugin could write the tombstone.
+	h := newHost(t, true)
+	if err := h.state.SetRole(holdfastv1.RoleServer); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.state.SetTombstone(holdfastv1.Tombstone{MemberID: "8e9e05c52164694d", ClusterID: "cdf818194e3a8c32", At: metav1.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	ok, why, err := h.act.Guard(ctx(t))
+	if err != nil || ok || !strings.Contains(why, "8e9e05c52164694d") {
+		t.Fatalf("guard = %v %q %v, want refused naming the member", ok, why, err)
+	}
+	h.wantCalls("MaskUnitFiles(k3s.service,runtime)", "StopUnit(k3s.service)")
+	h.wantActive(server, "inactive")
+	if _, err := h.act.Promote(ctx(t), join); !actuator.IsRefused(err) {
+		t.Fatalf("promote with a tombstone: %v, want refused", err)
+	}
+	// A reboot clears the runtime mask; the ExecCondition still holds.
+	if err := h.sd.UnmaskRuntime(ctx(t), server); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.sd.Start(ctx(t), server); err == nil {
+		t.Fatal("the server started with a tombstone")
+	}
+	h.wantActive(server, "inactive")
+}
+
+func TestFinishDemoteMovesDataAsideKeepingNewestCopy(t *testing.T) {
+	h := newHost(t, false)
+	for round, marker := range []string{"first", "second"} {
+		if _, err := h.act.Promote(ctx(t), join); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		if err := os.MkdirAll(filepath.Join(h.state.MemberDataDir, "member"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(h.state.MemberDataDir, "marker"), []byte(marker), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.act.StepDown(ctx(t)); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.state.SetTombstone(holdfastv1.Tombstone{MemberID: "1", ClusterID: "2"}); err != nil {
+			t.Fatal(err)
+		}
+		h.mgr.ResetCalls()
+		if err := h.act.FinishDemote(ctx(t)); err != nil {
+			t.Fatal(err)
+		}
+		h.wantCalls("MaskUnitFiles(k3s.service,runtime)", "StopUnit(k3s.service)", "DisableUnitFiles(k3s.service)",
+			"Reload()", "EnableUnitFiles(k3s-agent.service)", "StartUnit(k3s-agent.service)")
+		h.wantActive(server, "inactive")
+		h.wantActive(agent, "active")
+		h.wantRole(holdfastv1.RoleAgent)
+		if env := h.mgr.Env(server); len(env) != 0 {
+			t.Errorf("server drop-ins left after finish-demote: %v", env)
+		}
+		got, err := os.ReadFile(filepath.Join(h.state.MovedAside(), "marker"))
+		if err != nil || string(got) != marker {
+			t.Fatalf("moved-aside copy holds %q, %v; want the newest, %q", got, err, marker)
+		}
+		entries, _ := os.ReadDir(filepath.Dir(h.state.MemberDataDir))
+		var copies []string
+		for _, e := range entries {
+			if strings.HasPrefix(e.Name(), "db") {
+				copies = append(copies, e.Name())
+			}
+		}
+		if !reflect.DeepEqual(copies, []string{"db" + hoststate.MovedAsideSuffix}) {
+			t.Fatalf("member data copies = %v, want one moved-aside copy", copies)
+		}
+		if ts, _ := h.state.Tombstone(); ts != nil {
+			t.Errorf("tombstone still live after finish-demote")
+		}
+	}
+}
+
+func TestFormerMemberNeverBootstraps(t *testing.T) {
+	h := newHost(t, false)
+	if err := os.MkdirAll(h.state.MovedAside(), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.state.SetRole(holdfastv1.RoleServer); err != nil {
+		t.Fatal(err)
+	}
+	// No join target: the server is refused even with the role file server
+	// and no mask.
+	if err := h.sd.Start(ctx(t), server); err == nil {
+		t.Fatal("a former member with no join target started a server")
+	}
+	h.wantActive(server, "inactive")
+	if ok, why, _ := h.state.ServerAllowed(); ok || !strings.Contains(why, "second cluster") {
+		t.Fatalf("ServerAllowed = %v %q", ok, why)
+	}
+	// A promote with a join target starts it, as a joining member.
+	if _, err := h.act.Promote(ctx(t), join); err != nil {
+		t.Fatal(err)
+	}
+	h.wantActive(server, "active")
+	if env := h.mgr.Env(server); env[actuator.EnvClusterState] != "existing" {
+		t.Fatalf("server environment %v, want cluster state existing", env)
+	}
+}
+
+// failAt makes the n-th systemd call fail, as a crash of the node plugin
+// between two calls leaves the host.
+type failAt struct {
+	actuator.Systemd
+	n, seen int
+}
+
+var errCrash = errors.New("crash")
+
+func (f *failAt) tick() error {
+	f.seen++
+	if f.seen == f.n {
+		return errCrash
+	}
+	return nil
+}
+func (f *failAt) Start(c context.Context, u string) error {
+	if err := f.tick(); err != nil {
+		return err
+	}
+	return f.Systemd.Start(c, u)
+}
+func (f *failAt) Stop(c context.Context, u string) error {
+	if err := f.tick(); err != nil {
+		return err
+	}
+	return f.Systemd.Stop(c, u)
+}
+func (f *failAt) Restart(c context.Context, u string) error {
+	if err := f.tick(); err != nil {
+		return err
+	}
+	return f.Systemd.Restart(c, u)
+}
+func (f *failAt) Enable(c context.Context, u string) error {
+	if err := f.tick(); err != nil {
+		return err
+	}
+	return f.Systemd.Enable(c, u)
+}
+func (f *failAt) Disable(c context.Context, u string) error {
+	if err := f.tick(); err != nil {
+		return err
+	}
+	return f.Systemd.Disable(c, u)
+}
+func (f *failAt) MaskRuntime(c context.Context, u string) error {
+	if err := f.tick(); err != nil {
+		return err
+	}
+	return f.Systemd.MaskRuntime(c, u)
+}
+func (f *failAt) UnmaskRuntime(c context.Context, u string) error {
+	if err := f.tick(); err != nil {
+		return err
+	}
+	return f.Systemd.UnmaskRuntime(c, u)
+}
+func (f *failAt) Reload(c context.Context) error {
+	if err := f.tick(); err != nil {
+		return err
+	}
+	return f.Systemd.Reload(c)
+}
+
+// TestEveryStepResumesAfterACrashAtAnyCall interrupts each step at every
+// systemd call in turn and re-runs it: the host always ends where an
+// uninterrupted step leaves it.
+func TestEveryStepResumesAfterACrashAtAnyCall(t *testing.T) {
+	type outcome struct {
+		role                 string
+		server, agent        string
+		serverMasked, aside  bool
+		serverEnabled, agEna bool
+	}
+	observe := func(h *host) outcome {
+		role, _ := h.state.Role()
+		rt, _ := h.mgr.Masked(server)
+		aside, _ := h.state.HasMovedAside()
+		return outcome{role, h.mgr.ActiveState(server), h.mgr.ActiveState(agent), rt, aside, h.mgr.Enabled(server), h.mgr.Enabled(agent)}
+	}
+	steps := []struct {
+		name  string
+		setup func(h *host)
+		run   func(a *actuator.Actuator) error
+		want  outcome
+	}{
+		{"promote", func(*host) {}, func(a *actuator.Actuator) error { _, err := a.Promote(context.Background(), join); return err },
+			outcome{holdfastv1.RoleServer, "active", "inactive", false, false, true, false}},
+		{"step-down", func(h *host) { mustPromote(h) }, func(a *actuator.Actuator) error { return a.StepDown(context.Background()) },
+			outcome{holdfastv1.RoleAgent, "active", "inactive", true, false, true, false}},
+		{"finish-demote", func(h *host) {
+			mustPromote(h)
+			_ = os.MkdirAll(h.state.MemberDataDir, 0o755)
+			if err := h.act.StepDown(ctx(h.t)); err != nil {
+				h.t.Fatal(err)
+			}
+		}, func(a *actuator.Actuator) error { return a.FinishDemote(context.Background()) },
+			outcome{holdfastv1.RoleAgent, "inactive", "active", true, true, false, true}},
+	}
+	for _, s := range steps {
+		for n := 1; ; n++ {
+			h := newHost(t, false)
+			s.setup(h)
+			f := &failAt{Systemd: h.sd, n: n}
+			err := s.run(actuator.New(f, h.cfg))
+			if err == nil {
+				if f.seen < n {
+					break // no call left to interrupt
+				}
+				t.Fatalf("%s: crash at call %d went unnoticed", s.name, n)
+			}
+			if !errors.Is(err, errCrash) {
+				t.Fatalf("%s: crash at call %d: %v", s.name, n, err)
+			}
+			if err := s.run(h.act); err != nil {
+				t.Fatalf("%s: resumed after a crash at call %d: %v", s.name, n, err)
+			}
+			if got := observe(h); got != s.want {
+				t.Fatalf("%s: resumed after a crash at call %d: host %+v, want %+v", s.name, n, got, s.want)
+			}
+		}
+	}
+}
+
+func mustPromote(h *host) {
+	h.t.Helper()
+	if _, err := h.act.Promote(ctx(h.t), join); err != nil {
+		h.t.Fatal(err)
+	}
+}

@@ -1,0 +1,319 @@
+// Package hoststate is the node plugin's record on the host: the role file,
+// the join target, the local member and its tombstone, under one directory
+// (default /var/lib/holdfast), and the member data directory it moves aside.
+// These files are what guard the server unit when the apiserver is away, so
+// every write is atomic (temporary file, fsync, rename, fsync of the directory).
+package hoststate
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+)
+
+// DefaultDir is where the node plugin keeps its host state.
+const DefaultDir = "/var/lib/holdfast"
+
+// File names under Dir.
+const (
+	// RoleFile holds "server" or "agent": the role the host may run.
+	RoleFile = "role"
+	// JoinFile holds the members a promoted server joins (AnnotationRoleJoin).
+	JoinFile = "join"
+	// MemberFile records the local etcd member while it is one.
+	MemberFile = "member.json"
+	// TombstoneFile records the local member's removal.
+	TombstoneFile = "tombstone.json"
+	// RetiredTombstoneFile keeps the last tombstone once its member data was
+	// moved aside by finish-demote, for people.
+	RetiredTombstoneFile = "tombstone.retired.json"
+)
+
+// MovedAsideSuffix is appended to the member data directory when a
+// finish-demote or rollback moves it aside; one copy, the newest, is kept.
+const MovedAsideSuffix = ".demoted"
+
+// Member is the local etcd member as its own endpoint last reported it.
+type Member struct {
+	// ID and ClusterID in hex, as etcdctl prints them.
+	ID        string `json:"id"`
+	ClusterID string `json:"clusterID"`
+	Name      string `json:"name,omitempty"`
+}
+
+// State is the host state: Dir holds the node plugin's files, MemberDataDir
+// is the etcd member's data directory (VoterPolicy spec.host.memberDataDir).
+type State struct {
+	Dir           string
+	MemberDataDir string
+}
+
+// Role returns the role file's content: RoleServer, RoleAgent, or "" when
+// there is no role file (a host holdfast has not switched yet).
+func (s State) Role() (string, error) {
+	b, err := os.ReadFile(filepath.Join(s.Dir, RoleFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	role := strings.TrimSpace(string(b))
+	if role != holdfastv1.RoleServer && role != holdfastv1.RoleAgent {
+		return "", fmt.Errorf("role file %s: %q is not a role (server or agent)", filepath.Join(s.Dir, RoleFile), role)
+	}
+	return role, nil
+}
+
+// SetRole writes the role file.
+func (s State) SetRole(role string) error {
+	if role != holdfastv1.RoleServer && role != holdfastv1.RoleAgent {
+		return fmt.Errorf("%q is not a role (server or agent)", role)
+	}
+	return s.write(RoleFile, []byte(role+"\n"))
+}
+
+// Join returns the join target, "" when there is none.
+func (s State) Join() (string, error) {
+	b, err := os.ReadFile(filepath.Join(s.Dir, JoinFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", nil
+	}
+	return strings.TrimSpace(string(b)), err
+}
+
+// SetJoin writes the join target.
+func (s State) SetJoin(join string) error { return s.write(JoinFile, []byte(join+"\n")) }
+
+// ClearJoin removes the join target.
+func (s State) ClearJoin() error { return s.remove(JoinFile) }
+
+// Member returns the recorded local member, nil when none is recorded.
+func (s State) Member() (*Member, error) {
+	var m Member
+	ok, err := s.readJSON(MemberFile, &m)
+	if !ok {
+		return nil, err
+	}
+	return &m, nil
+}
+
+// SetMember records the local member.
+func (s State) SetMember(m Member) error { return s.writeJSON(MemberFile, m) }
+
+// Tombstone returns the tombstone, nil when there is none.
+func (s State) Tombstone() (*holdfastv1.Tombstone, error) {
+	var t holdfastv1.Tombstone
+	ok, err := s.readJSON(TombstoneFile, &t)
+	if !ok {
+		return nil, err
+	}
+	return &t, nil
+}
+
+// SetTombstone writes the tombstone.
+func (s State) SetTombstone(t holdfastv1.Tombstone) error { return s.writeJSON(TombstoneFile, t) }
+
+// RetireTombstone moves the tombstone aside once the member data it guarded
+// has been moved aside: from then on the moved-aside data guards the server
+// (ServerAllowed), and a later promote with a join target may start it.
+func (s State) RetireTombstone() error {
+	err := os.Rename(filepath.Join(s.Dir, TombstoneFile), filepath.Join(s.Dir, RetiredTombstoneFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return syncDir(s.Dir)
+}
+
+// MovedAside is the path of the moved-aside member data.
+func (s State) MovedAside() string { return filepath.Clean(s.MemberDataDir) + MovedAsideSuffix }
+
+// HasMovedAside says whether moved-aside member data exists.
+func (s State) HasMovedAside() (bool, error) { return exists(s.MovedAside()) }
+
+// HasMemberData says whether the member data directory exists.
+func (s State) HasMemberData() (bool, error) { return exists(s.MemberDataDir) }
+
+// MoveMemberDataAside moves the member data directory to MovedAside, keeping
+// only the newest copy. Safe to repeat after a crash at any point: the old
+// copy is renamed away before the new one takes its name, and only removed
+// after, so one copy always exists.
+func (s State) MoveMemberDataAside() error {
+	aside := s.MovedAside()
+	old := aside + ".old"
+	has, err := s.HasMemberData()
+	if err != nil {
+		return err
+	}
+	if has {
+		if ok, err := exists(aside); err != nil {
+			return err
+		} else if ok {
+			if err := os.RemoveAll(old); err != nil {
+				return err
+			}
+			if err := os.Rename(aside, old); err != nil {
+				return err
+			}
+		}
+		if err := os.Rename(s.MemberDataDir, aside); err != nil {
+			return err
+		}
+		if err := syncDir(filepath.Dir(aside)); err != nil {
+			return err
+		}
+	}
+	return os.RemoveAll(old)
+}
+
+// ServerAllowed says whether the host may start its server unit, and why
+// not. It holds with the apiserver away: it reads only host files.
+//   - a tombstone: the member was removed, and etcd would rejoin it;
+//   - a role file naming agent;
+//   - moved-aside member data and no join target: a former member with no
+//     cluster to join would bootstrap a second cluster.
+//
+// No role file (a host holdfast never switched) allows the start.
+func (s State) ServerAllowed() (bool, string, error) {
+	t, err := s.Tombstone()
+	if err != nil {
+		return false, "", err
+	}
+	if t != nil {
+		return false, fmt.Sprintf("member %s was removed from cluster %s (tombstone %s)", t.MemberID, t.ClusterID, filepath.Join(s.Dir, TombstoneFile)), nil
+	}
+	role, err := s.Role()
+	if err != nil {
+		return false, "", err
+	}
+	if role == holdfastv1.RoleAgent {
+		return false, fmt.Sprintf("the role file %s says agent", filepath.Join(s.Dir, RoleFile)), nil
+	}
+	aside, err := s.HasMovedAside()
+	if err != nil {
+		return false, "", err
+	}
+	join, err := s.Join()
+	if err != nil {
+		return false, "", err
+	}
+	if aside && join == "" {
+		return false, fmt.Sprintf("this host was a member (%s exists) and has no cluster to join: it would bootstrap a second cluster", s.MovedAside()), nil
+	}
+	return true, "", nil
+}
+
+func (s State) readJSON(name string, v any) (bool, error) {
+	b, err := os.ReadFile(filepath.Join(s.Dir, name))
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return false, fmt.Errorf("%s: %w", filepath.Join(s.Dir, name), err)
+	}
+	return true, nil
+}
+
+func (s State) writeJSON(name string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return s.write(name, append(b, '\n'))
+}
+
+func (s State) write(name string, data []byte) error {
+	if err := os.MkdirAll(s.Dir, 0o755); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(s.Dir, "."+name+".*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Chmod(0o644); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(f.Name(), filepath.Join(s.Dir, name)); err != nil {
+		return err
+	}
+	return syncDir(s.Dir)
+}
+
+func (s State) remove(name string) error {
+	err := os.Remove(filepath.Join(s.Dir, name))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return syncDir(s.Dir)
+}
+
+func exists(p string) (bool, error) {
+	_, err := os.Stat(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// ClearMember forgets the local member once its data was moved aside.
+func (s State) ClearMember() error { return s.remove(MemberFile) }
+
+// StartedAtFile records when a promote last started the server unit, so a
+// resumed promote reports the same start.
+const StartedAtFile = "server-started-at"
+
+// ServerStartedAt is when a promote last started the server unit; zero when
+// none did.
+func (s State) ServerStartedAt() (time.Time, error) {
+	b, err := os.ReadFile(filepath.Join(s.Dir, StartedAtFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return time.Time{}, nil
+	}
+	if err != nil {
+		return time.Time{}, err
+	}
+	return time.Parse(time.RFC3339Nano, strings.TrimSpace(string(b)))
+}
+
+// SetServerStartedAt records a start of the server unit.
+func (s State) SetServerStartedAt(t time.Time) error {
+	return s.write(StartedAtFile, []byte(t.UTC().Format(time.RFC3339Nano)+"\n"))
+}

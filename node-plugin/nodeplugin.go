@@ -1,0 +1,240 @@
+// Package nodeplugin wires holdfast-node: the role actuator (package role,
+// actuator), the tombstone watcher (tombstone), the fence agent (fence),
+// image pre-staging (prestage) and the reporter (report), on one
+// controller-runtime manager whose Node cache holds only this node.
+package nodeplugin
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/node-plugin/actuator"
+	"github.com/holdfast-io/holdfast/node-plugin/fence"
+	"github.com/holdfast-io/holdfast/node-plugin/hoststate"
+	"github.com/holdfast-io/holdfast/node-plugin/prestage"
+	"github.com/holdfast-io/holdfast/node-plugin/report"
+	"github.com/holdfast-io/holdfast/node-plugin/role"
+	"github.com/holdfast-io/holdfast/node-plugin/tombstone"
+)
+
+// Options are holdfast-node's flags.
+type Options struct {
+	NodeName      string
+	HostDir       string
+	SystemdDir    string
+	MemberDataDir string
+	ServerUnit    string
+	AgentUnit     string
+	// EtcdLocal is the local member's client URL; EtcdCA, EtcdCert and
+	// EtcdKey are host files for TLS to the members (all empty: plain).
+	EtcdLocal                 string
+	EtcdCA, EtcdCert, EtcdKey string
+	CRIEndpoint               string
+	// SystemdBus is a D-Bus address for systemd; empty is the system bus.
+	SystemdBus             string
+	MetricsAddr, ProbeAddr string
+	// SkipNameValidation lets a test run several managers with the same
+	// controller names in one process.
+	SkipNameValidation bool
+}
+
+// ParseFlags reads holdfast-node's flags; NODE_NAME comes from the
+// downward API.
+func ParseFlags(args []string) (Options, error) {
+	o := Options{}
+	fs := flag.NewFlagSet("holdfast-node", flag.ContinueOnError)
+	fs.StringVar(&o.NodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME)")
+	fs.StringVar(&o.HostDir, "host-dir", hoststate.DefaultDir, "the host directory for the role file, join target, member record and tombstone")
+	fs.StringVar(&o.SystemdDir, "systemd-dir", actuator.DefaultSystemdDir, "where the server unit's drop-ins are written")
+	fs.StringVar(&o.MemberDataDir, "member-data-dir", "", "the etcd member's data directory (default: the VoterPolicy's spec.host.memberDataDir)")
+	fs.StringVar(&o.ServerUnit, "server-unit", "", "the server unit (default: the VoterPolicy's spec.host.serverUnit)")
+	fs.StringVar(&o.AgentUnit, "agent-unit", "", "the agent unit (default: the VoterPolicy's spec.host.agentUnit)")
+	fs.StringVar(&o.EtcdLocal, "etcd-local-endpoint", "https://127.0.0.1:2379", "the local etcd member's client URL")
+	fs.StringVar(&o.EtcdCA, "etcd-ca", "", "CA file for the etcd members' client URLs")
+	fs.StringVar(&o.EtcdCert, "etcd-cert", "", "client certificate file for etcd")
+	fs.StringVar(&o.EtcdKey, "etcd-key", "", "client key file for etcd")
+	fs.StringVar(&o.SystemdBus, "systemd-bus-address", "", "D-Bus address to reach systemd at (default: the system bus, then /run/systemd/private)")
+	fs.StringVar(&o.CRIEndpoint, "cri-endpoint", "unix:///run/containerd/containerd.sock", "the container runtime's CRI socket")
+	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8095", "metrics address (0 disables)")
+	fs.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8096", "health probe address")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if o.NodeName == "" {
+		return o, errors.New("--node-name or NODE_NAME: must name this node")
+	}
+	return o, nil
+}
+
+// Scheme holds the kinds holdfast-node reads.
+func Scheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(s)
+	_ = holdfastv1.AddToScheme(s)
+	return s
+}
+
+// NewManager returns a manager whose Node cache holds only this node. The
+// runtime containers are read from CRI itself (package fence), so no Pod
+// cache is needed.
+func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
+	return ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 Scheme(),
+		Metrics:                metricsserver.Options{BindAddress: o.MetricsAddr},
+		HealthProbeBindAddress: o.ProbeAddr,
+		Controller:             config.Controller{SkipNameValidation: &o.SkipNameValidation},
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			&corev1.Node{}: {Field: fields.OneTermEqualSelector("metadata.name", o.NodeName)},
+		}},
+	})
+}
+
+// hostSettings fills unit names and the data directory from the VoterPolicy
+// where the flags leave them empty; read once at start.
+func hostSettings(ctx context.Context, r client.Reader, o *Options) error {
+	vp := &holdfastv1.VoterPolicy{}
+	err := r.Get(ctx, types.NamespacedName{Name: holdfastv1.VoterPolicyName}, vp)
+	if err != nil && client.IgnoreNotFound(err) != nil {
+		return err
+	}
+	h := vp.Spec.Host
+	for _, f := range []struct {
+		dst      *string
+		src, def string
+	}{
+		{&o.ServerUnit, h.ServerUnit, "k3s.service"},
+		{&o.AgentUnit, h.AgentUnit, "k3s-agent.service"},
+		{&o.MemberDataDir, h.MemberDataDir, "/var/lib/rancher/k3s/server/db"},
+	} {
+		if *f.dst == "" {
+			*f.dst = f.src
+		}
+		if *f.dst == "" {
+			*f.dst = f.def
+		}
+	}
+	return nil
+}
+
+// Run starts holdfast-node until ctx ends.
+func Run(ctx context.Context, cfg *rest.Config, o Options) error {
+	mgr, err := NewManager(cfg, o)
+	if err != nil {
+		return err
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	if err := hostSettings(ctx, mgr.GetAPIReader(), &o); err != nil {
+		return fmt.Errorf("reading VoterPolicy %s: %w", holdfastv1.VoterPolicyName, err)
+	}
+	state := hoststate.State{Dir: o.HostDir, MemberDataDir: o.MemberDataDir}
+	var sd *actuator.DBusSystemd
+	if o.SystemdBus != "" {
+		sd, err = actuator.NewDBusSystemdAt(o.SystemdBus)
+	} else {
+		sd, err = actuator.NewDBusSystemd(ctx)
+	}
+	if err != nil {
+		return err
+	}
+	defer sd.Conn.Close()
+	act := actuator.New(sd, actuator.Config{ServerUnit: o.ServerUnit, AgentUnit: o.AgentUnit, SystemdDir: o.SystemdDir, State: state})
+	if err := (&role.Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), NodeName: o.NodeName,
+		Actuator: act, State: state}).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	tlsCfg, err := etcdTLS(o)
+	if err != nil {
+		return err
+	}
+	reader := mgr.GetAPIReader()
+	etcd := &tombstone.ClientEtcd{LocalEndpoint: o.EtcdLocal, TLS: tlsCfg, Cluster: func(ctx context.Context) ([]string, error) {
+		vp := &holdfastv1.VoterPolicy{}
+		if err := reader.Get(ctx, types.NamespacedName{Name: holdfastv1.VoterPolicyName}, vp); err != nil {
+			return nil, err
+		}
+		return vp.Spec.Etcd.Endpoints, nil
+	}}
+	if err := mgr.Add(&tombstone.Watcher{State: state, Clock: clock.RealClock{}, Every: 5 * time.Second, Etcd: etcd}); err != nil {
+		return err
+	}
+	if err := mgr.Add(&report.Reporter{Client: mgr.GetClient(), NodeName: o.NodeName, Units: act, State: state,
+		Clock: clock.RealClock{}, Peers: etcd.VoterPeerURLs}); err != nil {
+		return err
+	}
+	cri, err := fence.NewCRI(ctx, o.CRIEndpoint)
+	if err != nil {
+		return fmt.Errorf("connecting to CRI at %s: %w", o.CRIEndpoint, err)
+	}
+	agent := &fence.Agent{CRI: cri, Units: fence.CacheUnits{Client: mgr.GetClient()}, Lease: fence.HTTPLease{},
+		Notifier: fence.EventNotifier{Client: mgr.GetClient(), NodeName: o.NodeName}, Clock: clock.RealClock{}, AuditDir: o.HostDir}
+	if err := (&fence.UnitReconciler{Agent: agent}).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	probe, err := fence.ReadyzProbe(cfg)
+	if err != nil {
+		return err
+	}
+	if err := mgr.Add(&fence.Loop{Agent: agent, Probe: probe, Every: time.Second}); err != nil {
+		return err
+	}
+	images, err := prestage.NewCRI(ctx, o.CRIEndpoint)
+	if err != nil {
+		return fmt.Errorf("connecting to the CRI image service at %s: %w", o.CRIEndpoint, err)
+	}
+	if err := (&prestage.Reconciler{Client: mgr.GetClient(), NodeName: o.NodeName, Images: images}).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	return mgr.Start(ctx)
+}
+
+func etcdTLS(o Options) (*tls.Config, error) {
+	if o.EtcdCA == "" && o.EtcdCert == "" && o.EtcdKey == "" {
+		return nil, nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if o.EtcdCA != "" {
+		pem, err := os.ReadFile(o.EtcdCA)
+		if err != nil {
+			return nil, fmt.Errorf("--etcd-ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--etcd-ca: no certificate in %s", o.EtcdCA)
+		}
+		cfg.RootCAs = pool
+	}
+	if o.EtcdCert != "" || o.EtcdKey != "" {
+		cert, err := tls.LoadX509KeyPair(o.EtcdCert, o.EtcdKey)
+		if err != nil {
+			return nil, fmt.Errorf("--etcd-cert/--etcd-key: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return cfg, nil
+}

@@ -1,0 +1,228 @@
+// Package report publishes what the host knows on its own Node (DESIGN §5):
+// holdfast.io/provisioned (the server unit is installed), the observed role
+// label holdfast.io/role, holdfast.io/tombstone (mirroring the host's
+// tombstone file), and holdfast.io/fitness (fsync latency of the member data
+// directory and round trip to each voter's peer port). It writes only when
+// something changed, and probes fitness at most every FitnessEvery.
+package report
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/node-plugin/hoststate"
+)
+
+// Units is what the reporter asks systemd.
+type Units interface {
+	Provisioned(ctx context.Context) (bool, error)
+	// ActiveRole is the role whose unit is active: server, agent or "".
+	ActiveRole(ctx context.Context) (string, error)
+}
+
+// Reporter writes the node's reports.
+type Reporter struct {
+	Client   client.Client
+	NodeName string
+	Units    Units
+	State    hoststate.State
+	Clock    clock.PassiveClock
+	// Peers returns the voters' peer URLs (nil when unknown).
+	Peers func(ctx context.Context) ([]string, error)
+	// Every is the pass interval; FitnessEvery bounds the fitness probes.
+	Every, FitnessEvery time.Duration
+	// FsyncSamples is how many O_DSYNC writes one probe makes.
+	FsyncSamples int
+
+	lastFitness *holdfastv1.Fitness
+}
+
+// WALWriteSize is the size of one probe write: etcd's typical WAL entry
+// write, as its own disk guidance measures fdatasync latency with.
+const WALWriteSize = 2300
+
+// Pass publishes the reports once.
+func (r *Reporter) Pass(ctx context.Context) error {
+	if r.FsyncSamples == 0 {
+		r.FsyncSamples = 100
+	}
+	node := &corev1.Node{}
+	if err := r.Client.Get(ctx, types.NamespacedName{Name: r.NodeName}, node); err != nil {
+		return err
+	}
+	ann := map[string]*string{}
+	lbl := map[string]*string{}
+
+	prov, err := r.Units.Provisioned(ctx)
+	if err != nil {
+		return err
+	}
+	setIfChanged(ann, node.Annotations, holdfastv1.AnnotationProvisioned, new(strconv.FormatBool(prov)))
+
+	role, err := r.Units.ActiveRole(ctx)
+	if err != nil {
+		return err
+	}
+	if role == "" {
+		if role, err = r.State.Role(); err != nil {
+			return err
+		}
+	}
+	if role != "" {
+		setIfChanged(lbl, node.Labels, holdfastv1.LabelRole, &role)
+	}
+
+	ts, err := r.State.Tombstone()
+	if err != nil {
+		return err
+	}
+	if ts != nil {
+		b, _ := json.Marshal(ts)
+		setIfChanged(ann, node.Annotations, holdfastv1.AnnotationTombstone, new(string(b)))
+	} else if _, ok := node.Annotations[holdfastv1.AnnotationTombstone]; ok {
+		ann[holdfastv1.AnnotationTombstone] = nil
+	}
+
+	now := r.Clock.Now()
+	if r.lastFitness == nil || now.Sub(r.lastFitness.At.Time) >= r.FitnessEvery {
+		f, err := r.Fitness(ctx)
+		if err != nil {
+			klog.FromContext(ctx).Error(err, "Fitness probe failed")
+		} else {
+			r.lastFitness = f
+			b, _ := json.Marshal(f)
+			setIfChanged(ann, node.Annotations, holdfastv1.AnnotationFitness, new(string(b)))
+		}
+	}
+
+	if len(ann) == 0 && len(lbl) == 0 {
+		return nil
+	}
+	meta := map[string]any{}
+	if len(ann) > 0 {
+		meta["annotations"] = ann
+	}
+	if len(lbl) > 0 {
+		meta["labels"] = lbl
+	}
+	body, err := json.Marshal(map[string]any{"metadata": meta})
+	if err != nil {
+		return err
+	}
+	return r.Client.Patch(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: r.NodeName}}, client.RawPatch(types.MergePatchType, body))
+}
+
+func setIfChanged(patch map[string]*string, have map[string]string, key string, want *string) {
+	if cur, ok := have[key]; !ok || cur != *want {
+		patch[key] = want
+	}
+}
+
+// Fitness runs the probes: fsync latency in the member data directory (or
+// its nearest existing parent on a host that is no member yet) and a TCP
+// connect round trip to each voter's peer URL.
+func (r *Reporter) Fitness(ctx context.Context) (*holdfastv1.Fitness, error) {
+	dir := r.State.MemberDataDir
+	for {
+		if st, err := os.Stat(dir); err == nil && st.IsDir() {
+			break
+		} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, err
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return nil, fmt.Errorf("no directory to probe for %s", r.State.MemberDataDir)
+		}
+		dir = parent
+	}
+	lat, err := FsyncLatencies(dir, r.FsyncSamples)
+	if err != nil {
+		return nil, err
+	}
+	f := &holdfastv1.Fitness{FsyncP99Micros: P99(lat).Microseconds(), FsyncSamples: int32(len(lat)), At: metav1.Time{Time: r.Clock.Now()}}
+	if r.Peers != nil {
+		peers, err := r.Peers(ctx)
+		if err != nil {
+			klog.FromContext(ctx).V(2).Info("Voter peer URLs unknown", "err", err)
+		}
+		for _, p := range peers {
+			if f.PeerRTTMicros == nil {
+				f.PeerRTTMicros = map[string]int64{}
+			}
+			f.PeerRTTMicros[p] = PeerRTT(ctx, p).Microseconds()
+		}
+	}
+	return f, nil
+}
+
+// P99 is the 99th percentile (nearest rank).
+func P99(d []time.Duration) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	idx := (len(s)*99+99)/100 - 1
+	return s[min(idx, len(s)-1)]
+}
+
+// PeerRTT is the TCP connect time to a peer URL, -1µs when it does not
+// answer within a second.
+func PeerRTT(ctx context.Context, peer string) time.Duration {
+	u, err := url.Parse(peer)
+	if err != nil || u.Host == "" {
+		return -time.Microsecond
+	}
+	d := net.Dialer{Timeout: time.Second}
+	start := time.Now()
+	c, err := d.DialContext(ctx, "tcp", u.Host)
+	if err != nil {
+		return -time.Microsecond
+	}
+	rtt := time.Since(start)
+	c.Close()
+	return rtt
+}
+
+// Start runs passes every Every until ctx ends (a manager Runnable).
+func (r *Reporter) Start(ctx context.Context) error {
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
+	}
+	if r.Every == 0 {
+		r.Every = 30 * time.Second
+	}
+	if r.FitnessEvery == 0 {
+		r.FitnessEvery = 5 * time.Minute
+	}
+	t := time.NewTicker(r.Every)
+	defer t.Stop()
+	for {
+		if err := r.Pass(ctx); err != nil {
+			klog.FromContext(ctx).Error(err, "Node report failed")
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,261 @@
+// Package role drives the host's role actuator from its own Node: the
+// holdfast.io/desired-role label and the holdfast.io/role-* annotations the
+// voter controller sets (DESIGN §5, §6). It checks that the step may be
+// carried out (the swap Lease held for this swap ID, the host provisioned,
+// a known role), carries it out through the actuator, and reports each
+// outcome as holdfast.io/actuator on its own Node.
+package role
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/node-plugin/actuator"
+	"github.com/holdfast-io/holdfast/node-plugin/hoststate"
+)
+
+// Actuator is the host half of a swap (actuator.Actuator).
+type Actuator interface {
+	Provisioned(ctx context.Context) (bool, error)
+	Promote(ctx context.Context, join string) (time.Time, error)
+	StepDown(ctx context.Context) error
+	FinishDemote(ctx context.Context) error
+	Rollback(ctx context.Context) error
+	Guard(ctx context.Context) (bool, string, error)
+}
+
+// Reconciler acts on its own Node's role step.
+type Reconciler struct {
+	// Client patches the Node; Reader reads the Node and the swap Lease
+	// uncached, so a step and its authority are never judged from a stale
+	// copy.
+	Client   client.Client
+	Reader   client.Reader
+	NodeName string
+	Actuator Actuator
+	State    hoststate.State
+	Clock    clock.PassiveClock
+	// GuardEvery is how often the server guard is re-applied without a Node
+	// change (a person unmasking the unit).
+	GuardEvery time.Duration
+}
+
+// SetupWithManager watches the own Node.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
+	}
+	if r.GuardEvery == 0 {
+		r.GuardEvery = time.Minute
+	}
+	own := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetName() == r.NodeName })
+	// Kubelet status heartbeats change neither; the guard runs every
+	// GuardEvery regardless.
+	meta := predicate.Or(predicate.LabelChangedPredicate{}, predicate.AnnotationChangedPredicate{})
+	return ctrl.NewControllerManagedBy(mgr).Named("role").
+		For(&corev1.Node{}, builder.WithPredicates(own, meta)).
+		Complete(r)
+}
+
+// Reconcile carries out the Node's role step, once.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	log := klog.FromContext(ctx)
+	if _, why, err := r.Actuator.Guard(ctx); err != nil {
+		return ctrl.Result{}, fmt.Errorf("guarding the server unit: %w", err)
+	} else if why != "" {
+		log.V(2).Info("Server unit guarded", "reason", why)
+	}
+	// Uncached: a step is judged from the Node as it is now, never from a
+	// cache that has not seen this plugin's own last report yet.
+	node := &corev1.Node{}
+	if err := r.Reader.Get(ctx, req.NamespacedName, node); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	step := node.Annotations[holdfastv1.AnnotationRoleStep]
+	if step == "" {
+		return ctrl.Result{RequeueAfter: r.GuardEvery}, nil
+	}
+	swap := node.Annotations[holdfastv1.AnnotationRoleSwap]
+	prev := current(node)
+	if prev != nil && prev.Swap == swap && prev.Step == step && prev.Phase == holdfastv1.ActuatorDone {
+		return ctrl.Result{RequeueAfter: r.GuardEvery}, nil
+	}
+	report := holdfastv1.ActuatorReport{Swap: swap, Step: step}
+	if prev != nil && prev.Swap == swap && prev.Step == step {
+		report.StartedAt = prev.StartedAt
+	}
+
+	if why, err := r.refusal(ctx, node, step, swap); err != nil {
+		return ctrl.Result{}, err
+	} else if why != "" {
+		log.Info("Role step refused", "node", klog.KObj(node), "swap", swap, "step", step, "reason", why)
+		return ctrl.Result{RequeueAfter: r.GuardEvery}, r.report(ctx, node, report, holdfastv1.ActuatorRefused, why)
+	}
+	if err := r.report(ctx, node, report, holdfastv1.ActuatorRunning, ""); err != nil {
+		return ctrl.Result{}, err
+	}
+	log.Info("Carrying out role step", "node", klog.KObj(node), "swap", swap, "step", step)
+	var err error
+	switch step {
+	case holdfastv1.RoleStepPromote:
+		var started time.Time
+		started, err = r.Actuator.Promote(ctx, node.Annotations[holdfastv1.AnnotationRoleJoin])
+		if !started.IsZero() {
+			report.StartedAt = &metav1.Time{Time: started}
+		}
+	case holdfastv1.RoleStepStepDown:
+		err = r.Actuator.StepDown(ctx)
+	case holdfastv1.RoleStepFinishDemote:
+		err = r.Actuator.FinishDemote(ctx)
+	case holdfastv1.RoleStepRollback:
+		err = r.Actuator.Rollback(ctx)
+	}
+	switch {
+	case actuator.IsRefused(err):
+		return ctrl.Result{RequeueAfter: r.GuardEvery}, r.report(ctx, node, report, holdfastv1.ActuatorRefused, err.Error())
+	case err != nil:
+		log.Error(err, "Role step failed", "node", klog.KObj(node), "swap", swap, "step", step)
+		if rerr := r.report(ctx, node, report, holdfastv1.ActuatorFailed, err.Error()); rerr != nil {
+			return ctrl.Result{}, rerr
+		}
+		// Retried with backoff: every step is safe to repeat.
+		return ctrl.Result{}, err
+	}
+	log.Info("Role step done", "node", klog.KObj(node), "swap", swap, "step", step)
+	return ctrl.Result{RequeueAfter: r.GuardEvery}, r.report(ctx, node, report, holdfastv1.ActuatorDone, "")
+}
+
+// refusal says why the step must not be carried out, "" when it may.
+func (r *Reconciler) refusal(ctx context.Context, node *corev1.Node, step, swap string) (string, error) {
+	desired := node.Labels[holdfastv1.LabelDesiredRole]
+	want := map[string]string{
+		holdfastv1.RoleStepPromote:      holdfastv1.RoleServer,
+		holdfastv1.RoleStepStepDown:     holdfastv1.RoleAgent,
+		holdfastv1.RoleStepFinishDemote: holdfastv1.RoleAgent,
+		holdfastv1.RoleStepRollback:     holdfastv1.RoleAgent,
+	}
+	role, ok := want[step]
+	if !ok {
+		return fmt.Sprintf("unknown role step %q: metadata.annotations[%s] must be one of promote, step-down, finish-demote, rollback", step, holdfastv1.AnnotationRoleStep), nil
+	}
+	if desired != holdfastv1.RoleServer && desired != holdfastv1.RoleAgent {
+		return fmt.Sprintf("unknown role %q: metadata.labels[%s] must be server or agent", desired, holdfastv1.LabelDesiredRole), nil
+	}
+	if desired != role {
+		return fmt.Sprintf("step %s needs desired role %s, the Node says %s", step, role, desired), nil
+	}
+	if step == holdfastv1.RoleStepPromote {
+		ok, err := r.Actuator.Provisioned(ctx)
+		if err != nil {
+			return "", err
+		}
+		if !ok {
+			return "host not provisioned: the server unit is not installed", nil
+		}
+	}
+	held, why, err := r.leaseHeld(ctx, swap)
+	if err != nil {
+		return "", err
+	}
+	if held {
+		return "", nil
+	}
+	// Finishing a removed member needs no Lease: it can never cost quorum,
+	// so a host that was down during its swap finishes on its return.
+	if step == holdfastv1.RoleStepFinishDemote {
+		ts, err := r.State.Tombstone()
+		if err != nil {
+			return "", err
+		}
+		role, err := r.State.Role()
+		if err != nil {
+			return "", err
+		}
+		if ts != nil && role == holdfastv1.RoleAgent {
+			return "", nil
+		}
+	}
+	return why, nil
+}
+
+// leaseHeld says whether the swap Lease is held, unexpired, for swap.
+func (r *Reconciler) leaseHeld(ctx context.Context, swap string) (bool, string, error) {
+	if swap == "" {
+		return false, fmt.Sprintf("no swap ID: metadata.annotations[%s] is empty", holdfastv1.AnnotationRoleSwap), nil
+	}
+	lease := &coordinationv1.Lease{}
+	err := r.Reader.Get(ctx, types.NamespacedName{Namespace: holdfastv1.SwapLeaseNamespace, Name: holdfastv1.SwapLeaseName}, lease)
+	if apierrors.IsNotFound(err) {
+		return false, fmt.Sprintf("no Lease held for swap %s: %s/%s does not exist", swap, holdfastv1.SwapLeaseNamespace, holdfastv1.SwapLeaseName), nil
+	}
+	if err != nil {
+		return false, "", err
+	}
+	if id := lease.Annotations[holdfastv1.AnnotationSwapID]; id != swap {
+		return false, fmt.Sprintf("no Lease held for swap %s: the Lease names swap %q", swap, id), nil
+	}
+	if lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "" {
+		return false, fmt.Sprintf("no Lease held for swap %s: the Lease has no holder", swap), nil
+	}
+	if lease.Spec.RenewTime == nil || lease.Spec.LeaseDurationSeconds == nil {
+		return false, fmt.Sprintf("no Lease held for swap %s: the Lease was never renewed", swap), nil
+	}
+	expiry := lease.Spec.RenewTime.Add(time.Duration(*lease.Spec.LeaseDurationSeconds) * time.Second)
+	if !r.Clock.Now().Before(expiry) {
+		return false, fmt.Sprintf("no Lease held for swap %s: the Lease expired at %s", swap, expiry.UTC().Format(time.RFC3339)), nil
+	}
+	return true, "", nil
+}
+
+func current(node *corev1.Node) *holdfastv1.ActuatorReport {
+	s, ok := node.Annotations[holdfastv1.AnnotationActuator]
+	if !ok {
+		return nil
+	}
+	rep, err := holdfastv1.ParseActuatorReport(s)
+	if err != nil {
+		return nil
+	}
+	return rep
+}
+
+// report writes the actuator annotation on the own Node.
+func (r *Reconciler) report(ctx context.Context, node *corev1.Node, rep holdfastv1.ActuatorReport, phase, msg string) error {
+	role, err := r.State.Role()
+	if err != nil {
+		return err
+	}
+	rep.Phase, rep.Message, rep.Role = phase, msg, role
+	rep.At = metav1.Time{Time: r.Clock.Now()}
+	b, err := json.Marshal(rep)
+	if err != nil {
+		return err
+	}
+	return PatchAnnotations(ctx, r.Client, node.Name, map[string]*string{holdfastv1.AnnotationActuator: new(string(b))})
+}
+
+// PatchAnnotations sets (or, for nil, removes) annotations on a Node with a
+// merge patch, which touches nothing else.
+func PatchAnnotations(ctx context.Context, c client.Client, node string, ann map[string]*string) error {
+	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": ann}})
+	if err != nil {
+		return err
+	}
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}
+	return c.Patch(ctx, n, client.RawPatch(types.MergePatchType, body))
+}

@@ -1,0 +1,549 @@
+//go:build integration
+
+package nodeplugin_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/node-plugin/actuator"
+	"github.com/holdfast-io/holdfast/node-plugin/hoststate"
+	"github.com/holdfast-io/holdfast/node-plugin/role"
+	"github.com/holdfast-io/holdfast/node-plugin/tombstone"
+	"github.com/holdfast-io/holdfast/test/dbusdouble"
+	"github.com/holdfast-io/holdfast/test/etcdproc"
+)
+
+const (
+	serverUnit = "etcd-member.service"
+	agentUnit  = "node-agent.service"
+)
+
+// plugin is one node's holdfast-node role half: the systemd double serving
+// its units, the actuator, the role reconciler and the tombstone watcher.
+type plugin struct {
+	node  string
+	mgr   *dbusdouble.Manager
+	sd    *actuator.DBusSystemd
+	state hoststate.State
+}
+
+func startPlugin(t *testing.T, node string, units func(state hoststate.State, cond func(string) []string) []dbusdouble.Unit, etcd tombstone.Etcd) *plugin {
+	t.Helper()
+	dir := t.TempDir()
+	state := hoststate.State{Dir: filepath.Join(dir, "holdfast"), MemberDataDir: filepath.Join(dir, "db")}
+	cond := func(r string) []string {
+		return []string{os.Args[0], "role-is", "--host-dir", state.Dir, "--member-data-dir", state.MemberDataDir, r}
+	}
+	bus, err := dbusdouble.StartBus(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(bus.Close)
+	systemdDir := filepath.Join(dir, "systemd")
+	m, err := dbusdouble.Serve(bus, dbusdouble.Config{DropInDir: systemdDir, Units: units(state, cond)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	conn, err := bus.Systemd(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(conn.Close)
+	sd := &actuator.DBusSystemd{Conn: conn}
+	act := actuator.New(sd, actuator.Config{ServerUnit: serverUnit, AgentUnit: agentUnit, SystemdDir: systemdDir, State: state})
+
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
+		Scheme:  env.Scheme,
+		Metrics: metricsserver.Options{BindAddress: "0"},
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			&corev1.Node{}: {Field: fields.OneTermEqualSelector("metadata.name", node)},
+		}},
+		Controller: ctrlConfig(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &role.Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), NodeName: node, Actuator: act,
+		State: state, GuardEvery: 2 * time.Second}
+	if err := r.SetupWithManager(mgr); err != nil {
+		t.Fatal(err)
+	}
+	if etcd != nil {
+		if err := mgr.Add(&tombstone.Watcher{Etcd: etcd, State: state, Clock: clock.RealClock{}, Every: 200 * time.Millisecond}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := mgr.Start(ctx); err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	return &plugin{node: node, mgr: m, sd: sd, state: state}
+}
+
+// ctrlConfig lets several test managers register a controller of the same
+// name in one process.
+func ctrlConfig() config.Controller { return config.Controller{SkipNameValidation: new(true)} }
+
+func createNode(t *testing.T, name string) {
+	t.Helper()
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if err := env.Client.Create(context.Background(), n); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), n) })
+}
+
+// setStep is the controller's write: desired role and role annotations.
+func setStep(t *testing.T, node, desired, swap, step, join string) {
+	t.Helper()
+	n := &corev1.Node{}
+	if err := env.Client.Get(context.Background(), client.ObjectKey{Name: node}, n); err != nil {
+		t.Fatal(err)
+	}
+	patch := client.MergeFrom(n.DeepCopy())
+	if n.Labels == nil {
+		n.Labels = map[string]string{}
+	}
+	if n.Annotations == nil {
+		n.Annotations = map[string]string{}
+	}
+	n.Labels[holdfastv1.LabelDesiredRole] = desired
+	n.Annotations[holdfastv1.AnnotationRoleSwap] = swap
+	n.Annotations[holdfastv1.AnnotationRoleStep] = step
+	if join != "" {
+		n.Annotations[holdfastv1.AnnotationRoleJoin] = join
+	}
+	if err := env.Client.Patch(context.Background(), n, patch); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func holdLease(t *testing.T, swap string) {
+	t.Helper()
+	ctx := context.Background()
+	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: holdfastv1.SwapLeaseNamespace, Name: holdfastv1.SwapLeaseName,
+		Labels:      map[string]string{holdfastv1.LabelGuarded: "true"},
+		Annotations: map[string]string{holdfastv1.AnnotationSwapID: swap}},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: new("holdfast-controller"), LeaseDurationSeconds: new(int32(300)),
+			AcquireTime: &metav1.MicroTime{Time: time.Now()}, RenewTime: &metav1.MicroTime{Time: time.Now()}}}
+	if err := env.Client.Create(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { releaseLease(t) })
+}
+
+func releaseLease(t *testing.T) {
+	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: holdfastv1.SwapLeaseNamespace, Name: holdfastv1.SwapLeaseName}}
+	_ = client.IgnoreNotFound(env.Client.Delete(context.Background(), l))
+}
+
+// waitReport waits for the actuator report of step to reach phase.
+func waitReport(t *testing.T, node, step, phase string) *holdfastv1.ActuatorReport {
+	t.Helper()
+	var last, loggedFailure string
+	deadline := time.Now().Add(90 * time.Second)
+	for time.Now().Before(deadline) {
+		n := &corev1.Node{}
+		if err := env.Client.Get(context.Background(), client.ObjectKey{Name: node}, n); err != nil {
+			t.Fatal(err)
+		}
+		last = n.Annotations[holdfastv1.AnnotationActuator]
+		if last != "" {
+			rep, err := holdfastv1.ParseActuatorReport(last)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.Step == step && rep.Phase == phase {
+				return rep
+			}
+			if rep.Step == step && rep.Phase == holdfastv1.ActuatorRefused && phase == holdfastv1.ActuatorDone {
+				t.Fatalf("%s %s: %s: %s", node, step, rep.Phase, rep.Message)
+			}
+			// A failed step is retried with backoff (every step is safe to
+			// repeat); the test waits for it to complete and says so.
+			if rep.Step == step && rep.Phase == holdfastv1.ActuatorFailed && last != loggedFailure {
+				loggedFailure = last
+				t.Logf("%s %s failed, to be retried: %s", node, step, rep.Message)
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("%s: no %s report for %s; last %s", node, phase, step, last)
+	return nil
+}
+
+func eventually(t *testing.T, what string, cond func() (bool, error)) {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	var err error
+	for time.Now().Before(deadline) {
+		var ok bool
+		if ok, err = cond(); ok {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("%s: not within 90s (last error %v)", what, err)
+}
+
+// writer puts keys throughout and remembers every acknowledged one.
+type writer struct {
+	mu    sync.Mutex
+	acked []string
+	stop  chan struct{}
+	done  chan struct{}
+}
+
+func startWriter(cli *clientv3.Client) *writer {
+	w := &writer{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		for i := 0; ; i++ {
+			select {
+			case <-w.stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			k := fmt.Sprintf("/holdfast-test/%06d", i)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			_, err := cli.Put(ctx, k, "v")
+			cancel()
+			if err == nil {
+				w.mu.Lock()
+				w.acked = append(w.acked, k)
+				w.mu.Unlock()
+			}
+		}
+	}()
+	return w
+}
+
+func (w *writer) check(t *testing.T, cli *clientv3.Client) {
+	t.Helper()
+	close(w.stop)
+	<-w.done
+	resp, err := cli.Get(context.Background(), "/holdfast-test/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	have := map[string]bool{}
+	for _, kv := range resp.Kvs {
+		have[string(kv.Key)] = true
+	}
+	for _, k := range w.acked {
+		if !have[k] {
+			t.Fatalf("acknowledged write %s lost", k)
+		}
+	}
+	if len(w.acked) < 50 {
+		t.Fatalf("only %d writes acknowledged during the swap", len(w.acked))
+	}
+	t.Logf("%d acknowledged writes, none lost", len(w.acked))
+}
+
+// TestPromoteStepDownFinishDemoteWithRealEtcd drives a standby host through
+// a whole swap with the test as the controller: promoted (learner, then
+// voter) with the join drop-in starting a real etcd member, stepped down,
+// removed (tombstone written), finished to an agent, and then refused a
+// server start both as a tombstoned member and as a former member with
+// nowhere to join. A client writes throughout; no acknowledged write is
+// lost and the cluster ID never changes.
+func TestPromoteStepDownFinishDemoteWithRealEtcd(t *testing.T) {
+	bin := filepath.Join(env.BinDir, "etcd")
+	dir := t.TempDir()
+	members, err := etcdproc.NewMembers("n1", "n2", "n3", "n4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	voters, standby := members[:3], members[3]
+	for _, m := range voters {
+		p, err := etcdproc.Start(bin, dir, m, voters...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(p.Stop)
+	}
+	cli, err := etcdproc.Client(voters...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if err := etcdproc.WaitHealthy(ctx, cli); err != nil {
+		t.Fatal(err)
+	}
+	st0, err := cli.Status(ctx, voters[0].ClientURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clusterID := st0.Header.ClusterId
+
+	createNode(t, "n4")
+	var starts sync.Map
+	p := startPlugin(t, "n4", func(state hoststate.State, cond func(string) []string) []dbusdouble.Unit {
+		return []dbusdouble.Unit{
+			{Name: serverUnit, ExecCondition: cond(holdfastv1.RoleServer), RestartAlways: true, RestartSec: 200 * time.Millisecond,
+				// The unit's ExecStart: an etcd member configured from
+				// the join drop-in's environment.
+				Start: func(_ context.Context, env map[string]string) (dbusdouble.Process, error) {
+					starts.Store(time.Now(), env)
+					return dbusdouble.StartExec(etcdproc.Command(bin, standby, state.MemberDataDir,
+						env[actuator.EnvJoin], env[actuator.EnvClusterState]))
+				}},
+			{Name: agentUnit, ExecCondition: cond(holdfastv1.RoleAgent), Enabled: true, Active: true},
+		}
+	}, &tombstone.ClientEtcd{LocalEndpoint: standby.ClientURL,
+		Cluster: func(context.Context) ([]string, error) {
+			return []string{voters[0].ClientURL, voters[1].ClientURL, voters[2].ClientURL}, nil
+		}})
+	w := startWriter(cli)
+
+	// Promote: the controller adds the learner, takes the Lease and sets the step.
+	const swap = "20260301T120000Z-n1-n4"
+	holdLease(t, swap)
+	// A fresh cluster refuses reconfiguration until its members have been
+	// connected for a while ("unhealthy cluster"), as the controller's gates
+	// would wait.
+	var added *clientv3.MemberAddResponse
+	eventually(t, "learner added", func() (bool, error) {
+		var err error
+		added, err = cli.MemberAddAsLearner(ctx, []string{standby.PeerURL})
+		return err == nil, err
+	})
+	var join []string
+	for _, m := range added.Members {
+		name := m.Name
+		if m.ID == added.Member.ID {
+			name = standby.Name
+		}
+		join = append(join, name+"="+m.PeerURLs[0])
+	}
+	setStep(t, "n4", holdfastv1.RoleServer, swap, holdfastv1.RoleStepPromote, strings.Join(join, ","))
+	rep := waitReport(t, "n4", holdfastv1.RoleStepPromote, holdfastv1.ActuatorDone)
+	if rep.StartedAt == nil || rep.Role != holdfastv1.RoleServer || rep.Swap != swap {
+		t.Fatalf("promote report %+v, want startedAt, role server and the swap", rep)
+	}
+	eventually(t, "learner promoted to voter", func() (bool, error) {
+		_, err := cli.MemberPromote(ctx, added.Member.ID)
+		return err == nil, err
+	})
+	ml, err := cli.MemberList(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ml.Members) != 4 {
+		t.Fatalf("members after promote: %d, want 4", len(ml.Members))
+	}
+	for _, m := range ml.Members {
+		if m.IsLearner {
+			t.Fatalf("member %s still a learner", m.Name)
+		}
+	}
+	eventually(t, "local member recorded", func() (bool, error) {
+		m, err := p.state.Member()
+		return m != nil && m.ID == tombstone.FormatID(added.Member.ID), err
+	})
+
+	// Step down: role file agent before the removal, server still voting.
+	setStep(t, "n4", holdfastv1.RoleAgent, swap, holdfastv1.RoleStepStepDown, "")
+	waitReport(t, "n4", holdfastv1.RoleStepStepDown, holdfastv1.ActuatorDone)
+	if r, _ := p.state.Role(); r != holdfastv1.RoleAgent {
+		t.Fatalf("role file after step-down: %q, want agent before the removal", r)
+	}
+	if s := p.mgr.ActiveState(serverUnit); s != "active" {
+		t.Fatalf("server unit %s after step-down, want active until removed", s)
+	}
+	if ts, _ := p.state.Tombstone(); ts != nil {
+		t.Fatal("tombstone written before the removal")
+	}
+
+	// The controller removes the member; the host notices and writes the tombstone.
+	// etcd refuses a removal until the others have been connected for a
+	// while after the step-down restart ("unhealthy cluster"); a controller
+	// retries while they are healthy.
+	eventually(t, "member removed", func() (bool, error) {
+		_, err := cli.MemberRemove(ctx, added.Member.ID)
+		return err == nil, err
+	})
+	var ts *holdfastv1.Tombstone
+	eventually(t, "tombstone written", func() (bool, error) {
+		var err error
+		ts, err = p.state.Tombstone()
+		return ts != nil, err
+	})
+	if ts.MemberID != tombstone.FormatID(added.Member.ID) || ts.ClusterID != tombstone.FormatID(clusterID) {
+		t.Fatalf("tombstone %+v, want member %x of cluster %x", ts, added.Member.ID, clusterID)
+	}
+
+	// Finish-demote needs no Lease once the member is tombstoned.
+	releaseLease(t)
+	setStep(t, "n4", holdfastv1.RoleAgent, swap, holdfastv1.RoleStepFinishDemote, "")
+	waitReport(t, "n4", holdfastv1.RoleStepFinishDemote, holdfastv1.ActuatorDone)
+	if s := p.mgr.ActiveState(agentUnit); s != "active" {
+		t.Fatalf("agent unit %s after finish-demote", s)
+	}
+	if s := p.mgr.ActiveState(serverUnit); s != "inactive" {
+		t.Fatalf("server unit %s after finish-demote", s)
+	}
+	if _, err := os.Stat(filepath.Join(p.state.MovedAside(), "member")); err != nil {
+		t.Fatalf("member data not moved aside: %v", err)
+	}
+
+	// A start of the server afterwards is refused: masked now...
+	if _, err := p.mgr.StartDirect(serverUnit); err == nil || !strings.Contains(err.Error(), "masked") {
+		t.Fatalf("server start after finish-demote: %v, want masked", err)
+	}
+	// ...and after a reboot clears the runtime mask, by its ExecCondition,
+	// even when a person writes the role file server: a former member with
+	// its data moved aside and no join target never starts a new cluster.
+	if err := p.sd.UnmaskRuntime(ctx, serverUnit); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.state.SetRole(holdfastv1.RoleServer); err != nil {
+		t.Fatal(err)
+	}
+	before := countStarts(&starts)
+	if _, err := p.mgr.StartDirect(serverUnit); err != nil {
+		t.Fatal(err)
+	}
+	if s := p.mgr.ActiveState(serverUnit); s != "inactive" || p.mgr.ConditionSkips(serverUnit) == 0 {
+		t.Fatalf("server unit %s (condition skips %d), want skipped", s, p.mgr.ConditionSkips(serverUnit))
+	}
+	if countStarts(&starts) != before {
+		t.Fatal("etcd was started on a former member with no join target")
+	}
+
+	w.check(t, cli)
+	ml, err = cli.MemberList(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ml.Members) != 3 || ml.Header.ClusterId != clusterID {
+		t.Fatalf("after the swap: %d members in cluster %x, want 3 in %x", len(ml.Members), ml.Header.ClusterId, clusterID)
+	}
+}
+
+func countStarts(m *sync.Map) int {
+	n := 0
+	m.Range(func(any, any) bool { n++; return true })
+	return n
+}
+
+func plainUnits(withServer bool) func(hoststate.State, func(string) []string) []dbusdouble.Unit {
+	return func(_ hoststate.State, cond func(string) []string) []dbusdouble.Unit {
+		units := []dbusdouble.Unit{{Name: agentUnit, ExecCondition: cond(holdfastv1.RoleAgent), Enabled: true, Active: true}}
+		if withServer {
+			units = append(units, dbusdouble.Unit{Name: serverUnit, ExecCondition: cond(holdfastv1.RoleServer)})
+		}
+		return units
+	}
+}
+
+func wantRefused(t *testing.T, p *plugin, step, contains string) {
+	t.Helper()
+	var last string
+	eventually(t, "refusal saying "+contains, func() (bool, error) {
+		n := &corev1.Node{}
+		if err := env.Client.Get(context.Background(), client.ObjectKey{Name: p.node}, n); err != nil {
+			return false, err
+		}
+		last = n.Annotations[holdfastv1.AnnotationActuator]
+		rep, err := holdfastv1.ParseActuatorReport(last)
+		if err != nil {
+			return false, err
+		}
+		return rep.Step == step && rep.Phase == holdfastv1.ActuatorRefused && strings.Contains(rep.Message, contains),
+			fmt.Errorf("last report %s", last)
+	})
+	for _, c := range p.mgr.Calls() {
+		if c.Method != "MaskUnitFiles" {
+			t.Fatalf("a refused step changed a unit: %v", p.mgr.Calls())
+		}
+	}
+	if r, _ := p.state.Role(); r != "" {
+		t.Fatalf("a refused step wrote the role file %q", r)
+	}
+}
+
+// TestRoleStepRefusals: a step is refused, changing nothing on the host,
+// when no Lease is held for its swap ID (absent, another swap, expired),
+// when the role is unknown or contradicts the step, and a promote when the
+// host is not provisioned.
+func TestRoleStepRefusals(t *testing.T) {
+	createNode(t, "r1")
+	p := startPlugin(t, "r1", plainUnits(true), nil)
+	const join = "a=http://127.0.0.1:1"
+
+	setStep(t, "r1", holdfastv1.RoleServer, "swap-a", holdfastv1.RoleStepPromote, join)
+	wantRefused(t, p, holdfastv1.RoleStepPromote, "no Lease held for swap swap-a: kube-system/holdfast-voter-swap does not exist")
+
+	holdLease(t, "swap-b")
+	setStep(t, "r1", holdfastv1.RoleServer, "swap-a", holdfastv1.RoleStepPromote, join+",b=http://127.0.0.1:2")
+	wantRefused(t, p, holdfastv1.RoleStepPromote, `the Lease names swap "swap-b"`)
+
+	setStep(t, "r1", "voter", "swap-b", holdfastv1.RoleStepPromote, join)
+	wantRefused(t, p, holdfastv1.RoleStepPromote, `unknown role "voter"`)
+
+	setStep(t, "r1", holdfastv1.RoleAgent, "swap-b", holdfastv1.RoleStepPromote, join)
+	wantRefused(t, p, holdfastv1.RoleStepPromote, "needs desired role server")
+
+	setStep(t, "r1", holdfastv1.RoleAgent, "swap-b", "demote", "")
+	wantRefused(t, p, "demote", `unknown role step "demote"`)
+
+	// Finish-demote without the Lease and without a tombstone: the member
+	// may still vote.
+	releaseLease(t)
+	setStep(t, "r1", holdfastv1.RoleAgent, "swap-b", holdfastv1.RoleStepFinishDemote, "")
+	wantRefused(t, p, holdfastv1.RoleStepFinishDemote, "no Lease held for swap swap-b")
+
+	createNode(t, "r2")
+	q := startPlugin(t, "r2", plainUnits(false), nil)
+	holdLease(t, "swap-c")
+	setStep(t, "r2", holdfastv1.RoleServer, "swap-c", holdfastv1.RoleStepPromote, join)
+	wantRefused(t, q, holdfastv1.RoleStepPromote, "host not provisioned")
+}
+
+// TestExpiredLeaseRefusesStep: a Lease past renewTime + duration holds
+// nothing, whoever it names.
+func TestExpiredLeaseRefusesStep(t *testing.T) {
+	createNode(t, "r3")
+	p := startPlugin(t, "r3", plainUnits(true), nil)
+	ctx := context.Background()
+	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: holdfastv1.SwapLeaseNamespace, Name: holdfastv1.SwapLeaseName,
+		Annotations: map[string]string{holdfastv1.AnnotationSwapID: "swap-d"}},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: new("holdfast-controller"), LeaseDurationSeconds: new(int32(15)),
+			RenewTime: &metav1.MicroTime{Time: time.Now().Add(-time.Minute)}}}
+	if err := env.Client.Create(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { releaseLease(t) })
+	setStep(t, "r3", holdfastv1.RoleServer, "swap-d", holdfastv1.RoleStepPromote, "a=http://127.0.0.1:1")
+	wantRefused(t, p, holdfastv1.RoleStepPromote, "the Lease expired at")
+}

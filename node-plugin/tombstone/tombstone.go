@@ -1,0 +1,114 @@
+// Package tombstone notices that the local etcd member was removed from its
+// cluster and writes the host's tombstone (hoststate), which keeps the
+// server unit from ever starting again as that member.
+//
+// It sees the removal through the etcd client, not the member's log: while
+// the local member answers, its ID and cluster ID are recorded; a member
+// list of that same cluster, answered by the other members, that no longer
+// names the recorded ID is the removal. This works when the host was down
+// during the removal too (its member never got to log anything), and it
+// never guesses: no answer, or an answer from another cluster, writes
+// nothing.
+package tombstone
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/node-plugin/hoststate"
+)
+
+// Etcd is what the watcher asks etcd.
+type Etcd interface {
+	// Local is the local member's own status: its ID, cluster ID and name.
+	Local(ctx context.Context) (hoststate.Member, error)
+	// Members lists the member IDs of the cluster as the other members
+	// answer it (linearizable), with their cluster ID.
+	Members(ctx context.Context) (clusterID string, ids []string, err error)
+}
+
+// Watcher writes the tombstone.
+type Watcher struct {
+	Etcd  Etcd
+	State hoststate.State
+	Clock clock.PassiveClock
+	// Every is the check interval.
+	Every time.Duration
+}
+
+// FormatID prints a member or cluster ID as etcdctl does.
+func FormatID(id uint64) string { return strconv.FormatUint(id, 16) }
+
+// Check records the local member and writes the tombstone once it is gone
+// from its cluster's member list. It returns whether a tombstone exists.
+func (w *Watcher) Check(ctx context.Context) (bool, error) {
+	st := w.State
+	if ts, err := st.Tombstone(); err != nil || ts != nil {
+		return ts != nil, err
+	}
+	recorded, err := st.Member()
+	if err != nil {
+		return false, err
+	}
+	if local, err := w.Etcd.Local(ctx); err == nil {
+		if recorded == nil || *recorded != local {
+			if err := st.SetMember(local); err != nil {
+				return false, err
+			}
+			klog.FromContext(ctx).Info("Recorded the local etcd member", "member", local.ID, "cluster", local.ClusterID)
+			recorded = &local
+		}
+	}
+	if recorded == nil {
+		return false, nil
+	}
+	clusterID, ids, err := w.Etcd.Members(ctx)
+	if err != nil {
+		klog.FromContext(ctx).V(2).Info("Member list unavailable", "err", err)
+		return false, nil
+	}
+	if clusterID != recorded.ClusterID || slices.Contains(ids, recorded.ID) {
+		return false, nil
+	}
+	ts := holdfastv1.Tombstone{
+		MemberID:  recorded.ID,
+		ClusterID: recorded.ClusterID,
+		At:        metav1.Time{Time: w.Clock.Now()},
+		How:       fmt.Sprintf("the member list of cluster %s no longer names member %s", clusterID, recorded.ID),
+	}
+	if err := st.SetTombstone(ts); err != nil {
+		return false, err
+	}
+	klog.FromContext(ctx).Info("Local etcd member was removed: tombstone written", "member", ts.MemberID, "cluster", ts.ClusterID)
+	return true, nil
+}
+
+// Start runs Check every Every until ctx ends (a manager Runnable).
+func (w *Watcher) Start(ctx context.Context) error {
+	if w.Clock == nil {
+		w.Clock = clock.RealClock{}
+	}
+	if w.Every == 0 {
+		w.Every = 5 * time.Second
+	}
+	t := time.NewTicker(w.Every)
+	defer t.Stop()
+	for {
+		if _, err := w.Check(ctx); err != nil {
+			klog.FromContext(ctx).Error(err, "Tombstone check failed")
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}

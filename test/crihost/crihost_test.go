@@ -1,0 +1,80 @@
+package crihost_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"path/filepath"
+	"testing"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/holdfast-io/holdfast/api/lease"
+	"github.com/holdfast-io/holdfast/test/crihost"
+)
+
+// TestRunsAHostNetworkPodServingLease starts the real containerd and runc,
+// imports a locally built image, and runs it the way a kubelet would.
+func TestRunsAHostNetworkPodServingLease(t *testing.T) {
+	dir := t.TempDir()
+	h, err := crihost.Start(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Stop)
+	tar := filepath.Join(dir, "rt.tar")
+	if err := crihost.BuildTestImage(tar, "holdfast.test/runtime:1", []string{"lease"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Import(tar); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rt, err := h.RuntimeService(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := freePort(t)
+	_, cid, err := crihost.RunPod(ctx, rt, filepath.Join(dir, "logs"), crihost.Pod{Namespace: "plant", Name: "u-runtime-e1", UID: "uid-1",
+		Labels: map[string]string{"holdfast.io/unit": "u"}, Image: "holdfast.test/runtime:1",
+		Args: []string{"--listen", fmt.Sprintf("127.0.0.1:%d", port), "--unit", "plant/u"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := rt.ContainerStatus(ctx, cid, false)
+	if err != nil || st.Status.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		t.Fatalf("container status %v, %v", st, err)
+	}
+	var got lease.Status
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d%s", port, lease.Path))
+		if err == nil {
+			err = json.NewDecoder(resp.Body).Decode(&got)
+			resp.Body.Close()
+		}
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("lease endpoint in the container: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if got.Unit != "plant/u" || got.State != lease.Held {
+		t.Fatalf("status %+v", got)
+	}
+}
+
+func freePort(t *testing.T) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}

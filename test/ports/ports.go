@@ -1,0 +1,42 @@
+// Package ports hands tests free loopback TCP ports that stay free: they
+// are taken below the kernel's ephemeral range (net.ipv4.ip_local_port_range,
+// 32768 and up here), so no outgoing connection can take one as its source
+// port between the pick and the bind (a member restarted mid-test rebinds
+// its ports), and all of one call's ports are held until the last is chosen,
+// so none is handed out twice.
+package ports
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net"
+)
+
+const (
+	low  = 20000
+	high = 32000
+)
+
+// Loopback returns n distinct free ports on 127.0.0.1.
+func Loopback(n int) ([]int, error) {
+	var held []net.Listener
+	defer func() {
+		for _, l := range held {
+			l.Close()
+		}
+	}()
+	out := make([]int, 0, n)
+	for tries := 0; len(out) < n; tries++ {
+		if tries > 1000 {
+			return nil, fmt.Errorf("no free port in %d-%d after %d tries", low, high, tries)
+		}
+		p := low + rand.IntN(high-low)
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+		if err != nil {
+			continue
+		}
+		held = append(held, l)
+		out = append(out, p)
+	}
+	return out, nil
+}
