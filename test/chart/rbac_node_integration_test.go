@@ -156,4 +156,3 @@ func poll(t *testing.T, what string, cond func() bool) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
-
