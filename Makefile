@@ -78,3 +78,7 @@ kind-down: ## Delete the kind demo cluster
 chart-files: ## Copy the webhook's and the scheduler's configuration into charts/holdfast/files
 	cp webhook/config/validating-webhook-configuration.yaml charts/holdfast/files/
 	@if [[ -f scheduler-plugin/config/scheduler-config.yaml ]]; then cp scheduler-plugin/config/scheduler-config.yaml charts/holdfast/files/; fi
+
+.PHONY: docs
+docs: ## Regenerate docs/reference.md from api/, the metric definitions and every binary's --help
+	$(GO) run ./docs/gen
