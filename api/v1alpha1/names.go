@@ -70,6 +70,12 @@ const (
 	AnnotationFailoverConfirmFenced = "holdfast.io/failover-confirm-fenced"
 	// AnnotationRestart asks for a restart of the runtime (RFC 3339 time).
 	AnnotationRestart = "holdfast.io/restart"
+	// AnnotationRequestID names a person's request: set by whoever asks
+	// (kubectl holdfast sets a fresh ID) beside any of the three annotations
+	// above. The webhook's audit record of the request, which names the
+	// requester, and the controller's audit lines of what it did about it
+	// both carry it, so the two trails join on it.
+	AnnotationRequestID = "holdfast.io/request-id"
 )
 
 // Runtime pods.
@@ -114,7 +120,13 @@ const (
 
 // Unit condition reasons.
 const (
-	// Held
+	// Held is the unit's ISA-88 Hold: True from the Hold until a person's
+	// restart once the new runtime holds its lease and is ready.
+	ReasonRuntimeLost    = "RuntimeLost"
+	ReasonManualFailover = "ManualFailover"
+	ReasonRestarted      = "Restarted"
+	// LeaseExpired False reasons (AwaitingFirstRenewal, LeaseRenewed,
+	// Autonomy) and Held reasons of the Foundation.
 	ReasonRenewalAcknowledged  = "RenewalAcknowledged"
 	ReasonAwaitingFirstRenewal = "AwaitingFirstRenewal"
 	ReasonAutonomy             = "Autonomy"

@@ -73,6 +73,20 @@ const (
 	RenewalNotAttempted RenewalOutcome = "NotAttempted"
 )
 
+// BindingOrigin says which road made a binding.
+// +kubebuilder:validation:Enum=Initial;Automatic;Manual
+type BindingOrigin string
+
+const (
+	// OriginInitial: the unit's first binding, on a primary node.
+	OriginInitial BindingOrigin = "Initial"
+	// OriginAutomatic: an automatic re-bind after an expiry; the node the
+	// scheduler records is added to unsettledRebinds (§3 L5).
+	OriginAutomatic BindingOrigin = "Automatic"
+	// OriginManual: a person's failover (holdfast.io/failover-to).
+	OriginManual BindingOrigin = "Manual"
+)
+
 // UnitSpec is the desired state of a unit.
 type UnitSpec struct {
 	// runtime describes the unit runtime pod.
@@ -270,6 +284,20 @@ type RuntimeBinding struct {
 	// +optional
 	// +listType=set
 	UnsettledRebinds []string `json:"unsettledRebinds,omitempty"`
+	// origin is the road that made this binding: Initial, Automatic or
+	// Manual. Empty on bindings written before the field existed.
+	// +optional
+	Origin BindingOrigin `json:"origin,omitempty"`
+	// previousNode is the node the previous binding was on: the node this
+	// binding is leaving, where the scheduler never places it.
+	// +optional
+	PreviousNode string `json:"previousNode,omitempty"`
+	// requestID names the person's request a Manual binding carried out
+	// (the holdfast.io/request-id annotation the webhook set with it, or
+	// the requested node when there was none), so a repeated pass never
+	// carries it out twice.
+	// +optional
+	RequestID string `json:"requestID,omitempty"`
 }
 
 // LeaseStateCarried reports whether leaseState was carried over from a

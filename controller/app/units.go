@@ -1,0 +1,244 @@
+package app
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/selection"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/controller/audit"
+	"github.com/holdfast-io/holdfast/controller/grantor"
+	"github.com/holdfast-io/holdfast/controller/leadership"
+	"github.com/holdfast-io/holdfast/controller/units"
+)
+
+var setLogger sync.Once
+
+// UnitsElectionID is the grantor's election Lease.
+const UnitsElectionID = "holdfast-grantor"
+
+// unitsOptions are the units role's flags.
+type unitsOptions struct {
+	timings   leadership.Timings
+	standDown time.Duration
+	electID   string
+	watchNS   string
+}
+
+var unitsOpts = &unitsOptions{}
+
+func init() {
+	Register(&Role{
+		Name:  "units",
+		Short: "the control lease grantor and the unit availability controller (automatic and manual failover)",
+		Flags: unitsFlags,
+		Run:   runUnits,
+	})
+}
+
+func unitsFlags(fs *flag.FlagSet, _ *Common) {
+	o := unitsOpts
+	o.timings.WarmStart = leadership.WarmStartBudget
+	fs.StringVar(&o.electID, "units-leader-election-id", UnitsElectionID, "")
+	doc("units-leader-election-id", "Name of the grantor's election Lease in --leader-election-namespace.", "none")
+	fs.StringVar(&o.watchNS, "watch-namespace", "", "")
+	doc("watch-namespace", "Reconcile the Units of this namespace only; empty reconciles every namespace. Two grantors must never watch the same Units under different election Leases.", "none")
+	fs.DurationVar(&o.timings.ElectionLeaseDuration, "leader-election-lease-duration", leadership.DefaultElectionLeaseDuration, "")
+	doc("leader-election-lease-duration", "How long a standby waits, from the last leader record it saw change, before it takes the grantor's leadership. For this process the election is most of the grantor gap, hence 6s and not controller-runtime's 15s.",
+		"read-idle + ping + 2 x poll + this + warm start + 5s <= lease - 2 x lease/6 (20s at the default 30s lease); and this > --leader-election-renew-deadline (client-go refuses otherwise)")
+	fs.DurationVar(&o.timings.ElectionRenewDeadline, "leader-election-renew-deadline", leadership.DefaultElectionRenewDeadline, "")
+	doc("leader-election-renew-deadline", "How long the leader retries a failed renewal of its election Lease before it gives up leadership and stands down. Election requests time out at half of it.",
+		"--leader-election-lease-duration > this > 1.2 x --leader-election-retry-period (client-go refuses otherwise)")
+	fs.DurationVar(&o.timings.ElectionRetryPeriod, "leader-election-retry-period", leadership.DefaultElectionRetryPeriod, "")
+	doc("leader-election-retry-period", "Between election attempts; client-go waits up to 2.2 times it (its 1.2 jitter), which is the poll in the grantor gap.",
+		"read-idle + ping + 2 x (2.2 x this) + election lease + warm start + 5s <= lease - 2 x lease/6; and 1.2 x this < --leader-election-renew-deadline")
+	fs.DurationVar(&o.timings.ReadIdleTimeout, "apiserver-read-idle-timeout", leadership.DefaultAPIServerReadIdleTimeout, "")
+	doc("apiserver-read-idle-timeout", "HTTP/2 health check of this process's apiserver connections: a PING after this long with no frame received (HTTP2_READ_IDLE_TIMEOUT_SECONDS, set before any transport is built). Whole seconds, at least 1s: 0 would disable the check and leave a connection to a dead apiserver up for client-go's 45s.",
+		"this + --apiserver-ping-timeout + 2 x poll + election lease + warm start + 5s <= lease - 2 x lease/6")
+	fs.DurationVar(&o.timings.PingTimeout, "apiserver-ping-timeout", leadership.DefaultAPIServerPingTimeout, "")
+	doc("apiserver-ping-timeout", "How long that PING may go unanswered before the connection is closed and dialled again (HTTP2_PING_TIMEOUT_SECONDS). Whole seconds, at least 1s.",
+		"--apiserver-read-idle-timeout + this + 2 x poll + election lease + warm start + 5s <= lease - 2 x lease/6")
+	fs.DurationVar(&o.standDown, "lease-stand-down", leadership.DefaultLeaseStandDown, "")
+	doc("lease-stand-down", "When this process loses the grantor's leadership without being asked, it goes on renewing the runtimes it holds for this long, learning nothing new and answering /healthz, then exits; a signal ends it early. A new leader reads no lease expiry as a fence until this + the unit's lease + its margin after its acquisition (FailoverRequest LeadershipHoldOff). 0 disables the stand-down and the hold-off together. 90s clears the 60s ceiling of a control-plane VIP move on a healthy etcd.",
+		"hold-off = this + lease + rebind margin, from a new leader's acquisition; this >= the longest apiserver outage a unit should ride through")
+}
+
+func runUnits(ctx context.Context, c *Common) int {
+	o := unitsOpts
+	if err := o.timings.Validate(); err != nil {
+		fmt.Fprintf(os.Stderr, "holdfast-controller: %v\n", err)
+		return 2
+	}
+	if o.standDown < 0 {
+		fmt.Fprintf(os.Stderr, "holdfast-controller: --lease-stand-down (%v) must not be negative\n", o.standDown)
+		return 2
+	}
+	if spare := o.timings.Spare(leadership.ReferenceLease); spare < leadership.RequiredSpare {
+		klog.InfoS("The grantor gap does not fit the budget after a renewal with 5s to spare at a 30s lease: a leader loss may fence units",
+			"gap", o.timings.Gap(), "budget", leadership.BudgetAfterARenewal(leadership.ReferenceLease), "spare", spare)
+	}
+	// client-go reads these when it builds a transport, and from nowhere
+	// else: set them before the first one.
+	if err := leadership.SetAPIServerHealthCheck(o.timings.ReadIdleTimeout, o.timings.PingTimeout); err != nil {
+		klog.ErrorS(err, "Setting the apiserver health check")
+		return 1
+	}
+
+	cfg, err := restConfig(c.Kubeconfig)
+	if err != nil {
+		klog.ErrorS(err, "Loading the apiserver configuration")
+		return 1
+	}
+	ending, err := RunUnits(ctx, cfg, UnitsConfig{
+		Namespace: c.Namespace, ElectionID: o.electID, Identity: c.Identity,
+		Timings: o.timings, StandDown: o.standDown,
+		HealthAddr: c.HealthAddr, MetricsAddr: c.MetricsAddr, AuditPath: c.AuditPath,
+		WatchNamespace: o.watchNS,
+	})
+	if err != nil {
+		klog.ErrorS(err, "The units role stopped", "ending", ending)
+	}
+	if ending == leadership.Released && err == nil {
+		return 0
+	}
+	return 1
+}
+
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig != "" {
+		return clientcmd.BuildConfigFromFlags("", kubeconfig)
+	}
+	return rest.InClusterConfig()
+}
+
+// UnitsConfig is everything the units role runs from.
+type UnitsConfig struct {
+	Namespace, ElectionID, Identity string
+	Timings                         leadership.Timings
+	StandDown                       time.Duration
+	HealthAddr, MetricsAddr         string
+	AuditPath                       string
+	// WatchNamespace limits the Units (and their pods) this process
+	// reconciles to one namespace; empty is every namespace.
+	WatchNamespace string
+	// Clock drives the grantor and the decisions; nil is the real clock.
+	Clock clock.WithTicker
+	// Started, when set, is told the bound health and metrics addresses.
+	Started func(health, metrics string)
+}
+
+// Scheme holds the kinds the units role reads and writes.
+func Scheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(s)
+	_ = holdfastv1.AddToScheme(s)
+	return s
+}
+
+func cacheOptions(ns string, hasUnit *labels.Requirement) cache.Options {
+	o := cache.Options{ByObject: map[client.Object]cache.ByObject{
+		&corev1.Pod{}: {Label: labels.NewSelector().Add(*hasUnit)},
+	}}
+	if ns != "" {
+		o.DefaultNamespaces = map[string]cache.Config{ns: {}}
+	}
+	return o
+}
+
+// RunUnits runs the grantor and the unit availability controller until ctx
+// ends (a deliberate stop: leadership released at once) or the manager
+// stops without being asked (the stand-down).
+func RunUnits(ctx context.Context, cfg *rest.Config, uc UnitsConfig) (leadership.Ending, error) {
+	setLogger.Do(func() { ctrl.SetLogger(klog.NewKlogr()) })
+	clk := uc.Clock
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	trail, closer, err := audit.Open(uc.AuditPath, "units", clk)
+	if err != nil {
+		return leadership.Exited, err
+	}
+	defer closer.Close()
+	actor := "holdfast-controller/" + uc.Identity
+
+	gate, err := leadership.NewLock(cfg, uc.Namespace, uc.ElectionID, uc.Identity, uc.Timings.ElectionRenewDeadline)
+	if err != nil {
+		return leadership.Exited, err
+	}
+	hasUnit, _ := labels.NewRequirement(holdfastv1.LabelUnit, selection.Exists, nil)
+	lease, renew, retry := uc.Timings.ElectionLeaseDuration, uc.Timings.ElectionRenewDeadline, uc.Timings.ElectionRetryPeriod
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                              Scheme(),
+		LeaderElection:                      true,
+		LeaderElectionResourceLockInterface: gate,
+		// On a deliberate stop the leadership is handed over at once;
+		// the gate keeps it from being handed over on any other stop.
+		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 &lease,
+		RenewDeadline:                 &renew,
+		RetryPeriod:                   &retry,
+		// Probes and metrics are served apart from the manager.
+		HealthProbeBindAddress: "0",
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		Cache:                  cacheOptions(uc.WatchNamespace, hasUnit),
+	})
+	if err != nil {
+		return leadership.Exited, err
+	}
+
+	notify := make(chan event.GenericEvent, 1024)
+	rec := &units.Reconciler{Notify: notify}
+	g := grantor.New(grantor.Options{Name: uc.Identity, Clock: clk, Notify: rec.NotifyFunc()})
+	tenure := leadership.NewTenure(clk, uc.StandDown)
+	rec.Client, rec.APIReader = mgr.GetClient(), mgr.GetAPIReader()
+	rec.Recorder = mgr.GetEventRecorder("holdfast-controller")
+	rec.Grantor, rec.HoldOff, rec.Audit, rec.Clock, rec.Actor = g, tenure, trail, clk, actor
+	if err := rec.SetupWithManager(mgr); err != nil {
+		return leadership.Exited, err
+	}
+	if err := mgr.Add(&units.WarmStart{Reader: mgr.GetCache(), Grantor: g, Tenure: tenure}); err != nil {
+		return leadership.Exited, err
+	}
+
+	serveCtx, stopServing := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopServing()
+	health, err := leadership.ServeHealth(serveCtx, uc.HealthAddr, nil)
+	if err != nil {
+		return leadership.Exited, err
+	}
+	metricsAddr, err := leadership.ServeHealth(serveCtx, uc.MetricsAddr, map[string]http.Handler{
+		"/metrics": promhttp.HandlerFor(metrics.Registry, promhttp.HandlerOpts{}),
+	})
+	if err != nil {
+		return leadership.Exited, fmt.Errorf("--metrics-bind-address: %w", err)
+	}
+	if uc.Started != nil {
+		uc.Started(health, metricsAddr)
+	}
+	klog.InfoS("Starting the units role", "identity", uc.Identity, "election", uc.Namespace+"/"+uc.ElectionID,
+		"lease", lease, "renewDeadline", renew, "retryPeriod", retry, "standDown", uc.StandDown, "health", health, "metrics", metricsAddr)
+	return leadership.Run(ctx, mgr, g, leadership.RunOptions{
+		StandDown: uc.StandDown, Clock: clk, Gate: gate, Audit: trail, Actor: actor,
+	})
+}

@@ -1,0 +1,292 @@
+package grantor
+
+import (
+	"encoding/json"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/holdfast-io/holdfast/api/lease"
+	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	runtimelease "github.com/holdfast-io/holdfast/runtime/lease"
+)
+
+// endpoint answers the lease protocol at the HTTP boundary the way the
+// runtime's contract says (api/lease), with a switch to refuse. The real
+// runtime is exercised by the integration tests; these pin the loop's
+// arithmetic with a clock the test steps.
+type endpoint struct {
+	mu     sync.Mutex
+	epoch  int64
+	refuse bool
+	grants []lease.Grant
+	srv    *httptest.Server
+}
+
+func newEndpoint(t *testing.T, epoch int64) *endpoint {
+	e := &endpoint{epoch: epoch}
+	e.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var g lease.Grant
+		if err := json.NewDecoder(r.Body).Decode(&g); err != nil || r.URL.Path != lease.Path {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		e.grants = append(e.grants, g)
+		switch {
+		case e.refuse:
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_ = json.NewEncoder(w).Encode(lease.Error{Message: "wedged"})
+		case g.Epoch != e.epoch:
+			w.WriteHeader(http.StatusConflict)
+			_ = json.NewEncoder(w).Encode(lease.Conflict{Message: "not my epoch", RuntimeEpoch: e.epoch, GrantEpoch: g.Epoch})
+		default:
+			_ = json.NewEncoder(w).Encode(lease.Reply{Epoch: e.epoch, State: lease.Held,
+				Incarnation: holdfastv1.RuntimeIncarnation{PodUID: "uid-1", RestartCount: 0}})
+		}
+	}))
+	t.Cleanup(e.srv.Close)
+	return e
+}
+
+func (e *endpoint) addr() string { return e.srv.Listener.Addr().String() }
+
+func (e *endpoint) received() []lease.Grant {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]lease.Grant(nil), e.grants...)
+}
+
+func (e *endpoint) setRefuse(v bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.refuse = v
+}
+
+var unit = types.NamespacedName{Namespace: "plant", Name: "kiln-1"}
+
+// waitFor polls until cond holds (the loop runs on its own goroutine).
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// settle waits until the loop is parked on its timer with n grants sent.
+func settle(t *testing.T, clk *clocktesting.FakeClock, e *endpoint, n int) {
+	t.Helper()
+	waitFor(t, "the loop to send its grants and wait", func() bool { return len(e.received()) == n && clk.HasWaiters() })
+}
+
+func TestTheFirstAcknowledgementIsFollowedAtOnceByAGrantCarryingItsAge(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	e := newEndpoint(t, 3)
+	g := New(Options{Name: "ctl-0", Clock: clk})
+	defer g.StopAll()
+	g.Ensure(Target{Unit: unit, Epoch: 3, Address: e.addr(), Duration: 30 * time.Second})
+
+	settle(t, clk, e, 2)
+	grants := e.received()
+	if grants[0].AckAgeMillis != nil {
+		t.Fatalf("the first grant at a binding has no acknowledged renewal behind it, yet carries ackAgeMillis %d", *grants[0].AckAgeMillis)
+	}
+	if grants[1].AckAgeMillis == nil || *grants[1].AckAgeMillis != 0 {
+		t.Fatalf("the second grant must follow at once carrying the first acknowledgement's age (0ms on a stopped clock), got %v", grants[1].AckAgeMillis)
+	}
+	for _, gr := range grants {
+		if gr.Unit != "plant/kiln-1" || gr.Epoch != 3 || gr.DurationMillis != 30000 || gr.Grantor != "ctl-0" {
+			t.Fatalf("grant %+v does not carry the binding", gr)
+		}
+	}
+	if grants[1].Seq <= grants[0].Seq {
+		t.Fatalf("seq must increase: %d then %d", grants[0].Seq, grants[1].Seq)
+	}
+	obs, _ := g.Observe(unit)
+	if !obs.Acked() || obs.Acks != 2 || obs.Incarnation.PodUID != "uid-1" || !obs.Anchor.Equal(time.Unix(1000, 0)) {
+		t.Fatalf("observation after two acknowledgements: %+v", obs)
+	}
+}
+
+func TestGrantsCarryTheAgeOfTheLastAcknowledgedRenewalAtTheCadence(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	e := newEndpoint(t, 1)
+	g := New(Options{Name: "ctl-0", Clock: clk})
+	defer g.StopAll()
+	g.Ensure(Target{Unit: unit, Epoch: 1, Address: e.addr(), Duration: 30 * time.Second})
+	settle(t, clk, e, 2)
+
+	// Healthy: every 5s (a sixth of 30s), each grant carrying 5s.
+	for i := 3; i <= 6; i++ {
+		clk.Step(5 * time.Second)
+		settle(t, clk, e, i)
+		gr := e.received()[i-1]
+		if gr.AckAgeMillis == nil || *gr.AckAgeMillis != 5000 {
+			t.Fatalf("grant %d carries %v, want the 5000ms since the last acknowledgement", i, gr.AckAgeMillis)
+		}
+	}
+	if clk.HasWaiters() {
+		// The loop waits 5s; a step of 4.9s must not send.
+		clk.Step(4900 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond)
+		if n := len(e.received()); n != 6 {
+			t.Fatalf("a grant went out before the cadence: %d grants", n)
+		}
+	}
+}
+
+func TestOneRefusedRenewalIsRetriedInsideTheRuntimesAnchor(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	e := newEndpoint(t, 1)
+	notified := make(chan types.NamespacedName, 100)
+	g := New(Options{Name: "ctl-0", Clock: clk, Notify: func(u types.NamespacedName) { notified <- u }})
+	defer g.StopAll()
+	g.Ensure(Target{Unit: unit, Epoch: 1, Address: e.addr(), Duration: 30 * time.Second})
+	settle(t, clk, e, 2)
+	clk.Step(5 * time.Second)
+	settle(t, clk, e, 3)
+	// The runtime now holds the anchor at t=1000 (the age grant 3 carried
+	// was 5s, sent at 1005): its deadline is 1035.
+	obs, _ := g.Observe(unit)
+	runtimeDeadline := obs.Anchor.Add(30 * time.Second)
+
+	e.setRefuse(true)
+	clk.Step(5 * time.Second) // grant 4 at 1010, refused
+	settle(t, clk, e, 4)
+	obs, _ = g.Observe(unit)
+	if obs.LastAttempt.Outcome != Refused || obs.LastAttempt.Message != "503: wedged" {
+		t.Fatalf("a 503 from the handler is a refusal: %+v", obs.LastAttempt)
+	}
+	e.setRefuse(false)
+	clk.Step(5 * time.Second) // the retry
+	settle(t, clk, e, 5)
+	if at := clk.Now(); !at.Before(runtimeDeadline) {
+		t.Fatalf("the retry after one refused POST went out at %v, not before the runtime's deadline %v", at, runtimeDeadline)
+	}
+	gr := e.received()[4]
+	if gr.AckAgeMillis == nil || *gr.AckAgeMillis != 10000 {
+		t.Fatalf("the retry must carry the age of the last acknowledgement (10s), got %v", gr.AckAgeMillis)
+	}
+	obs, _ = g.Observe(unit)
+	if obs.LastAttempt.Outcome != Acknowledged {
+		t.Fatalf("retry: %+v", obs.LastAttempt)
+	}
+	// Told of the first acknowledgement, the refusal and the recovery.
+	if n := len(notified); n < 3 {
+		t.Fatalf("the reconciler was told %d times, want at least 3", n)
+	}
+}
+
+func TestAConflictIsARefusalAndAClosedPortIsUnreachable(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	e := newEndpoint(t, 7) // the runtime at this address is at epoch 7
+	g := New(Options{Name: "ctl-0", Clock: clk})
+	defer g.StopAll()
+	g.Ensure(Target{Unit: unit, Epoch: 8, Address: e.addr(), Duration: 30 * time.Second})
+	settle(t, clk, e, 1)
+	obs, _ := g.Observe(unit)
+	if obs.Acked() || obs.LastAttempt.Outcome != Refused || obs.LastAttempt.Message != "409: not my epoch (runtime epoch 7)" {
+		t.Fatalf("a 409 is the runtime refusing another epoch: %+v", obs.LastAttempt)
+	}
+
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := l.Addr().String()
+	l.Close()
+	other := types.NamespacedName{Namespace: "plant", Name: "press-2"}
+	g.Ensure(Target{Unit: other, Epoch: 1, Address: closed, Duration: 30 * time.Second})
+	waitFor(t, "an attempt at a closed port", func() bool { o, _ := g.Observe(other); return o.Attempts > 0 })
+	obs, _ = g.Observe(other)
+	if obs.LastAttempt.Outcome != Unreachable {
+		t.Fatalf("a refused connection never reached the handler: %+v", obs.LastAttempt)
+	}
+}
+
+func TestPauseReturnsOnlyWhenNoAttemptIsInFlightAndEnsureResumesTheObservation(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	e := newEndpoint(t, 2)
+	g := New(Options{Name: "ctl-0", Clock: clk})
+	defer g.StopAll()
+	target := Target{Unit: unit, Epoch: 2, Address: e.addr(), Duration: 30 * time.Second}
+	g.Ensure(target)
+	settle(t, clk, e, 2)
+
+	obs, ok := g.Pause(unit)
+	if !ok || obs.Acks != 2 {
+		t.Fatalf("Pause: %v %+v", ok, obs)
+	}
+	clk.Step(time.Minute)
+	time.Sleep(20 * time.Millisecond)
+	if n := len(e.received()); n != 2 {
+		t.Fatalf("a paused loop sent %d grants", n)
+	}
+	if got := g.Running(); len(got) != 0 {
+		t.Fatalf("Running after Pause: %v", got)
+	}
+	g.Ensure(target)
+	settle(t, clk, e, 3)
+	obs, _ = g.Observe(unit)
+	if obs.Acks != 3 || !obs.Started.Equal(time.Unix(1000, 0)) {
+		t.Fatalf("Ensure at the same epoch must resume the observation: %+v", obs)
+	}
+	// The grant after the pause carries the true age of the last ack.
+	if gr := e.received()[2]; gr.AckAgeMillis == nil || *gr.AckAgeMillis != 60000 {
+		t.Fatalf("grant after the pause carries %v, want 60000", gr.AckAgeMillis)
+	}
+
+	// A new epoch drops the old observation.
+	g.Ensure(Target{Unit: unit, Epoch: 3, Address: e.addr(), Duration: 30 * time.Second})
+	waitFor(t, "the first attempt at epoch 3", func() bool { o, _ := g.Observe(unit); return o.Target.Epoch == 3 && o.Attempts > 0 })
+	obs, _ = g.Observe(unit)
+	if obs.Acked() {
+		t.Fatalf("epoch 3 must start with nothing acknowledged (the runtime is at 2): %+v", obs)
+	}
+}
+
+// TestARestartedGrantorOfTheSameNameExtendsTheRuntimesLease runs against
+// the runtime's own lease endpoint (runtime/lease's Keeper and Handler): a
+// grantor process that restarts under the same name (a controller pod
+// restarted in place) must extend the lease at once, not be answered as
+// stale until its seq catches up.
+func TestARestartedGrantorOfTheSameNameExtendsTheRuntimesLease(t *testing.T) {
+	k, err := runtimelease.NewKeeper(runtimelease.Config{Unit: "plant/kiln-1", Epoch: 1, Mode: holdfastv1.Failover, LeaseDuration: 10 * time.Second}, klog.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(runtimelease.NewHandler(k, klog.Background()))
+	defer srv.Close()
+	target := Target{Unit: unit, Epoch: 1, Address: srv.Listener.Addr().String(), Duration: 10 * time.Second}
+	held := func() (time.Duration, bool) {
+		rem, ok := k.Remaining()
+		return rem, ok && k.Status().State == lease.Held
+	}
+	first := New(Options{Name: "ctl-0"})
+	first.Ensure(target)
+	waitFor(t, "the first process to grant", func() bool { _, ok := held(); return ok })
+	// Let it renew a few times, so its seq is well ahead of a fresh start.
+	waitFor(t, "a few renewals", func() bool { o, _ := first.Observe(unit); return o.Acks >= 3 })
+	first.StopAll()
+	before, _ := held()
+
+	second := New(Options{Name: "ctl-0"})
+	defer second.StopAll()
+	second.Ensure(target)
+	waitFor(t, "the restarted process to extend the lease", func() bool {
+		rem, ok := held()
+		return ok && rem > before
+	})
+}

@@ -1,0 +1,26 @@
+package grantor
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+var (
+	renewals = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "holdfast_grantor_renewals_total",
+		Help: "Control lease renewal attempts by outcome (Acknowledged, Refused, Unreachable).",
+	}, []string{"outcome"})
+	renewalSkew = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "holdfast_grantor_renewal_skew_seconds",
+		Help:    "How late each renewal attempt went out against its planned time.",
+		Buckets: []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5},
+	})
+	loopsGauge = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "holdfast_grantor_renewal_loops",
+		Help: "Renewal loops running in this process.",
+	})
+)
+
+func init() {
+	metrics.Registry.MustRegister(renewals, renewalSkew, loopsGauge)
+}

@@ -1,0 +1,299 @@
+//go:build integration
+
+package integration
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/controller/units"
+	"github.com/holdfast-io/holdfast/test/devicesim"
+)
+
+// plant is one test's cluster corner: a Failover unit whose real runtime
+// drives a real Modbus TCP device, a primary node and standbys, and an
+// in-process units role scoped to the test's namespace.
+type plant struct {
+	t       *testing.T
+	ns      string
+	k       *kubelet
+	dev     *devicesim.Sim
+	c       *controller
+	u       *holdfastv1.Unit
+	key     types.NamespacedName
+	primary string
+	targets []string
+}
+
+// Lease 10s (hold bound 5s), start-up grace 10s, margin 5s: the smallest the
+// CRD admits, so the drills run in seconds.
+func newPlant(t *testing.T, standbys ...string) *plant {
+	t.Helper()
+	ns := env.Namespace(t)
+	dev, err := devicesim.Start(devicesim.Config{Address: "127.0.0.1:0", EpochRegister: devicesim.DefaultEpochRegister})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = dev.Close() })
+	p := &plant{t: t, ns: ns, dev: dev, k: newKubelet(t, ns), primary: ns + "-edge"}
+	p.k.node(p.primary, map[string]string{"holdfast.io/device": ns})
+	for _, s := range standbys {
+		p.targets = append(p.targets, ns+"-"+s)
+		p.k.node(ns+"-"+s, nil)
+	}
+	p.c = startController(t, controllerOptions{namespace: ns})
+	p.u = &holdfastv1.Unit{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "kiln"},
+		Spec: holdfastv1.UnitSpec{
+			Runtime:      holdfastv1.UnitRuntime{Image: "holdfast.local/unit-runtime:dev", Args: runtimeArgs(dev.Addr()), HealthPort: 9440, LeasePort: 9443},
+			NodeSelector: map[string]string{"holdfast.io/device": ns},
+			Availability: holdfastv1.Availability{
+				Mode: holdfastv1.Failover, LeaseDurationSeconds: 10, RuntimeStartupGraceSeconds: 10, RebindMarginSeconds: ptr.To(int32(5)),
+				Targets: &holdfastv1.FailoverTargets{Nodes: p.targets}, Colocation: holdfastv1.ColocationWarn,
+			},
+		},
+	}
+	if err := env.Client.Create(context.Background(), p.u); err != nil {
+		t.Fatal(err)
+	}
+	p.key = types.NamespacedName{Namespace: ns, Name: "kiln"}
+	return p
+}
+
+func (p *plant) unit() *holdfastv1.Unit { return getUnit(p.t, p.key) }
+
+func (p *plant) waitPod(epoch int64) {
+	p.t.Helper()
+	eventually(p.t, 60*time.Second, fmt.Sprintf("runtime pod e%d", epoch), func() (bool, string) {
+		b := p.unit().Status.RuntimeBinding
+		return runtimePod(p.t, p.u, epoch) != nil && b != nil && b.Epoch == epoch, fmt.Sprintf("binding %+v", b)
+	})
+}
+
+// place plays the scheduler for epoch: the primary for the first binding,
+// else the first target that is neither the node being left nor in the
+// ledger (UnitPlacement's rule).
+func (p *plant) place(epoch int64) string {
+	p.t.Helper()
+	p.waitPod(epoch)
+	b := p.unit().Status.RuntimeBinding
+	node := p.primary
+	if epoch > 1 {
+		node = ""
+		for _, n := range p.targets {
+			if n != b.PreviousNode && !slices.Contains(b.UnsettledRebinds, n) {
+				node = n
+				break
+			}
+		}
+		if node == "" {
+			p.t.Fatalf("no untried target for epoch %d: %+v", epoch, b)
+		}
+	}
+	schedule(p.t, p.key, epoch, node)
+	return node
+}
+
+func (p *plant) waitLease(epoch int64, state holdfastv1.LeaseState, within time.Duration) {
+	p.t.Helper()
+	eventually(p.t, within, fmt.Sprintf("lease %s at epoch %d", state, epoch), func() (bool, string) {
+		b := p.unit().Status.RuntimeBinding
+		return b != nil && b.Epoch == epoch && b.LeaseState == state && b.LeaseStateEpoch == epoch, fmt.Sprintf("%+v", b)
+	})
+}
+
+func (p *plant) waitWrites(epoch int64) {
+	p.t.Helper()
+	eventually(p.t, 20*time.Second, fmt.Sprintf("accepted device writes at epoch %d", epoch), func() (bool, string) {
+		return len(devicesim.ByEpoch(p.dev.Writes())[epoch]) >= 3, fmt.Sprintf("epochs %v", devicesim.Epochs(p.dev.Writes()))
+	})
+}
+
+func (p *plant) eventReasons() []string { return eventReasons(events(p.t, p.u)) }
+
+func (p *plant) waitEvents(want []string) {
+	p.t.Helper()
+	eventually(p.t, 15*time.Second, "events "+strings.Join(want, ","), func() (bool, string) {
+		got := p.eventReasons()
+		return slices.Equal(got, want), strings.Join(got, ",")
+	})
+	if got := auditReasons(p.c.auditLines(p.t), p.ns+"/kiln"); !slices.Equal(got, want) {
+		p.t.Fatalf("audit reasons %v, want %v", got, want)
+	}
+}
+
+// checkOneWriter reads the device's own write log: in the order the device
+// took them, epochs never go back, and the new epoch's first write comes
+// after the old epoch's last by at least the margin.
+func (p *plant) checkOneWriter(old, new int64) {
+	p.t.Helper()
+	log := p.dev.Writes()
+	if err := devicesim.CheckOneWriter(log); err != nil {
+		p.t.Fatalf("two writers on the device: %v", err)
+	}
+	by := devicesim.ByEpoch(log)
+	if len(by[old]) == 0 || len(by[new]) == 0 {
+		p.t.Fatalf("expected writes at epochs %d and %d, got %v", old, new, devicesim.Epochs(log))
+	}
+	last, first := by[old][len(by[old])-1].Time, by[new][0].Time
+	if gap := first.Sub(last); gap < p.u.Spec.Availability.RebindMargin() {
+		p.t.Fatalf("epoch %d wrote %v after epoch %d's last write: the new writer started inside the margin", new, gap, old)
+	}
+}
+
+// primaryLoss holds the primary, then loses its runtime to sig with its
+// node's kubelet cut off, and follows the automatic failover to epoch 2.
+func primaryLoss(t *testing.T, sig syscall.Signal, wantAttempt holdfastv1.RenewalOutcome) {
+	p := newPlant(t, "standby-1")
+	p.place(1)
+	p.waitLease(1, holdfastv1.LeaseHeld, 30*time.Second)
+	p.waitWrites(1)
+	old := p.k.proc(units.PodName("kiln", 1))
+
+	p.k.setNode(p.primary, func(n *simNode) { n.cut = true })
+	if err := old.signal(sig); err != nil {
+		t.Fatal(err)
+	}
+	p.waitPod(2)
+	u := p.unit()
+	b := u.Status.RuntimeBinding
+	if b.Origin != holdfastv1.OriginAutomatic || b.PreviousNode != p.primary || !b.LeaseStateCarried() ||
+		b.Expiry == nil || b.Expiry.Epoch != 1 || b.Expiry.Verdict != holdfastv1.VerdictSelfFenced || b.Expiry.LastAttempt != wantAttempt {
+		t.Fatalf("binding after the re-bind: %+v expiry %+v", b, b.Expiry)
+	}
+	if c := meta.FindStatusCondition(u.Status.Conditions, holdfastv1.ConditionHeld); c == nil || c.Status != metav1.ConditionTrue || c.Reason != holdfastv1.ReasonRuntimeLost {
+		t.Fatalf("Held %+v", c)
+	}
+	p.waitEvents([]string{units.EventLeaseEstablished, units.EventLeaseExpired, units.EventHold, units.EventRebound})
+	for _, e := range events(t, p.u) {
+		if e.Reason == units.EventRebound {
+			if d := e.EventTime.Sub(b.Expiry.At.Time); d < p.u.Spec.Availability.RebindMargin() {
+				t.Fatalf("re-bound %v after the expiry, inside the margin", d)
+			}
+		}
+	}
+
+	p.place(2)
+	p.waitLease(2, holdfastv1.LeaseHeld, 30*time.Second)
+	p.waitWrites(2)
+	p.waitEvents([]string{units.EventLeaseEstablished, units.EventLeaseExpired, units.EventHold, units.EventRebound, units.EventLeaseReestablished})
+
+	if sig == syscall.SIGSTOP {
+		// The frozen runtime wakes past its deadline and the hold: it is
+		// fenced by its own clock and writes nothing.
+		if err := old.signal(syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Logf("the woken runtime's log:\n%s", old.log())
+			}
+		})
+		eventually(t, 10*time.Second, "the woken runtime reporting itself fenced", func() (bool, string) {
+			st, err := old.leaseStatus()
+			return err == nil && st.Fenced && st.Epoch == 1, fmt.Sprintf("%+v %v", st, err)
+		})
+		time.Sleep(2 * time.Second) // scans of the woken runtime, if it wrote
+	}
+	p.checkOneWriter(1, 2)
+}
+
+// TestSIGSTOPOfThePrimaryRuntimeFailsOverAfterTheMargin: the primary's real
+// runtime is frozen (its handler accepts connections and answers nothing):
+// Expired (SelfFenced, Unreachable), the Hold, the re-bind with epoch 2
+// after the margin, the standby's runtime takes the lease, and the device's
+// log shows one writer at a time, including after the frozen one wakes.
+func TestSIGSTOPOfThePrimaryRuntimeFailsOverAfterTheMargin(t *testing.T) {
+	t.Parallel()
+	primaryLoss(t, syscall.SIGSTOP, holdfastv1.RenewalUnreachable)
+}
+
+// TestSIGKILLOfThePrimaryRuntimeFailsOverAfterTheMargin: the primary's node
+// loses power (the runtime killed, its kubelet gone): the same road.
+func TestSIGKILLOfThePrimaryRuntimeFailsOverAfterTheMargin(t *testing.T) {
+	t.Parallel()
+	primaryLoss(t, syscall.SIGKILL, holdfastv1.RenewalUnreachable)
+}
+
+// TestAReplacementThatNeverAnswersIsStartupFailedThenTheNextStandbyThenSuspended:
+// both standbys cannot start the runtime; each is tried once (StartupFailed
+// after the start-up grace, not the lease), then the automatic path
+// suspends with the last pod left in place, and when that pod's runtime
+// finally answers, its first renewal lifts the suspension and settles the
+// ledger.
+func TestAReplacementThatNeverAnswersIsStartupFailedThenTheNextStandbyThenSuspended(t *testing.T) {
+	t.Parallel()
+	p := newPlant(t, "standby-1", "standby-2")
+	for _, n := range p.targets {
+		p.k.setNode(n, func(s *simNode) { s.broken = true })
+	}
+	p.place(1)
+	p.waitLease(1, holdfastv1.LeaseHeld, 30*time.Second)
+	p.k.setNode(p.primary, func(n *simNode) { n.cut = true })
+	if err := p.k.proc(units.PodName("kiln", 1)).signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+
+	first := p.place(2)
+	p.waitPod(3)
+	b := p.unit().Status.RuntimeBinding
+	if !slices.Equal(b.UnsettledRebinds, []string{first}) || b.Expiry == nil || b.Expiry.Epoch != 2 ||
+		b.Expiry.Verdict != holdfastv1.VerdictStartupFailed || b.Expiry.LastAttempt != holdfastv1.RenewalUnreachable {
+		t.Fatalf("after the first replacement: %+v expiry %+v", b, b.Expiry)
+	}
+	second := p.place(3)
+	eventually(t, 60*time.Second, "the suspension", func() (bool, string) {
+		u := p.unit()
+		return meta.IsStatusConditionTrue(u.Status.Conditions, holdfastv1.ConditionFailoverSuspended), fmt.Sprintf("%+v", u.Status.RuntimeBinding)
+	})
+	u := p.unit()
+	b = u.Status.RuntimeBinding
+	if b.Epoch != 3 || !slices.Equal(b.UnsettledRebinds, []string{first, second}) {
+		t.Fatalf("suspended binding %+v", b)
+	}
+	if c := meta.FindStatusCondition(u.Status.Conditions, holdfastv1.ConditionFailoverSuspended); c.Reason != holdfastv1.ReasonAllTargetsTried {
+		t.Fatalf("FailoverSuspended %+v", c)
+	}
+	want := []string{units.EventLeaseEstablished, units.EventLeaseExpired, units.EventHold, units.EventRebound,
+		units.EventLeaseExpired, units.EventRebound, units.EventLeaseExpired, units.EventBudgetExhausted}
+	p.waitEvents(want)
+	for _, l := range p.c.auditLines(t) {
+		if l.Reason == units.EventLeaseExpired && l.Epoch > 1 && !strings.HasPrefix(l.Verdict, "StartupFailed") {
+			t.Fatalf("a replacement that never came up is recorded as a failed start-up: %+v", l)
+		}
+	}
+	// Nothing more while suspended: the pod stays, no epoch 4.
+	time.Sleep(3 * time.Second)
+	if pod := runtimePod(t, p.u, 3); pod == nil || pod.DeletionTimestamp != nil {
+		t.Fatal("suspension must leave the current pod in place")
+	}
+	if runtimePod(t, p.u, 4) != nil {
+		t.Fatal("a suspended unit was re-bound")
+	}
+
+	// The pod left in place finally starts: its first renewal recovers.
+	p.k.setNode(second, func(s *simNode) { s.broken = false })
+	p.waitLease(3, holdfastv1.LeaseHeld, 30*time.Second)
+	eventually(t, 10*time.Second, "the suspension lifted", func() (bool, string) {
+		u := p.unit()
+		c := meta.FindStatusCondition(u.Status.Conditions, holdfastv1.ConditionFailoverSuspended)
+		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == holdfastv1.ReasonRuntimeConfirmed && len(u.Status.RuntimeBinding.UnsettledRebinds) == 0,
+			fmt.Sprintf("%+v", u.Status)
+	})
+	p.waitEvents(append(want, units.EventLeaseReestablished))
+	p.waitWrites(3)
+	if err := devicesim.CheckOneWriter(p.dev.Writes()); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,321 @@
+//go:build integration
+
+// Package integration runs the units role against the real kube-apiserver
+// and etcd (test/testenv). There is no kubelet and, until the scheduler
+// lands, no holdfast-scheduler here, so the tests play both parts the way
+// the real ones do: the scheduler records the node in the binding with an
+// optimistic-concurrency write and binds the pod through the binding
+// subresource; the kubelet reports the pod's IP and readiness.
+package integration
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/controller/app"
+	"github.com/holdfast-io/holdfast/controller/audit"
+	"github.com/holdfast-io/holdfast/controller/leadership"
+	"github.com/holdfast-io/holdfast/controller/units"
+	"github.com/holdfast-io/holdfast/test/testenv"
+)
+
+var (
+	env *testenv.Env
+	// The real binaries the process-level tests run, built into bin/test.
+	unitRuntimeBinary, controllerBinary string
+)
+
+func TestMain(m *testing.M) {
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	dir := filepath.Join(root, "bin", "test")
+	unitRuntimeBinary = filepath.Join(dir, "unit-runtime")
+	controllerBinary = filepath.Join(dir, "holdfast-controller")
+	for bin, pkg := range map[string]string{unitRuntimeBinary: "./cmd/unit-runtime", controllerBinary: "./cmd/holdfast-controller"} {
+		cmd := exec.Command("go", "build", "-o", bin, pkg)
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "building %s: %v\n%s", pkg, err, out)
+			os.Exit(1)
+		}
+	}
+	ctrl.SetLogger(klog.NewKlogr())
+	testenv.Main(m, &env, testenv.Options{})
+}
+
+const electionNamespace = "holdfast-system"
+
+// controller is one in-process units role.
+type controller struct {
+	cancel    context.CancelFunc
+	done      chan struct{}
+	ending    leadership.Ending
+	err       error
+	health    string
+	auditPath string
+	identity  string
+}
+
+type controllerOptions struct {
+	// namespace scopes the controller to one test's Units.
+	namespace  string
+	identity   string
+	electionID string
+	standDown  time.Duration
+}
+
+func ensureNamespace(t *testing.T, name string) {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if err := env.Client.Create(context.Background(), ns); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+}
+
+// startController runs the units role in this process until the test ends.
+func startController(t *testing.T, o controllerOptions) *controller {
+	t.Helper()
+	ensureNamespace(t, electionNamespace)
+	if o.identity == "" {
+		o.identity = "ctl-" + strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-"))
+	}
+	if o.electionID == "" {
+		o.electionID = "grantor-" + fmt.Sprint(time.Now().UnixNano())
+	}
+	c := &controller{done: make(chan struct{}), auditPath: filepath.Join(t.TempDir(), "audit.log"), identity: o.identity}
+	ctx, cancel := context.WithCancel(context.Background())
+	c.cancel = cancel
+	started := make(chan struct{})
+	go func() {
+		defer close(c.done)
+		c.ending, c.err = app.RunUnits(ctx, env.Config, app.UnitsConfig{
+			Namespace: electionNamespace, ElectionID: o.electionID, Identity: o.identity,
+			Timings: leadership.Defaults(), StandDown: o.standDown,
+			HealthAddr: "127.0.0.1:0", MetricsAddr: "0", AuditPath: c.auditPath, WatchNamespace: o.namespace,
+			Started: func(h, _ string) { c.health = h; close(started) },
+		})
+	}()
+	select {
+	case <-started:
+	case <-c.done:
+		t.Fatalf("the units role did not start: %v", c.err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the units role did not start")
+	}
+	t.Cleanup(c.stop)
+	return c
+}
+
+func (c *controller) stop() {
+	c.cancel()
+	select {
+	case <-c.done:
+	case <-time.After(30 * time.Second):
+	}
+}
+
+// auditLines reads the controller's audit trail.
+func (c *controller) auditLines(t *testing.T) []audit.Record {
+	t.Helper()
+	f, err := os.Open(c.auditPath)
+	if err != nil {
+		if os.IsNotExist(err) {
+			return nil
+		}
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []audit.Record
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var r audit.Record
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			t.Fatalf("audit line is not JSON: %v: %q", err, sc.Text())
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+func auditReasons(recs []audit.Record, unit string) []string {
+	var out []string
+	for _, r := range recs {
+		if r.Unit == unit {
+			out = append(out, r.Reason)
+		}
+	}
+	return out
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	last := ""
+	for {
+		ok, msg := cond()
+		if ok {
+			return
+		}
+		last = msg
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s; last: %s", timeout, what, last)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// node creates a Ready node with labels.
+func node(t *testing.T, name string, labels map[string]string) {
+	t.Helper()
+	ctx := context.Background()
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
+	if err := env.Client.Create(ctx, n); err != nil {
+		if !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+		if err := env.Client.Get(ctx, client.ObjectKey{Name: name}, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+	if err := env.Client.Status().Update(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), n) })
+}
+
+func getUnit(t *testing.T, key types.NamespacedName) *holdfastv1.Unit {
+	t.Helper()
+	var u holdfastv1.Unit
+	if err := env.Client.Get(context.Background(), key, &u); err != nil {
+		t.Fatal(err)
+	}
+	return &u
+}
+
+func runtimePod(t *testing.T, u *holdfastv1.Unit, epoch int64) *corev1.Pod {
+	t.Helper()
+	var p corev1.Pod
+	if err := env.Client.Get(context.Background(), types.NamespacedName{Namespace: u.Namespace, Name: units.PodName(u.Name, epoch)}, &p); err != nil {
+		return nil
+	}
+	return &p
+}
+
+// schedule plays holdfast-scheduler: PreBind records the node in the
+// binding with an optimistic-concurrency write (only for the pod's epoch),
+// then the pod is bound through the binding subresource.
+func schedule(t *testing.T, key types.NamespacedName, epoch int64, nodeName string) {
+	t.Helper()
+	ctx := context.Background()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var u holdfastv1.Unit
+		if err := env.Client.Get(ctx, key, &u); err != nil {
+			return err
+		}
+		b := u.Status.RuntimeBinding
+		if b == nil || b.Epoch != epoch {
+			return fmt.Errorf("binding is at epoch %v, the pod is for %d", b, epoch)
+		}
+		b.Node = nodeName
+		now := metav1.Now()
+		b.BoundAt = &now
+		return env.Client.Status().Update(ctx, &u)
+	})
+	if err != nil {
+		t.Fatalf("recording the node: %v", err)
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: units.PodName(key.Name, epoch)}}
+	if err := env.Client.SubResource("binding").Create(ctx, pod, &corev1.Binding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: pod.Name},
+		Target:     corev1.ObjectReference{Kind: "Node", Name: nodeName},
+	}); err != nil {
+		t.Fatalf("binding pod %s to %s: %v", pod.Name, nodeName, err)
+	}
+}
+
+// kubeletReports plays the kubelet: the pod is running at ip, ready or not.
+func kubeletReports(t *testing.T, ns, name, ip string, ready bool, restarts int32) {
+	t.Helper()
+	ctx := context.Background()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var p corev1.Pod
+		if err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &p); err != nil {
+			return err
+		}
+		st := corev1.ConditionFalse
+		if ready {
+			st = corev1.ConditionTrue
+		}
+		now := metav1.Now()
+		p.Status.Phase = corev1.PodRunning
+		p.Status.PodIP, p.Status.HostIP = ip, ip
+		p.Status.PodIPs = []corev1.PodIP{{IP: ip}}
+		p.Status.StartTime = &now
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: st, LastTransitionTime: now}}
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{
+			Name: units.RuntimeContainer, Image: p.Spec.Containers[0].Image, Ready: ready, RestartCount: restarts,
+			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}},
+		}}
+		return env.Client.Status().Update(ctx, &p)
+	})
+	if err != nil {
+		t.Fatalf("reporting pod status: %v", err)
+	}
+}
+
+// events lists the Events regarding the unit, oldest first.
+func events(t *testing.T, u *holdfastv1.Unit) []eventsv1.Event {
+	t.Helper()
+	var list eventsv1.EventList
+	if err := env.Client.List(context.Background(), &list, client.InNamespace(u.Namespace)); err != nil {
+		t.Fatal(err)
+	}
+	var out []eventsv1.Event
+	for _, e := range list.Items {
+		if e.Regarding.Kind == "Unit" && e.Regarding.Name == u.Name {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func eventReasons(evs []eventsv1.Event) []string {
+	var out []string
+	for _, e := range evs {
+		out = append(out, e.Reason)
+	}
+	return out
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,390 @@
+//go:build integration
+
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	leaseapi "github.com/holdfast-io/holdfast/api/lease"
+	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/controller/units"
+)
+
+// nextIP hands each simulated node its own loopback address, so two
+// runtimes of one unit on two nodes listen on the same ports, as on hosts.
+var nextIP atomic.Int32
+
+func loopbackIP() string {
+	n := nextIP.Add(1)
+	return fmt.Sprintf("127.0.%d.%d", 10+n/250, 1+n%250)
+}
+
+// kubelet plays the kubelets of a test's nodes: it runs the real
+// unit-runtime for each pod bound to one of its nodes, with the pod's
+// environment and arguments resolved as a kubelet does (downward API,
+// $(VAR) expansion), reports the pod's IP (the node's, as for any
+// hostNetwork pod), probes the readiness service over gRPC as the
+// readiness probe does, and kills the process when the pod is deleted. A
+// cut node's kubelet hears and does nothing; a broken node reports the pod's
+// IP but never starts the container (an image that cannot be pulled).
+type kubelet struct {
+	t      *testing.T
+	ns     string
+	binary string
+	dir    string
+
+	mu    sync.Mutex
+	nodes map[string]*simNode
+	procs map[string]*runtimeProc
+	stop  chan struct{}
+	done  chan struct{}
+}
+
+type simNode struct {
+	ip     string
+	cut    bool
+	broken bool
+}
+
+type runtimeProc struct {
+	pod     string
+	uid     types.UID
+	node    string
+	ip      string
+	health  int32
+	lease   int32
+	cmd     *exec.Cmd
+	exited  chan struct{}
+	ready   bool
+	logPath string
+}
+
+func newKubelet(t *testing.T, ns string) *kubelet {
+	k := &kubelet{t: t, ns: ns, binary: unitRuntimeBinary, dir: t.TempDir(),
+		nodes: map[string]*simNode{}, procs: map[string]*runtimeProc{}, stop: make(chan struct{}), done: make(chan struct{})}
+	go k.run()
+	t.Cleanup(k.shutdown)
+	return k
+}
+
+// node registers a node with its own loopback address and creates it Ready.
+func (k *kubelet) node(name string, labels map[string]string) string {
+	ip := loopbackIP()
+	k.mu.Lock()
+	k.nodes[name] = &simNode{ip: ip}
+	k.mu.Unlock()
+	node(k.t, name, labels)
+	return ip
+}
+
+func (k *kubelet) setNode(name string, f func(*simNode)) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	f(k.nodes[name])
+}
+
+func (k *kubelet) proc(pod string) *runtimeProc {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.procs[pod]
+}
+
+func (p *runtimeProc) signal(sig syscall.Signal) error { return p.cmd.Process.Signal(sig) }
+
+// leaseStatus reads the runtime's own view of its lease (GET /v1/lease).
+func (p *runtimeProc) leaseStatus() (leaseapi.Status, error) {
+	var st leaseapi.Status
+	c := &http.Client{Timeout: time.Second}
+	resp, err := c.Get(fmt.Sprintf("http://%s:%d%s", p.ip, p.lease, leaseapi.Path))
+	if err != nil {
+		return st, err
+	}
+	defer resp.Body.Close()
+	return st, json.NewDecoder(resp.Body).Decode(&st)
+}
+
+func (p *runtimeProc) log() string {
+	b, _ := os.ReadFile(p.logPath)
+	return string(b)
+}
+
+func (k *kubelet) shutdown() {
+	close(k.stop)
+	<-k.done
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, p := range k.procs {
+		p.kill()
+	}
+}
+
+func (p *runtimeProc) kill() {
+	_ = p.cmd.Process.Signal(syscall.SIGCONT)
+	_ = p.cmd.Process.Kill()
+	<-p.exited
+}
+
+func (k *kubelet) run() {
+	defer close(k.done)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-k.stop:
+			return
+		case <-tick.C:
+		}
+		var pods corev1.PodList
+		if err := env.Client.List(context.Background(), &pods, client.InNamespace(k.ns)); err != nil {
+			continue
+		}
+		for i := range pods.Items {
+			k.sync(&pods.Items[i])
+		}
+	}
+}
+
+func (k *kubelet) sync(pod *corev1.Pod) {
+	k.mu.Lock()
+	n := k.nodes[pod.Spec.NodeName]
+	if n == nil || n.cut {
+		k.mu.Unlock()
+		return
+	}
+	nodeCopy := *n
+	p := k.procs[pod.Name]
+	k.mu.Unlock()
+
+	if !pod.DeletionTimestamp.IsZero() {
+		if p != nil {
+			p.kill()
+		}
+		_ = env.Client.Delete(context.Background(), pod, client.GracePeriodSeconds(0))
+		return
+	}
+	if p == nil || p.uid != pod.UID {
+		if nodeCopy.broken {
+			if pod.Status.PodIP == "" {
+				k.report(pod, nodeCopy.ip, false, &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff", Message: "the image cannot be pulled"})
+			}
+			return
+		}
+		k.start(pod, nodeCopy.ip)
+		return
+	}
+	ready := false
+	select {
+	case <-p.exited:
+	default:
+		ready = probeReady(fmt.Sprintf("%s:%d", p.ip, p.health))
+	}
+	if ready != p.ready {
+		p.ready = ready
+		k.report(pod, nodeCopy.ip, ready, nil)
+	}
+}
+
+func (k *kubelet) start(pod *corev1.Pod, ip string) {
+	c := pod.Spec.Containers[0]
+	// Every emptyDir lives as long as the pod: a directory of its own,
+	// seen by the process at the host path in place of the mount path.
+	mounts := map[string]string{}
+	for _, vm := range c.VolumeMounts {
+		for _, v := range pod.Spec.Volumes {
+			if v.Name == vm.Name && v.EmptyDir != nil {
+				dir := filepath.Join(k.dir, string(pod.UID), v.Name)
+				if err := os.MkdirAll(dir, 0o700); err != nil {
+					k.t.Errorf("kubelet: %v", err)
+					return
+				}
+				mounts[vm.MountPath] = dir
+			}
+		}
+	}
+	mount := func(v string) string {
+		for mp, dir := range mounts {
+			if v == mp || strings.HasPrefix(v, mp+"/") {
+				return dir + strings.TrimPrefix(v, mp)
+			}
+		}
+		return v
+	}
+	vars := map[string]string{}
+	var envList []string
+	for _, e := range c.Env {
+		v := e.Value
+		if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil {
+			v = fieldValue(pod, e.ValueFrom.FieldRef.FieldPath, ip)
+		} else {
+			v = mount(expand(v, vars))
+		}
+		vars[e.Name] = v
+		envList = append(envList, e.Name+"="+v)
+	}
+	args := make([]string, len(c.Args))
+	for i, a := range c.Args {
+		args[i] = mount(expand(a, vars))
+	}
+	logPath := filepath.Join(k.dir, pod.Name+".log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		k.t.Errorf("kubelet: %v", err)
+		return
+	}
+	cmd := exec.Command(k.binary, args...)
+	cmd.Env = append(envList, "PATH="+os.Getenv("PATH"))
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		k.t.Errorf("kubelet: starting the runtime of %s: %v", pod.Name, err)
+		return
+	}
+	p := &runtimeProc{pod: pod.Name, uid: pod.UID, node: pod.Spec.NodeName, ip: ip, cmd: cmd, exited: make(chan struct{}), logPath: logPath}
+	for _, port := range c.Ports {
+		switch port.Name {
+		case "health":
+			p.health = port.ContainerPort
+		case "lease":
+			p.lease = port.ContainerPort
+		}
+	}
+	go func() { _ = cmd.Wait(); logFile.Close(); close(p.exited) }()
+	k.mu.Lock()
+	k.procs[pod.Name] = p
+	k.mu.Unlock()
+	k.report(pod, ip, false, nil)
+}
+
+// report writes the pod status the kubelet would.
+func (k *kubelet) report(pod *corev1.Pod, ip string, ready bool, waiting *corev1.ContainerStateWaiting) {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var p corev1.Pod
+		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(pod), &p); err != nil {
+			return err
+		}
+		st := corev1.ConditionFalse
+		if ready {
+			st = corev1.ConditionTrue
+		}
+		now := metav1.Now()
+		p.Status.Phase = corev1.PodRunning
+		p.Status.PodIP, p.Status.HostIP = ip, ip
+		p.Status.PodIPs = []corev1.PodIP{{IP: ip}}
+		if p.Status.StartTime == nil {
+			p.Status.StartTime = &now
+		}
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: st, LastTransitionTime: now}}
+		cs := corev1.ContainerStatus{Name: units.RuntimeContainer, Image: p.Spec.Containers[0].Image, Ready: ready}
+		if waiting != nil {
+			cs.State.Waiting = waiting
+		} else {
+			cs.State.Running = &corev1.ContainerStateRunning{StartedAt: now}
+		}
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{cs}
+		return env.Client.Status().Update(context.Background(), &p)
+	})
+	if err != nil && !apierrors.IsNotFound(err) {
+		k.t.Logf("kubelet: reporting %s: %v", pod.Name, err)
+	}
+}
+
+func probeReady(addr string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return false
+	}
+	defer conn.Close()
+	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: holdfastv1.HealthServiceReadiness})
+	return err == nil && resp.Status == healthpb.HealthCheckResponse_SERVING
+}
+
+var labelPath = regexp.MustCompile(`^metadata\.labels\['([^']+)'\]$`)
+
+func fieldValue(pod *corev1.Pod, path, ip string) string {
+	switch path {
+	case "metadata.name":
+		return pod.Name
+	case "metadata.namespace":
+		return pod.Namespace
+	case "metadata.uid":
+		return string(pod.UID)
+	case "spec.nodeName":
+		return pod.Spec.NodeName
+	case "status.podIP", "status.hostIP":
+		return ip
+	}
+	if m := labelPath.FindStringSubmatch(path); m != nil {
+		return pod.Labels[m[1]]
+	}
+	return ""
+}
+
+// expand resolves $(VAR) against the variables defined so far, as the
+// kubelet does; $$ is a literal $, and an unknown reference stays as it is.
+func expand(s string, vars map[string]string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] != '$' || i+1 >= len(s) {
+			b.WriteByte(s[i])
+			continue
+		}
+		if s[i+1] == '$' {
+			b.WriteByte('$')
+			i++
+			continue
+		}
+		if s[i+1] == '(' {
+			if end := strings.IndexByte(s[i:], ')'); end > 0 {
+				name := s[i+2 : i+end]
+				if v, ok := vars[name]; ok {
+					b.WriteString(v)
+					i += end
+					continue
+				}
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// runtimeArgs are the Unit's spec.runtime.args for the reference runtime.
+func runtimeArgs(deviceAddr string) []string {
+	return []string{
+		// Many nodes share one host here: each runtime listens on its
+		// node's own address. Ports, lease and state come from the pod's
+		// environment.
+		"--bind-address=$(HOLDFAST_POD_IP)",
+		"--metrics-port=0",
+		"--scan-interval=200ms",
+		"--device=coupler=modbus://" + deviceAddr + "?epochRegister=9000&timeout=1s",
+		"--output=counter=coupler:100,step=1",
+	}
+}
+
+func itoa(i int64) string { return strconv.FormatInt(i, 10) }

@@ -1,0 +1,436 @@
+// Package units is the unit availability controller (DESIGN §3, §4): it
+// binds each Unit's runtime to an epoch, builds the runtime pod, reads the
+// grantor's evidence against the two deadlines, and decides the Hold, the
+// re-bind and the suspension. It decides when a unit moves and with which
+// epoch; the scheduler decides where.
+package units
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/controller/audit"
+	"github.com/holdfast-io/holdfast/controller/grantor"
+	"github.com/holdfast-io/holdfast/webhook/rules"
+)
+
+// HoldOff gives the hold-off deadline of a unit's lease and margin (the
+// grantor's leadership tenure, controller/leadership).
+type HoldOff interface {
+	HoldOffUntil(lease, margin time.Duration) time.Time
+}
+
+// Reconciler is the unit availability controller.
+type Reconciler struct {
+	Client client.Client
+	// APIReader reads past the cache: a pass about to record a decision
+	// first checks that it decided on the object as it is now.
+	APIReader client.Reader
+	Recorder  events.EventRecorder
+	Grantor   *grantor.Grantor
+	HoldOff   HoldOff
+	Audit     *audit.Logger
+	Clock     clock.PassiveClock
+	// Actor names this process in audit lines.
+	Actor string
+	// Notify carries the grantor's observations into the queue.
+	Notify chan event.GenericEvent
+}
+
+// SetupWithManager registers the controller. Pods and Nodes are watched
+// through their caches; the grantor's observations arrive on Notify.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Notify == nil {
+		r.Notify = make(chan event.GenericEvent, 1024)
+	}
+	nodeToUnits := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
+		// A node becoming fit or unfit can change any Failover unit's
+		// free targets; units are few.
+		var list holdfastv1.UnitList
+		if err := r.Client.List(ctx, &list); err != nil {
+			return nil
+		}
+		var out []reconcile.Request
+		for _, u := range list.Items {
+			if u.Spec.Availability.Mode == holdfastv1.Failover {
+				out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: u.Namespace, Name: u.Name}})
+			}
+		}
+		return out
+	})
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("units").
+		// One per manager; tests run several managers in one process.
+		WithOptions(controller.Options{SkipNameValidation: ptr.To(true)}).
+		For(&holdfastv1.Unit{}).
+		Owns(&corev1.Pod{}).
+		Watches(&corev1.Node{}, nodeToUnits, builder.WithPredicates(predicate.Funcs{
+			UpdateFunc: func(e event.UpdateEvent) bool { return nodeFitChanged(e.ObjectOld, e.ObjectNew) },
+		})).
+		WatchesRawSource(source.Channel(r.Notify, &handler.EnqueueRequestForObject{})).
+		Complete(r)
+}
+
+// NotifyFunc is the grantor's Notify: it queues the unit, never blocking.
+func (r *Reconciler) NotifyFunc() func(types.NamespacedName) {
+	if r.Notify == nil {
+		r.Notify = make(chan event.GenericEvent, 1024)
+	}
+	ch := r.Notify
+	return func(u types.NamespacedName) {
+		obj := &holdfastv1.Unit{}
+		obj.Namespace, obj.Name = u.Namespace, u.Name
+		select {
+		case ch <- event.GenericEvent{Object: obj}:
+		default:
+			// The queue is full or nobody listens (standing down); the
+			// periodic requeue catches up.
+		}
+	}
+}
+
+func nodeFitChanged(o, n client.Object) bool {
+	a, ok1 := o.(*corev1.Node)
+	b, ok2 := n.(*corev1.Node)
+	if !ok1 || !ok2 {
+		return true
+	}
+	return nodeFit(a) != nodeFit(b) || !equality.Semantic.DeepEqual(a.Labels, b.Labels)
+}
+
+// Reconcile is one pass over a unit.
+func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	log := klog.FromContext(ctx).WithValues("unit", req.NamespacedName)
+	var u holdfastv1.Unit
+	if err := r.Client.Get(ctx, req.NamespacedName, &u); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.Grantor.Forget(req.NamespacedName)
+			return reconcile.Result{}, nil
+		}
+		return reconcile.Result{}, err
+	}
+	if !u.DeletionTimestamp.IsZero() {
+		r.Grantor.Forget(req.NamespacedName)
+		return reconcile.Result{}, nil
+	}
+
+	var pods corev1.PodList
+	if err := r.Client.List(ctx, &pods, client.InNamespace(u.Namespace), client.MatchingLabels{holdfastv1.LabelUnit: u.Name}); err != nil {
+		return reconcile.Result{}, err
+	}
+	pod, err := r.ensurePods(ctx, &u, pods.Items)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	r.ensureLoop(&u, pod)
+
+	in, err := r.inputs(ctx, &u, pod)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	plan := Decide(in)
+	if plan.Rebind != nil && u.Spec.Availability.Mode == holdfastv1.Failover {
+		// No acknowledgement may arrive behind the decision: stop the old
+		// binding's loop, then decide again on its final observation.
+		final, ok := r.Grantor.Pause(req.NamespacedName)
+		in.Now = r.Clock.Now()
+		in.Obs = nil
+		if ok {
+			in.Obs = &final
+		}
+		plan = Decide(in)
+		if plan.Rebind == nil {
+			log.Info("Re-bind withdrawn: the runtime answered while the decision was taken")
+			r.ensureLoop(&u, pod)
+			return reconcile.Result{Requeue: true}, nil
+		}
+	}
+	if plan.Record != nil && r.APIReader != nil {
+		var fresh holdfastv1.Unit
+		if err := r.APIReader.Get(ctx, req.NamespacedName, &fresh); err != nil {
+			return reconcile.Result{}, err
+		}
+		if fresh.ResourceVersion != u.ResourceVersion {
+			// The cache is behind: a decision taken on it would be
+			// announced and then refused by the write.
+			if plan.Rebind != nil {
+				r.ensureLoop(&u, pod)
+			}
+			return reconcile.Result{RequeueAfter: 50 * time.Millisecond}, nil
+		}
+	}
+	if err := r.execute(ctx, &u, pod, plan); err != nil {
+		if plan.Rebind != nil {
+			r.ensureLoop(&u, pod)
+		}
+		if apierrors.IsConflict(err) {
+			return reconcile.Result{Requeue: true}, nil
+		}
+		return reconcile.Result{}, err
+	}
+	return reconcile.Result{RequeueAfter: plan.RequeueAfter}, nil
+}
+
+// ensurePods deletes the pods of earlier epochs, creates the current
+// binding's pod when it is missing, and returns it (nil if none yet).
+func (r *Reconciler) ensurePods(ctx context.Context, u *holdfastv1.Unit, pods []corev1.Pod) (*corev1.Pod, error) {
+	b := u.Status.RuntimeBinding
+	var cur *corev1.Pod
+	for i := range pods {
+		p := &pods[i]
+		e, ok := PodEpoch(p)
+		if b != nil && ok && e == b.Epoch && p.Name == b.Pod {
+			cur = p
+			continue
+		}
+		if b != nil && ok && e < b.Epoch && p.DeletionTimestamp.IsZero() {
+			// The node plugin stops its container at once; the object
+			// stays until the kubelet confirms, so a partitioned node's
+			// runtime stays in sight.
+			if err := r.Client.Delete(ctx, p); err != nil && !apierrors.IsNotFound(err) {
+				return nil, err
+			}
+			klog.FromContext(ctx).Info("Deleted the runtime pod of an earlier epoch", "pod", klog.KObj(p), "epoch", e, "current", b.Epoch)
+		}
+	}
+	if b == nil || cur != nil {
+		if cur != nil && !cur.DeletionTimestamp.IsZero() {
+			return nil, nil
+		}
+		return cur, nil
+	}
+	pod := RuntimePod(u, b.Epoch, placementFor(u, b))
+	if err := r.Client.Create(ctx, pod); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			return nil, nil // the cache is behind; the watch brings it
+		}
+		return nil, fmt.Errorf("creating runtime pod %s: %w", pod.Name, err)
+	}
+	klog.FromContext(ctx).Info("Created runtime pod", "pod", klog.KObj(pod), "epoch", b.Epoch)
+	return nil, nil
+}
+
+// placementFor: a first binding goes to the primary selector; a binding
+// whose node is recorded stays there; a person's failover goes where they
+// asked; an automatic re-bind is the scheduler's choice among the targets.
+func placementFor(u *holdfastv1.Unit, b *holdfastv1.RuntimeBinding) Placement {
+	switch {
+	case b.Node != "":
+		return Placement{Node: b.Node}
+	case b.Origin == holdfastv1.OriginManual:
+		if t := u.Annotations[holdfastv1.AnnotationFailoverTo]; t != "" && RequestKey(u) == b.RequestID {
+			return Placement{Node: t}
+		}
+		return Placement{}
+	case b.Origin == holdfastv1.OriginAutomatic:
+		return Placement{}
+	default:
+		return Placement{PrimarySelector: true}
+	}
+}
+
+// LeaseTargetFor is the renewal target of a unit's runtime pod, when it has
+// one: a Failover unit's current binding, with an address. The reconciler
+// and the warm start both build targets with it, so the two roads cannot
+// decide differently about one pod.
+func LeaseTargetFor(u *holdfastv1.Unit, pod *corev1.Pod) (grantor.Target, bool) {
+	b := u.Status.RuntimeBinding
+	if u.Spec.Availability.Mode != holdfastv1.Failover || b == nil || pod == nil ||
+		pod.Name != b.Pod || pod.Status.PodIP == "" || !pod.DeletionTimestamp.IsZero() {
+		return grantor.Target{}, false
+	}
+	if e, ok := PodEpoch(pod); !ok || e != b.Epoch {
+		return grantor.Target{}, false
+	}
+	return grantor.Target{
+		Unit:     types.NamespacedName{Namespace: u.Namespace, Name: u.Name},
+		Epoch:    b.Epoch,
+		Address:  fmt.Sprintf("%s:%d", hostForURL(pod.Status.PodIP), u.Spec.Runtime.LeasePort),
+		Duration: u.Spec.Availability.LeaseDuration(),
+	}, true
+}
+
+func hostForURL(ip string) string {
+	if strings.Contains(ip, ":") {
+		return "[" + ip + "]"
+	}
+	return ip
+}
+
+func (r *Reconciler) ensureLoop(u *holdfastv1.Unit, pod *corev1.Pod) {
+	key := types.NamespacedName{Namespace: u.Namespace, Name: u.Name}
+	if t, ok := LeaseTargetFor(u, pod); ok {
+		r.Grantor.Ensure(t)
+		return
+	}
+	if obs, ok := r.Grantor.Observe(key); ok {
+		b := u.Status.RuntimeBinding
+		if b == nil || obs.Target.Epoch != b.Epoch || pod == nil || u.Spec.Availability.Mode != holdfastv1.Failover {
+			// Nothing we know is at that address any more: stop granting.
+			r.Grantor.Forget(key)
+		}
+	}
+}
+
+func (r *Reconciler) inputs(ctx context.Context, u *holdfastv1.Unit, pod *corev1.Pod) (Inputs, error) {
+	in := Inputs{Unit: u, Pod: pod, Now: r.Clock.Now()}
+	a := &u.Spec.Availability
+	if r.HoldOff != nil {
+		in.HoldOffUntil = r.HoldOff.HoldOffUntil(a.LeaseDuration(), a.RebindMargin())
+	}
+	if b := u.Status.RuntimeBinding; b != nil {
+		if obs, ok := r.Grantor.Observe(types.NamespacedName{Namespace: u.Namespace, Name: u.Name}); ok && obs.Target.Epoch == b.Epoch {
+			in.Obs = &obs
+		}
+	}
+	var nodes corev1.NodeList
+	if err := r.Client.List(ctx, &nodes); err != nil {
+		return in, err
+	}
+	names := map[string]bool{}
+	for _, n := range nodes.Items {
+		names[n.Name] = true
+	}
+	in.NodeExists = func(n string) bool { return names[n] }
+	if a.Mode == holdfastv1.Failover && u.Status.RuntimeBinding != nil {
+		var others []corev1.Pod
+		if a.Colocation == holdfastv1.ColocationRefuse {
+			var all corev1.PodList
+			if err := r.Client.List(ctx, &all, client.HasLabels{holdfastv1.LabelUnit}); err != nil {
+				return in, err
+			}
+			others = all.Items
+		}
+		in.FreeTargets = FreeTargets(u, nodes.Items, others)
+	}
+	return in, nil
+}
+
+// FreeTargets are the eligible standbys fit to take the unit now: named by
+// its targets (rules.EligibleTarget, the webhook's own rule), Ready, not
+// cordoned, not the node it is leaving, and, under colocation Refuse,
+// hosting no other unit's runtime. Sorted.
+func FreeTargets(u *holdfastv1.Unit, nodes []corev1.Node, runtimePods []corev1.Pod) []string {
+	a := &u.Spec.Availability
+	b := u.Status.RuntimeBinding
+	busy := map[string]bool{}
+	for _, p := range runtimePods {
+		if p.Spec.NodeName != "" && p.DeletionTimestamp.IsZero() &&
+			!(p.Namespace == u.Namespace && p.Labels[holdfastv1.LabelUnit] == u.Name) {
+			busy[p.Spec.NodeName] = true
+		}
+	}
+	var free []string
+	for i := range nodes {
+		n := &nodes[i]
+		if b != nil && n.Name == b.Node {
+			continue
+		}
+		if !rules.EligibleTarget(u, n) || !nodeFit(n) {
+			continue
+		}
+		if a.Colocation == holdfastv1.ColocationRefuse && busy[n.Name] {
+			continue
+		}
+		free = append(free, n.Name)
+	}
+	sort.Strings(free)
+	return free
+}
+
+// nodeFit: Ready and not cordoned.
+func nodeFit(n *corev1.Node) bool {
+	return !n.Spec.Unschedulable && rules.NodeReady(n)
+}
+
+// execute carries out a plan: the Event, then the status (the conditions),
+// then the metric, then the audit line; then the pods and the request.
+func (r *Reconciler) execute(ctx context.Context, u *holdfastv1.Unit, pod *corev1.Pod, plan Plan) error {
+	log := klog.FromContext(ctx)
+	rec := plan.Record
+	if rec != nil {
+		r.Recorder.Eventf(u, nil, rec.Type, rec.Reason, rec.Reason, "%s", truncate(rec.Message, 1000))
+	}
+	if !equality.Semantic.DeepEqual(u.Status, plan.Status) {
+		before := u.DeepCopy()
+		u.Status = plan.Status
+		if err := r.Client.Status().Update(ctx, u); err != nil {
+			u.Status = before.Status
+			return err
+		}
+	}
+	if rec != nil {
+		if rec.count != nil {
+			rec.count()
+		}
+		actor := r.Actor
+		if rec.Manual {
+			// Only admission sees the requester: the webhook's record of
+			// the request names them, and this line refers to it.
+			actor = "person (request " + rec.RequestID + ", requester in the webhook's audit record)"
+			if rec.RequestID == "" {
+				actor = "person (no " + holdfastv1.AnnotationRequestID + "; requester in the webhook's audit record of this unit's annotation change)"
+			}
+		}
+		if err := r.Audit.Write(audit.Record{
+			Unit: u.Namespace + "/" + u.Name, Epoch: rec.Epoch, Node: rec.Node, Verdict: rec.Verdict,
+			Actor: actor, RequestID: rec.RequestID, Reason: rec.Reason, Message: rec.Message,
+		}); err != nil {
+			log.Error(err, "Writing the audit line")
+		}
+		log.Info(rec.Message, "reason", rec.Reason, "epoch", rec.Epoch)
+	}
+	if plan.Rebind != nil {
+		key := types.NamespacedName{Namespace: u.Namespace, Name: u.Name}
+		r.Grantor.Forget(key)
+		if pod != nil {
+			if err := r.Client.Delete(ctx, pod); err != nil && !apierrors.IsNotFound(err) {
+				log.Error(err, "Deleting the runtime pod of the previous epoch", "pod", klog.KObj(pod))
+			}
+		}
+		b := u.Status.RuntimeBinding
+		np := RuntimePod(u, b.Epoch, placementFor(u, b))
+		if err := r.Client.Create(ctx, np); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating runtime pod %s: %w", np.Name, err)
+		}
+		log.Info("Created runtime pod", "pod", klog.KObj(np), "epoch", b.Epoch, "origin", b.Origin)
+	}
+	if plan.ConsumeRequest {
+		patch := client.MergeFrom(u.DeepCopy())
+		delete(u.Annotations, holdfastv1.AnnotationFailoverTo)
+		delete(u.Annotations, holdfastv1.AnnotationFailoverConfirmFenced)
+		if err := r.Client.Patch(ctx, u, patch); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("removing the carried-out failover request: %w", err)
+		}
+	}
+	return nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-3] + "..."
+}
