@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -171,4 +173,93 @@ func ExampleSplit() {
 	ms, _ := Split("---\n# Source: holdfast/templates/a.yaml\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: a, namespace: plant}\n")
 	fmt.Println(ms[0].Source, ms[0].Kind, ms[0].Name, ms[0].Namespace)
 	// Output: holdfast/templates/a.yaml ConfigMap a plant
+}
+
+// Every alert of the PrometheusRule watches a metric the code defines
+// (docs/reference.md lists them, generated from the code and held current by
+// docs/gen), with labels it has; the voter role's metrics wait for
+// controller/voters.
+func TestEveryAlertWatchesAMetricTheCodeDefines(t *testing.T) {
+	root := repoRoot(t)
+	ch, err := Load(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(Dir(root), "ci", "monitoring-values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var values map[string]any
+	if err := yaml.Unmarshal(data, &values); err != nil {
+		t.Fatal(err)
+	}
+	ms, _, err := Render(ch, values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := os.ReadFile(filepath.Join(root, "docs", "reference.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// | `name` | kind | labels | component | help |
+	defined := map[string][]string{}
+	for _, line := range strings.Split(string(ref), "\n") {
+		cells := strings.Split(line, "|")
+		if len(cells) < 5 || !strings.HasPrefix(strings.TrimSpace(cells[1]), "`holdfast_") {
+			continue
+		}
+		name := strings.Trim(strings.TrimSpace(cells[1]), "`")
+		var labels []string
+		for _, l := range strings.Split(cells[3], ",") {
+			if l = strings.TrimSpace(l); l != "" {
+				labels = append(labels, l)
+			}
+		}
+		defined[name] = labels
+	}
+	_, votersErr := os.Stat(filepath.Join(root, "controller", "voters"))
+	metric := regexp.MustCompile(`holdfast_[a-z0-9_]+`)
+	by := regexp.MustCompile(`by \(([^)]*)\)|\{([a-z_]+)=`)
+	alerts := 0
+	for _, m := range ms {
+		if m.Kind != "PrometheusRule" {
+			continue
+		}
+		spec, _ := m.Object["spec"].(map[string]any)
+		groups, _ := spec["groups"].([]any)
+		for _, g := range groups {
+			rules, _ := g.(map[string]any)["rules"].([]any)
+			for _, r := range rules {
+				rule := r.(map[string]any)
+				expr, _ := rule["expr"].(string)
+				alert, _ := rule["alert"].(string)
+				alerts++
+				names := metric.FindAllString(expr, -1)
+				if len(names) == 0 {
+					t.Errorf("alert %s watches no holdfast metric: %s", alert, expr)
+				}
+				for _, name := range names {
+					labels, ok := defined[name]
+					if !ok {
+						if strings.HasPrefix(name, "holdfast_voter") && os.IsNotExist(votersErr) {
+							t.Logf("alert %s: %s belongs to the voter role, not in the tree yet", alert, name)
+							continue
+						}
+						t.Errorf("alert %s watches %s, which no code defines (docs/reference.md)", alert, name)
+						continue
+					}
+					for _, sub := range by.FindAllStringSubmatch(expr, -1) {
+						for _, l := range strings.Split(sub[1]+sub[2], ",") {
+							if l = strings.TrimSpace(l); l != "" && !slices.Contains(labels, l) {
+								t.Errorf("alert %s groups or filters %s by %q; its labels are %v", alert, name, l, labels)
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	if alerts < 4 {
+		t.Fatalf("the PrometheusRule has %d alerts, want at least 4 (lease expired, failover suspended, swap overdue, even voter count)", alerts)
+	}
 }

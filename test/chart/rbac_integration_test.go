@@ -5,7 +5,9 @@ package chart
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -39,14 +41,14 @@ type component struct {
 	scenario func(t *testing.T, bin string, kubeconfig string, chartArgs []string)
 }
 
-// installedVWC is the configuration helm installed.
+// installedVWC is the configuration helm installed for the RBAC test.
 var installedVWC admissionregistrationv1.ValidatingWebhookConfiguration
 
 // components lists every component the chart grants RBAC to. Each has a
 // scenario as soon as its binary is in the tree.
 var components = []component{
 	{name: "webhook", cmd: "./cmd/holdfast-webhook", scenario: webhookScenario},
-	{name: "controller", cmd: "./cmd/holdfast-controller"},
+	{name: "controller", cmd: "./cmd/holdfast-controller", scenario: controllerScenario},
 	{name: "scheduler", cmd: "./cmd/holdfast-scheduler"},
 	{name: "node", cmd: "./cmd/holdfast-node", scenario: nodeScenario},
 }
@@ -66,25 +68,7 @@ func TestRBACGrantsEachComponentOnlyWhatItUses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := helmConfig(t)
-	inst := action.NewInstall(cfg)
-	inst.ReleaseName, inst.Namespace, inst.CreateNamespace, inst.Timeout = "holdfast", Namespace, true, time.Minute
-	if _, err := inst.Run(ch, map[string]any{}); err != nil {
-		t.Fatalf("helm install: %v", err)
-	}
-	t.Cleanup(func() {
-		if _, err := action.NewUninstall(cfg).Run("holdfast"); err != nil {
-			t.Errorf("helm uninstall: %v", err)
-		}
-	})
-	// No webhook pod answers the chart's configuration here; the webhook's
-	// scenario serves a copy of it from the binary.
-	if err := env.Client.Get(ctx, client.ObjectKey{Name: "holdfast-webhook"}, &installedVWC); err != nil {
-		t.Fatal(err)
-	}
-	if err := env.Client.Delete(ctx, installedVWC.DeepCopy()); err != nil {
-		t.Fatal(err)
-	}
+	installedVWC = installForComponents(t)
 
 	for _, c := range components {
 		t.Run(c.name, func(t *testing.T) {
@@ -113,6 +97,13 @@ func TestRBACGrantsEachComponentOnlyWhatItUses(t *testing.T) {
 			if err != nil && !os.IsNotExist(err) {
 				t.Fatal(err)
 			}
+			t.Cleanup(func() {
+				if t.Failed() {
+					if all, err := Requests(auditLog, user(c.name)); err == nil && len(all) >= len(before) {
+						t.Logf("requests of %s:\n%s", user(c.name), Describe(all[len(before):]))
+					}
+				}
+			})
 			c.scenario(t, bin, kubeconfig, containerArgs(t, ms, c.name))
 			all, err := Requests(auditLog, user(c.name))
 			if err != nil {
@@ -132,6 +123,37 @@ func TestRBACGrantsEachComponentOnlyWhatItUses(t *testing.T) {
 			t.Logf("holdfast-%s: %d requests, %d grants all used; bootstrap roles bound: %v", c.name, len(reqs), len(b.Grants), b.Foreign)
 		})
 	}
+}
+
+// installForComponents helm-installs the chart (uninstalled at the end of
+// the test) and takes out the webhook configuration it installed, which no
+// webhook pod answers here; a test serves a copy from the real binary.
+func installForComponents(t *testing.T) admissionregistrationv1.ValidatingWebhookConfiguration {
+	t.Helper()
+	ctx := context.Background()
+	ch, err := Load(repoRoot(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := helmConfig(t)
+	inst := action.NewInstall(cfg)
+	inst.ReleaseName, inst.Namespace, inst.CreateNamespace, inst.Timeout = "holdfast", Namespace, true, time.Minute
+	if _, err := inst.Run(ch, map[string]any{}); err != nil {
+		t.Fatalf("helm install: %v", err)
+	}
+	t.Cleanup(func() {
+		if _, err := action.NewUninstall(cfg).Run("holdfast"); err != nil {
+			t.Errorf("helm uninstall: %v", err)
+		}
+	})
+	var vwc admissionregistrationv1.ValidatingWebhookConfiguration
+	if err := env.Client.Get(ctx, client.ObjectKey{Name: "holdfast-webhook"}, &vwc); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.Delete(ctx, vwc.DeepCopy()); err != nil {
+		t.Fatal(err)
+	}
+	return vwc
 }
 
 func user(component string) string {
@@ -250,9 +272,11 @@ func (p *process) stop(t *testing.T) {
 	}
 }
 
-// webhookScenario serves the chart's configuration from the real binary and
-// sends it one request of each kind whose rule reads the cluster.
-func webhookScenario(t *testing.T, bin, kubeconfig string, chartArgs []string) {
+// serveChartWebhook starts the real holdfast-webhook with the chart's args
+// and installs the chart's configuration pointed at it; it returns once the
+// webhook answers TLS.
+func serveChartWebhook(t *testing.T, installed admissionregistrationv1.ValidatingWebhookConfiguration, bin, kubeconfig string, chartArgs []string) *process {
+	t.Helper()
 	ctx := context.Background()
 	wh := env.Webhooks
 	p := startProcess(t, bin, kubeconfig, override(chartArgs, map[string]string{
@@ -261,7 +285,7 @@ func webhookScenario(t *testing.T, bin, kubeconfig string, chartArgs []string) {
 	}))
 
 	// The chart's configuration, pointed at the local binary.
-	vwc := installedVWC.DeepCopy()
+	vwc := installed.DeepCopy()
 	vwc.ResourceVersion, vwc.UID = "", ""
 	for i := range vwc.Webhooks {
 		cc := &vwc.Webhooks[i].ClientConfig
@@ -272,6 +296,22 @@ func webhookScenario(t *testing.T, bin, kubeconfig string, chartArgs []string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = env.Client.Delete(ctx, vwc) })
+	addr := net.JoinHostPort(wh.LocalServingHost, fmt.Sprint(wh.LocalServingPort))
+	poll(t, "the webhook serving on "+addr, func() bool {
+		c, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true}) // only: is it up
+		if err == nil {
+			_ = c.Close()
+		}
+		return err == nil
+	})
+	return p
+}
+
+// webhookScenario serves the chart's configuration from the real binary and
+// sends it one request of each kind whose rule reads the cluster.
+func webhookScenario(t *testing.T, bin, kubeconfig string, chartArgs []string) {
+	ctx := context.Background()
+	p := serveChartWebhook(t, installedVWC, bin, kubeconfig, chartArgs)
 
 	ns := env.Namespace(t)
 	mkNode := func(name string, labels map[string]string) *corev1.Node {
