@@ -5,7 +5,9 @@ package chart
 import (
 	"context"
 	"fmt"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -24,7 +26,8 @@ import (
 // args) and takes an Autonomy unit through its first binding, a manual
 // failover refused without a confirmed fence, and one carried out with it:
 // runtime pods created and deleted, status written, the request consumed,
-// Events posted, the election Lease held.
+// Events posted, the election Lease held. The confirmed failover is asked
+// with the real kubectl-holdfast.
 func controllerScenario(t *testing.T, bin, kubeconfig string, chartArgs []string) {
 	ctx := context.Background()
 	ns := env.Namespace(t)
@@ -104,13 +107,24 @@ func controllerScenario(t *testing.T, bin, kubeconfig string, chartArgs []string
 	// Refused: an Autonomy runtime never fences itself.
 	annotate(map[string]string{holdfastv1.AnnotationFailoverTo: "rb-press-standby"})
 	poll(t, "the refused request consumed", consumed)
-	// Carried out with a confirmed fence.
-	annotate(map[string]string{holdfastv1.AnnotationFailoverTo: "rb-press-standby", holdfastv1.AnnotationFailoverConfirmFenced: "powered off"})
+	// Carried out with a confirmed fence, asked the way an operator asks:
+	// kubectl holdfast failover --wait exits 0 once the real controller has
+	// re-bound the unit.
+	plugin := buildBinary(t, repoRoot(t), "./cmd/kubectl-holdfast")
+	out, err := exec.Command(plugin, "--kubeconfig", env.Kubeconfig, "failover", "-n", ns, u.Name,
+		"--to", "rb-press-standby", "--confirm-fenced", "powered off", "--wait", "--timeout", "1m").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "re-bound at epoch 2") {
+		t.Fatalf("kubectl holdfast failover --wait against the real controller: %v\n%s", err, out)
+	}
 	poll(t, "the re-bind at epoch 2, the old pod deleted", func() bool {
 		_, newPod := pod(2)
 		_, oldPod := pod(1)
 		return epoch() == 2 && newPod && !oldPod && consumed()
 	})
+	status, err := exec.Command(plugin, "--kubeconfig", env.Kubeconfig, "status", "-n", ns).CombinedOutput()
+	if err != nil || !strings.Contains(string(status), u.Name) {
+		t.Errorf("kubectl holdfast status against the real controller: %v\n%s", err, status)
+	}
 	// The client-go events recorder patches an Event into a series when the
 	// same decision is recorded again for the same Unit version: an invalid
 	// restart request is refused on every pass while the Hold stands, and a
