@@ -546,9 +546,14 @@ func TestRestartExitCodes(t *testing.T) {
 		t.Fatalf("restart annotation %v (err %v) must be an RFC 3339 time at or after the Hold at %v", at, err, heldSince)
 	}
 
-	// --wait ends when the controller clears the Hold.
+	// --wait ends when the controller clears the Hold: cleared once the
+	// plugin has asked (its annotation is back), never before it looked.
+	updateUnit(t, heldUnit, func(u *holdfastv1.Unit) { delete(u.Annotations, holdfastv1.AnnotationRestart) })
 	wait := start(t, env.Kubeconfig, "restart", "-n", ns, heldUnit.Name, "--wait", "--timeout", "1m")
-	time.Sleep(500 * time.Millisecond)
+	eventually(t, 30*time.Second, "the restart request", func() bool {
+		_, asked := getUnit(t, heldUnit).Annotations[holdfastv1.AnnotationRestart]
+		return asked
+	})
 	updateStatus(t, heldUnit, func(u *holdfastv1.Unit) {
 		meta.SetStatusCondition(&u.Status.Conditions, cond(holdfastv1.ConditionHeld, metav1.ConditionFalse, "Restarted", "restarted"))
 	})

@@ -91,6 +91,7 @@ func TestValuesSchemaRefusesUnknownKeysAndWrongTypes(t *testing.T) {
 		{"webhook: {swapGroups: []}", []string{"/webhook/swapGroups"}},
 		{"controller: {units: {leaseStandDown: ninety}}", []string{"/controller/units/leaseStandDown"}},
 		{"node: {hostDir: var/lib/holdfast}", []string{"/node/hostDir"}},
+		{"controller: {voters: {enabled: true, snapshotVolume: {emptyDir: {}, hostPath: {path: /srv/snapshots}}}}", []string{"/controller/voters/snapshotVolume"}},
 		{"metrics: {prometheusRule: {enabled: yes please}}", []string{"/metrics/prometheusRule/enabled", "boolean"}},
 	} {
 		var v map[string]any
