@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -160,14 +161,23 @@ func user(component string) string {
 	return "system:serviceaccount:" + Namespace + ":holdfast-" + component
 }
 
+var built sync.Map // package -> binary path, once per test process
+
+// buildBinary builds pkg into bin/test-chart/ (gitignored): go build leaves
+// a binary that is already up to date alone, so a test run links each
+// binary at most once, and a warm rerun links none.
 func buildBinary(t *testing.T, root, pkg string) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), filepath.Base(pkg))
+	if bin, ok := built.Load(pkg); ok {
+		return bin.(string)
+	}
+	bin := filepath.Join(root, "bin", "test-chart", filepath.Base(pkg))
 	build := exec.Command("go", "build", "-o", bin, pkg)
 	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building %s: %v\n%s", pkg, err, out)
 	}
+	built.Store(pkg, bin)
 	return bin
 }
 
