@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -26,8 +27,9 @@ import (
 // args) and takes an Autonomy unit through its first binding, a manual
 // failover refused without a confirmed fence, and one carried out with it:
 // runtime pods created and deleted, status written, the request consumed,
-// Events posted, the election Lease held. The confirmed failover is asked
-// with the real kubectl-holdfast.
+// Events posted, the election Lease held. The real webhook with the chart's
+// configuration stands in front, and the confirmed failover is asked with
+// the real kubectl-holdfast.
 func controllerScenario(t *testing.T, bin, kubeconfig string, chartArgs []string) {
 	ctx := context.Background()
 	ns := env.Namespace(t)
@@ -39,7 +41,19 @@ func controllerScenario(t *testing.T, bin, kubeconfig string, chartArgs []string
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = env.Client.Delete(ctx, n) })
+		// Ready, as its kubelet would report: the webhook takes only a
+		// Ready failover target.
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue,
+			LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now(), Reason: "KubeletReady"}}
+		if err := env.Client.Status().Update(ctx, n); err != nil {
+			t.Fatal(err)
+		}
 	}
+	// The real webhook with the chart's configuration stands in front, as
+	// in a cluster: the runtime pods, the requests and their consumption
+	// pass its rules.
+	webhook := serveChartWebhook(t, installedVWC, buildBinary(t, repoRoot(t), "./cmd/holdfast-webhook"),
+		serviceAccountKubeconfig(ctx, t, "holdfast-webhook"), containerArgs(t, renderedDefaults, "webhook"))
 	proc := startProcess(t, bin, kubeconfig, override(chartArgs, map[string]string{
 		"health-probe-bind-address": "127.0.0.1:0", "metrics-bind-address": "0",
 		"audit-log-path": filepath.Join(t.TempDir(), "audit.log"), "identity": "rb-controller",
@@ -129,6 +143,13 @@ func controllerScenario(t *testing.T, bin, kubeconfig string, chartArgs []string
 	// same decision is recorded again for the same Unit version: an invalid
 	// restart request is refused on every pass while the Hold stands, and a
 	// change to the runtime pod makes another pass.
+	// The webhook refuses a restart that is not a time, so that request is
+	// written with it out of the way.
+	webhook.stop(t)
+	if err := env.Client.Delete(ctx, &admissionregistrationv1.ValidatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: installedVWC.Name}}); err != nil {
+		t.Fatal(err)
+	}
 	annotate(map[string]string{holdfastv1.AnnotationRestart: "after lunch"})
 	invalid := func() *eventsv1.Event {
 		var evs eventsv1.EventList

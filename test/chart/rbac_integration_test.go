@@ -42,8 +42,12 @@ type component struct {
 	scenario func(t *testing.T, bin string, kubeconfig string, chartArgs []string)
 }
 
-// installedVWC is the configuration helm installed for the RBAC test.
-var installedVWC admissionregistrationv1.ValidatingWebhookConfiguration
+// installedVWC is the configuration helm installed for the RBAC test, and
+// renderedDefaults what it rendered.
+var (
+	installedVWC     admissionregistrationv1.ValidatingWebhookConfiguration
+	renderedDefaults []Manifest
+)
 
 // components lists every component the chart grants RBAC to. Each has a
 // scenario as soon as its binary is in the tree.
@@ -69,7 +73,7 @@ func TestRBACGrantsEachComponentOnlyWhatItUses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	installedVWC = installForComponents(t)
+	installedVWC, renderedDefaults = installForComponents(t), ms
 
 	for _, c := range components {
 		t.Run(c.name, func(t *testing.T) {
