@@ -189,12 +189,23 @@ func buildBinary(t *testing.T, root, pkg string) string {
 // service account, as its pod would mount.
 func serviceAccountKubeconfig(ctx context.Context, t *testing.T, sa string) string {
 	t.Helper()
+	return podKubeconfig(ctx, t, sa, nil)
+}
+
+// podKubeconfig is the same with a token bound to pod (nil: unbound), as
+// the kubelet projects it: the apiserver adds the pod's node to the user.
+func podKubeconfig(ctx context.Context, t *testing.T, sa string, pod *corev1.Pod) string {
+	t.Helper()
 	cs, err := kubernetes.NewForConfig(env.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
+	spec := authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}
+	if pod != nil {
+		spec.BoundObjectRef = &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}
+	}
 	tr, err := cs.CoreV1().ServiceAccounts(Namespace).CreateToken(ctx, sa,
-		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}, metav1.CreateOptions{})
+		&authenticationv1.TokenRequest{Spec: spec}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("a token for %s: %v", sa, err)
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -94,6 +95,22 @@ func nodeScenario(t *testing.T, bin, kubeconfig string, chartArgs []string) {
 		t.Fatal(err)
 	}
 
+	// As in a cluster: the real webhook with the chart's configuration in
+	// front, and the plugin's token bound to its DaemonSet pod on this node,
+	// so its writes on its own Node pass the own-node rule.
+	dsPod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: "holdfast-node-rb"},
+		Spec: corev1.PodSpec{ServiceAccountName: "holdfast-node", NodeName: nodeName,
+			Containers: []corev1.Container{{Name: "node", Image: "holdfast.local/holdfast-node:dev"}}},
+	}
+	if err := env.Client.Create(ctx, dsPod); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(ctx, dsPod) })
+	kubeconfig = podKubeconfig(ctx, t, "holdfast-node", dsPod)
+	webhook := serveChartWebhook(t, installedVWC, buildBinary(t, repoRoot(t), "./cmd/holdfast-webhook"),
+		serviceAccountKubeconfig(ctx, t, "holdfast-webhook"), containerArgs(t, renderedDefaults, "webhook"))
+
 	proc := startProcess(t, bin, kubeconfig, override(chartArgs, map[string]string{
 		"node-name": nodeName, "host-dir": filepath.Join(dir, "holdfast"), "systemd-dir": filepath.Join(dir, "systemd"),
 		"member-data-dir": filepath.Join(dir, "db"), "cri-endpoint": host.Endpoint, "systemd-bus-address": bus.Address,
@@ -131,7 +148,14 @@ func nodeScenario(t *testing.T, bin, kubeconfig string, chartArgs []string) {
 		return false
 	})
 
-	// A role step without the swap Lease: read, refused, reported.
+	// A role step without the swap Lease: read, refused, reported. Only the
+	// voter controller may set a desired role through the webhook; this
+	// one is written with it out of the way.
+	webhook.stop(t)
+	if err := env.Client.Delete(ctx, &admissionregistrationv1.ValidatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: installedVWC.Name}}); err != nil {
+		t.Fatal(err)
+	}
 	n := getNode()
 	n.Labels = map[string]string{holdfastv1.LabelDesiredRole: holdfastv1.RoleServer}
 	n.Annotations[holdfastv1.AnnotationRoleSwap] = "20261129T200000Z-rb-cp-rb-node-1"
