@@ -26,8 +26,9 @@ build: ## Build every binary under cmd/ into bin/
 	@if compgen -G 'cmd/*/main.go' >/dev/null; then $(GO) build -o bin/ ./cmd/...; else echo "build: no binaries under cmd/ yet"; fi
 
 .PHONY: generate
-generate: $(CONTROLLER_GEN) ## Generate deepcopy code and the CRDs (into charts/holdfast/crds)
+generate: $(CONTROLLER_GEN) ## Generate deepcopy code (api/, scheduler plugin args) and the CRDs (into charts/holdfast/crds)
 	$(CONTROLLER_GEN) object paths=./api/...
+	$(CONTROLLER_GEN) object paths=./scheduler-plugin/apis/...
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=charts/holdfast/crds
 
 .PHONY: verify
@@ -57,6 +58,10 @@ test-integration: k8s-bin node-deps cri-bin $(CONTROLLER_GEN) ## Run only the pa
 .PHONY: test
 test: k8s-bin node-deps cri-bin $(CONTROLLER_GEN) ## Run everything CI runs: unit and integration tests (the README's test command)
 	$(GO) test -tags integration -timeout $(TEST_TIMEOUT) $(GO_TEST_FLAGS) ./...
+
+.PHONY: test-e2e
+test-e2e: k8s-bin node-deps cri-bin ## Run everything make test runs plus the long drills (build tag e2e)
+	$(GO) test -tags 'integration e2e' -timeout $(TEST_TIMEOUT) $(GO_TEST_FLAGS) ./...
 
 $(CONTROLLER_GEN):
 	GOBIN=$(CURDIR)/bin/tools/.gobin $(GO) install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)

@@ -229,6 +229,8 @@ func outcomeLabel(o lease.Outcome) string {
 		return "extended"
 	case lease.NoAcknowledgedAge:
 		return "no_ack"
+	case lease.NoAnchor:
+		return "no_anchor"
 	default:
 		return "stale"
 	}

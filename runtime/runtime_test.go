@@ -112,13 +112,21 @@ func start(t *testing.T, o opts) *fixture {
 
 var seq uint64
 
-// grant POSTs one grant over HTTP, with the acknowledged age given.
+// grantHTTP POSTs grants as the grantor does, the last one carrying the
+// acknowledged age given and the anchor of the reply before it (fetched
+// first by a grant that carries none), and returns the last reply.
 func grantHTTP(t *testing.T, url string, epoch int64, ackAge time.Duration) leaseapi.Reply {
 	t.Helper()
-	seq++
+	first := postGrant(t, url, leaseapi.Grant{Unit: unit, Epoch: epoch, DurationMillis: leaseLength.Milliseconds()})
 	ms := ackAge.Milliseconds()
-	g := leaseapi.Grant{Unit: unit, Epoch: epoch, DurationMillis: leaseLength.Milliseconds(), AckAgeMillis: &ms,
-		Grantor: "test-grantor", Seq: seq}
+	return postGrant(t, url, leaseapi.Grant{Unit: unit, Epoch: epoch, DurationMillis: leaseLength.Milliseconds(), AckAgeMillis: &ms,
+		Anchor: first.Anchor})
+}
+
+func postGrant(t *testing.T, url string, g leaseapi.Grant) leaseapi.Reply {
+	t.Helper()
+	seq++
+	g.Grantor, g.Seq = "test-grantor", seq
 	b, _ := json.Marshal(g)
 	resp, err := http.Post(url, "application/json", bytes.NewReader(b))
 	if err != nil {

@@ -12,11 +12,13 @@ const (
 	AuditManualFailover = "ManualFailover"
 	AuditConfirmFenced  = "ConfirmFenced"
 	AuditManualSwap     = "ManualSwap"
+	AuditRestart        = "Restart"
 )
 
 // AuditRecord is the one JSON line written for each allowed manual failover,
-// fence confirmation and manual swap, so the controller's audit can refer to
-// the request (by its admission UID) that made it act.
+// fence confirmation, restart and manual swap. Only admission sees who asked,
+// so this record is where the requester is; the controller's audit line of
+// what it did refers to it by the holdfast.io/request-id both carry.
 type AuditRecord struct {
 	Time      time.Time `json:"time"`
 	Audit     string    `json:"audit"`
@@ -29,7 +31,11 @@ type AuditRecord struct {
 	// Reason is the person's words: the fence confirmation or the swap's
 	// reason.
 	Reason string `json:"reason"`
-	DryRun bool   `json:"dryRun,omitempty"`
+	// Request is the holdfast.io/request-id set beside the request
+	// (kubectl holdfast sets a fresh one); the controller's audit lines of
+	// the action carry the same value, so the two trails join on it.
+	Request string `json:"request,omitempty"`
+	DryRun  bool   `json:"dryRun,omitempty"`
 }
 
 // AuditRef names the object a request was about.

@@ -289,6 +289,9 @@ func TestUnitRules(t *testing.T) {
 		{"fence outside the groups", operator, held, ann(held, fence, "breaker off"), []string{
 			"metadata.annotations[holdfast.io/failover-confirm-fenced]: Forbidden: user olivia (groups plant-operators, system:authenticated) may not confirm a fence: requires membership in one of the groups [system:masters]",
 		}, nil},
+		{"a restart by anyone allowed to patch the unit is audited", operator, held, ann(held, holdfastv1.AnnotationRestart, "2026-11-29T20:15:00Z"), nil,
+			[]string{AuditRestart}},
+		{"a restart the controller writes is not a person's", controller, held, ann(held, holdfastv1.AnnotationRestart, "2026-11-29T20:15:00Z"), nil, nil},
 		{"clearing a request is always allowed", operator, ann(held, to, "edge-2", fence, "x"), held, nil, nil},
 		{"an unchanged request is not judged again", controller, ann(held, to, "edge-2"), ann(held, to, "edge-2", "note", "x"), nil, nil},
 		{"Failover to Autonomy while a re-bind is pending", admin, expired, func() *holdfastv1.Unit {
@@ -322,6 +325,32 @@ func TestUnitRules(t *testing.T) {
 				t.Fatalf("audit records %v, want %v", kinds, tc.audits)
 			}
 		})
+	}
+}
+
+// The webhook's record names the requester and the controller's names what
+// it did; both carry the person's holdfast.io/request-id so they join.
+func TestAuditRecordsCarryTheRequestID(t *testing.T) {
+	o := testOptions()
+	o.FailoverGroups = []string{"system:masters"}
+	nodes := unitFacts{Nodes: []corev1.Node{readyNode("edge-1", true, map[string]string{"dev": "kiln-1"}), readyNode("edge-2", true, nil)}}
+	old := unitBound(holdfastv1.Failover, holdfastv1.LeaseHeld)
+	u := old.DeepCopy()
+	u.Annotations = map[string]string{
+		holdfastv1.AnnotationFailoverTo:            "edge-2",
+		holdfastv1.AnnotationFailoverConfirmFenced: "breaker off",
+		holdfastv1.AnnotationRestart:               "2026-11-29T20:15:00Z",
+		holdfastv1.AnnotationRequestID:             "req-7f3a",
+	}
+	v, audits := checkUnit(o, admin, old, u, nodes)
+	expect(t, v)
+	if len(audits) != 3 {
+		t.Fatalf("audit records %+v, want a fence confirmation, a failover and a restart", audits)
+	}
+	for _, a := range audits {
+		if a.Request != "req-7f3a" {
+			t.Errorf("%s record carries request %q, want the unit's holdfast.io/request-id req-7f3a", a.Audit, a.Request)
+		}
 	}
 }
 

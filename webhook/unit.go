@@ -159,8 +159,14 @@ func checkUnit(o *Options, r requester, old, u *holdfastv1.Unit, f unitFacts) (v
 			v.invalidf(field.Invalid(p, u.Annotations[holdfastv1.AnnotationRestart], "must be an RFC 3339 time, e.g. 2026-11-29T20:15:00Z"))
 		}
 	}
+	if c.restart && !isController {
+		audits = append(audits, AuditRecord{Audit: AuditRestart, Object: ref, Reason: u.Annotations[holdfastv1.AnnotationRestart]})
+	}
 	if !v.allowed() {
 		return v, nil
+	}
+	for i := range audits {
+		audits[i].Request = u.Annotations[holdfastv1.AnnotationRequestID]
 	}
 	return v, audits
 }

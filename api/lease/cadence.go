@@ -16,14 +16,16 @@ const (
 
 // RenewInterval is how long a grantor waits before its next renewal attempt
 // (DESIGN §3 L2). anchorAge is the age of the anchor the runtime holds: the
-// acknowledged renewal whose age the last acknowledged grant carried, one
-// renewal older than the grantor's own last success (L1). The runtime's
-// deadline is that anchor plus the duration, so the cadence is measured
-// against it: a sixth of the lease, but never more than half of what is
-// left of the anchor, so the next attempt and the one after it land inside
-// the runtime's deadline and one refused POST never fences a healthy
-// runtime. The rule is the same as controller/grantor's RenewInterval
-// (the two are to become one at merge).
+// acknowledged reply whose Anchor and age the last acknowledged grant
+// carried, one renewal older than the grantor's own last success (L1). The
+// grantor dates it at its receipt of that reply; the runtime's own anchor
+// instant is a little earlier (the reply's transit back), never later. The
+// runtime's deadline is that anchor plus the duration, so the cadence is
+// measured against it: a sixth of the lease, but never more than half of
+// what is left of the anchor, so the next attempt and the one after it land
+// inside the runtime's deadline and one refused POST never fences a healthy
+// runtime. This is the one cadence: controller/grantor and runtime/leasetest
+// both call it.
 func RenewInterval(duration, anchorAge time.Duration) time.Duration {
 	cadence := duration / CadenceDivisor
 	if anchorAge < 0 {

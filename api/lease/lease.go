@@ -5,6 +5,24 @@
 // runtime answers 200 with a Reply, 409 with a Conflict for an epoch that is
 // not its own, and 400 with an Error for a malformed grant. GET on Path
 // answers a Status, which the node plugin's watchdog reads.
+//
+// One anchor (L1, as amended): every Reply carries an Anchor, a token the
+// runtime issues naming the instant on its own monotonic clock at which it
+// took the grant. The grantor keeps the Anchor of the last reply it saw
+// acknowledged and sends it back, beside that reply's age (AckAgeMillis),
+// in every later grant. The runtime dates its lease from the earlier of the
+// two:
+//
+//	deadline = min(arrival - ackAge, anchor) + duration
+//
+// The anchor instant comes before the grantor received that reply, which is
+// the grantor's lastAck, so the runtime's deadline is never later than the
+// grantor's Expired (lastAck + duration) however long the grant took to
+// arrive: a grant that sat in the socket of a stopped runtime buys it
+// nothing. A grant without both (the first at a binding, or one whose anchor
+// this runtime did not issue, e.g. from its previous life) extends nothing
+// and is answered with a fresh Anchor; the grantor follows such a reply at
+// once with a grant carrying it.
 package lease
 
 import (
@@ -31,6 +49,11 @@ type Grant struct {
 	// there is none: such a grant extends nothing (L1), and the grantor
 	// follows its first acknowledged renewal at once with a second.
 	AckAgeMillis *int64 `json:"ackAgeMillis,omitempty"`
+	// Anchor is the Anchor of the last reply the grantor saw acknowledged at
+	// this binding: the reply whose age AckAgeMillis is. Absent when there
+	// is none. A grant extends the lease only when it carries both, and the
+	// Anchor was issued by the runtime receiving it (L1).
+	Anchor Anchor `json:"anchor,omitempty"`
 	// Grantor names the granting process (pod name), for the runtime's log.
 	Grantor string `json:"grantor"`
 	// Seq increases with every grant a grantor sends.
@@ -66,11 +89,24 @@ func (g *Grant) Validate() field.ErrorList {
 	if g.AckAgeMillis != nil && *g.AckAgeMillis < 0 {
 		errs = append(errs, field.Invalid(field.NewPath("ackAgeMillis"), *g.AckAgeMillis, "must not be negative"))
 	}
+	if len(g.Anchor) > MaxAnchorLength {
+		errs = append(errs, field.TooLong(field.NewPath("anchor"), "", MaxAnchorLength))
+	}
 	if g.Grantor == "" {
 		errs = append(errs, field.Required(field.NewPath("grantor"), "must name the grantor"))
 	}
 	return errs
 }
+
+// Anchor names one instant on one runtime's monotonic clock: the instant at
+// which that runtime took a grant. The runtime issues one in every Reply and
+// accepts back only the ones it issued itself in its current life; to the
+// grantor it is opaque, to be echoed, never made or compared by value.
+type Anchor string
+
+// MaxAnchorLength bounds an Anchor on the wire; the runtime's are 43
+// characters.
+const MaxAnchorLength = 128
 
 // State is the runtime's own view of its lease.
 type State string
@@ -97,6 +133,10 @@ type Reply struct {
 	State       State                         `json:"state"`
 	Fenced      bool                          `json:"fenced"`
 	Incarnation holdfastv1.RuntimeIncarnation `json:"incarnation"`
+	// Anchor names the instant the runtime took this grant. The grantor
+	// sends it back in later grants (Grant.Anchor) while this reply is its
+	// last acknowledged one.
+	Anchor Anchor `json:"anchor,omitempty"`
 }
 
 // Conflict answers a grant for an epoch that is not the runtime's (409).

@@ -8,7 +8,8 @@ import (
 func ptr[T any](v T) *T { return &v }
 
 func TestGrantValidateNamesEveryFieldAndReason(t *testing.T) {
-	valid := Grant{Unit: "plant/kiln-1", Epoch: 3, DurationMillis: 30000, AckAgeMillis: ptr(int64(5000)), Grantor: "holdfast-controller-0", Seq: 9}
+	valid := Grant{Unit: "plant/kiln-1", Epoch: 3, DurationMillis: 30000, AckAgeMillis: ptr(int64(5000)), Anchor: "opaque-token",
+		Grantor: "holdfast-controller-0", Seq: 9}
 	if errs := valid.Validate(); len(errs) != 0 {
 		t.Fatalf("a valid grant was refused: %v", errs)
 	}
@@ -34,6 +35,12 @@ func TestGrantValidateNamesEveryFieldAndReason(t *testing.T) {
 	}
 	if len(errs) != 5 {
 		t.Errorf("Validate() returned %d errors, want every one of 5: %v", len(errs), errs)
+	}
+
+	longAnchor := valid
+	longAnchor.Anchor = Anchor(strings.Repeat("a", MaxAnchorLength+1))
+	if errs := longAnchor.Validate(); len(errs) != 1 || errs[0].Field != "anchor" || !strings.Contains(errs[0].Error(), "128") {
+		t.Errorf("an anchor longer than %d must be refused on anchor: %v", MaxAnchorLength, errs)
 	}
 
 	long := valid

@@ -68,7 +68,7 @@ func TestValidUnitIsAcceptedDefaultedAndPrinted(t *testing.T) {
 	a := u.Spec.Availability
 	if a.LeaseDurationSeconds != 30 || a.RuntimeStartupGraceSeconds != 120 || a.Colocation != holdfastv1.ColocationWarn ||
 		a.RebindMarginSeconds != nil || u.Spec.Runtime.HealthPort != 9440 || u.Spec.Runtime.LeasePort != 9443 ||
-		u.Spec.Runtime.ImagePullPolicy != "IfNotPresent" {
+		u.Spec.Runtime.MetricsPort != 9441 || u.Spec.Runtime.ImagePullPolicy != "IfNotPresent" {
 		t.Fatalf("defaults not applied as DESIGN §2 says: %+v runtime %+v", a, u.Spec.Runtime)
 	}
 	if got := a.RebindMargin(); got != 20*time.Second {
@@ -227,6 +227,16 @@ func TestInvalidObjectsAreRefusedWithTheRulesMessage(t *testing.T) {
 		name:     "failover with no targets",
 		manifest: unitManifest("no-targets", ns, "    mode: Failover"),
 		wantErr:  []string{"spec.availability.targets", "must name at least one node or a selector when mode is Failover"},
+	}, {
+		name: "metrics port on the lease port",
+		manifest: fmt.Sprintf(`apiVersion: holdfast.io/v1alpha1
+kind: Unit
+metadata: {name: ports-clash, namespace: %s}
+spec:
+  runtime: {image: holdfast.local/unit-runtime:dev, metricsPort: 9443}
+  nodeSelector: {holdfast.io/device: kiln-1}
+`, ns),
+		wantErr: []string{"spec.runtime.metricsPort", "metricsPort must differ from healthPort and leasePort"},
 	}, {
 		name: "voter policy not named default",
 		manifest: `apiVersion: holdfast.io/v1alpha1

@@ -43,7 +43,19 @@ const (
 	AnnotationTombstone = "holdfast.io/tombstone"
 	// AnnotationFitness carries the node's fitness probe results.
 	AnnotationFitness = "holdfast.io/fitness"
+	// AnnotationEtcdPeerURL is the peer URL the node's etcd member listens
+	// on once promoted (set by whoever provisions the server unit). Without
+	// it the voter controller uses https://<InternalIP>:2380.
+	AnnotationEtcdPeerURL = "holdfast.io/etcd-peer-url"
 )
+
+// TaintVoterSwap marks, with the swap ID as its value (effect NoSchedule), a
+// node the voter controller cordoned for a swap: it uncordons only the nodes
+// that carry it.
+const TaintVoterSwap = "holdfast.io/voter-swap"
+
+// LabelVoterSwap on a voter-candidate pod names the VoterSwap it places.
+const LabelVoterSwap = "holdfast.io/voter-swap"
 
 // Role steps, the values of AnnotationRoleStep.
 const (

@@ -16,6 +16,7 @@ const (
 	RuntimeEnvLeaseDuration = "HOLDFAST_LEASE_DURATION"    // spec.availability.leaseDurationSeconds, as a Go duration ("30s")
 	RuntimeEnvLeasePort     = "HOLDFAST_LEASE_PORT"        // spec.runtime.leasePort
 	RuntimeEnvHealthPort    = "HOLDFAST_HEALTH_PORT"       // spec.runtime.healthPort
+	RuntimeEnvMetricsPort   = "HOLDFAST_METRICS_PORT"      // spec.runtime.metricsPort
 	// RuntimeEnvStateDir is where the pod mounts a volume that lives as long
 	// as the pod (an emptyDir): the state file a restart in place restores,
 	// and the start count that gives the incarnation its restart count.

@@ -109,6 +109,7 @@ type UnitSpec struct {
 
 // UnitRuntime describes the runtime pod holdfast creates for each binding.
 // +kubebuilder:validation:XValidation:rule="self.healthPort != self.leasePort",message="healthPort and leasePort must differ",fieldPath=".leasePort"
+// +kubebuilder:validation:XValidation:rule="!has(self.metricsPort) || (self.metricsPort != self.healthPort && self.metricsPort != self.leasePort)",message="metricsPort must differ from healthPort and leasePort",fieldPath=".metricsPort"
 type UnitRuntime struct {
 	// image is the unit runtime's container image.
 	// +required
@@ -150,6 +151,15 @@ type UnitRuntime struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=65535
 	LeasePort int32 `json:"leasePort,omitempty"`
+
+	// metricsPort serves the runtime's Prometheus /metrics. Like the other
+	// two it is a host port: runtimes sharing a node need distinct ports,
+	// and the scheduler refuses a node where the port is taken.
+	// +optional
+	// +kubebuilder:default=9441
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	MetricsPort int32 `json:"metricsPort,omitempty"`
 }
 
 // Availability is the unit's availability policy (DESIGN §3).

@@ -164,6 +164,10 @@ type VoterPolicyStatus struct {
 	// leader is the node of the etcd leader.
 	// +optional
 	Leader string `json:"leader,omitempty"`
+	// clusterID is the etcd cluster ID (hex) the members report. A node
+	// whose tombstone names this cluster never becomes a candidate again.
+	// +optional
+	ClusterID string `json:"clusterID,omitempty"`
 	// evenSince is when the voter count became even; unset while odd.
 	// +optional
 	EvenSince *metav1.Time `json:"evenSince,omitempty"`

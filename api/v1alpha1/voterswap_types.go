@@ -138,6 +138,11 @@ type VoterSwapStatus struct {
 	// phase is where the swap stands.
 	// +optional
 	Phase SwapPhase `json:"phase,omitempty"`
+	// outcome is the terminal phase the swap finishes into once its Release
+	// step is done (Succeeded, RolledBack, Abandoned or Refused); set when
+	// the swap enters Release, so a restarted controller finishes it alike.
+	// +optional
+	Outcome SwapPhase `json:"outcome,omitempty"`
 	// snapshot taken and verified before any membership change.
 	// +optional
 	Snapshot *SnapshotRecord `json:"snapshot,omitempty"`

@@ -1,6 +1,7 @@
 // Command holdfast-controller is holdfast's leader-elected control plane.
 // --role=units runs the control lease grantor and the unit availability
-// controller; --help documents every flag with its default and the
+// controller; --role=voters runs the etcd voter swap controller, on its own
+// election; --help documents every flag with its default and the
 // inequality it takes part in.
 package main
 

@@ -2,6 +2,14 @@
 // one renewal loop per Failover runtime with an address, POSTing grants to
 // the runtime's lease endpoint at the L2 cadence and recording what came back.
 //
+// Each grant carries the age of the last acknowledgement and echoes the
+// anchor that acknowledgement brought (L1, as amended): the runtime dates
+// its lease from the earlier of the two, and its anchor was read on its own
+// clock before its reply left, so its deadline is never later than this
+// grantor's Expired (LastAck + duration), however long a grant sat in the
+// socket of a stopped runtime. The bookkeeping is Book, which the runtime's
+// tests drive too.
+//
 // The loops never write to the apiserver. A grant of liveness travels to a
 // pod IP, so the loops outlive the manager when leadership is lost without
 // being asked (the stand-down, controller/leadership); what they observed is
@@ -65,28 +73,14 @@ type Observation struct {
 	Target Target
 	// Started is when this process began renewing at this binding.
 	Started time.Time
-	// LastAck is when the last acknowledgement arrived; zero if none.
-	LastAck time.Time
-	// Acks counts acknowledgements at this binding.
-	Acks int64
-	// Incarnation is the one the last acknowledgement named.
-	Incarnation holdfastv1.RuntimeIncarnation
-	// RuntimeState and Fenced are what the last acknowledgement said.
-	RuntimeState lease.State
-	Fenced       bool
-	// Anchor is the acknowledgement whose age the last accepted grant
-	// carried: the runtime's deadline is Anchor + duration. Zero while the
-	// runtime holds none from this process.
-	Anchor time.Time
+	// Book is the protocol's record: the last acknowledgement, what it
+	// said, and the anchor the runtime holds.
+	Book
 	// LastAttempt is the last completed attempt; zero At if none.
 	LastAttempt Attempt
 	// Attempts counts completed attempts.
 	Attempts int64
 }
-
-// Acked reports whether this process has seen an acknowledgement at this
-// binding.
-func (o *Observation) Acked() bool { return !o.LastAck.IsZero() }
 
 // Options configure a Grantor.
 type Options struct {
@@ -342,42 +336,20 @@ func (l *loop) nextWait() time.Duration {
 	now := l.g.opts.Clock.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	d := l.obs.Target.Duration
-	switch {
-	case l.obs.Acked() && l.obs.Anchor.IsZero():
-		// The first acknowledgement granted nothing (L1): follow it at
-		// once with a grant that carries its age.
-		return 0
-	case l.obs.Anchor.IsZero():
-		return StartupInterval(d)
-	default:
-		return lease.RenewInterval(d, now.Sub(l.obs.Anchor))
-	}
+	return l.obs.NextWait(l.obs.Target.Duration, now)
 }
 
 // attempt sends one grant and records what came back. It reports whether the
 // reconciler must be told.
 func (l *loop) attempt(ctx context.Context) bool {
 	clk := l.g.opts.Clock
+	grant := lease.Grant{Grantor: l.g.opts.Name, Seq: l.g.seq.Add(1)}
 	l.mu.Lock()
 	t := l.obs.Target
-	lastAck := l.obs.LastAck
+	grant.Unit, grant.Epoch, grant.DurationMillis = t.Unit.String(), t.Epoch, t.Duration.Milliseconds()
+	sent := l.obs.Stamp(&grant, clk.Now())
 	l.mu.Unlock()
 
-	grant := lease.Grant{
-		Unit:           t.Unit.String(),
-		Epoch:          t.Epoch,
-		DurationMillis: t.Duration.Milliseconds(),
-		Grantor:        l.g.opts.Name,
-		Seq:            l.g.seq.Add(1),
-	}
-	if !lastAck.IsZero() {
-		// Rounded up: the runtime dates its lease from this age, and an
-		// older anchor only fences it earlier.
-		age := clk.Since(lastAck)
-		ms := int64((age + time.Millisecond - 1) / time.Millisecond)
-		grant.AckAgeMillis = &ms
-	}
 	reply, outcome, msg := l.post(ctx, t, &grant)
 	if ctx.Err() != nil {
 		// Paused or stopped mid-flight: the attempt is not an observation.
@@ -393,13 +365,7 @@ func (l *loop) attempt(ctx context.Context) bool {
 	l.obs.LastAttempt = Attempt{At: now, Outcome: outcome, Message: msg}
 	l.obs.Attempts++
 	if outcome == Acknowledged {
-		firstAck = !l.obs.Acked()
-		l.obs.LastAck = now
-		l.obs.Acks++
-		l.obs.Anchor = lastAck // zero when the grant carried no age
-		l.obs.Incarnation = reply.Incarnation
-		l.obs.RuntimeState = reply.State
-		l.obs.Fenced = reply.Fenced
+		firstAck = l.obs.Acknowledged(sent, reply, now)
 	}
 	if outcome != prev {
 		klog.V(2).InfoS("Lease renewal outcome changed", "unit", t.Unit, "epoch", t.Epoch, "outcome", outcome, "message", msg)

@@ -2,6 +2,7 @@ package grantor
 
 import (
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -23,11 +24,12 @@ import (
 // runtime is exercised by the integration tests; these pin the loop's
 // arithmetic with a clock the test steps.
 type endpoint struct {
-	mu     sync.Mutex
-	epoch  int64
-	refuse bool
-	grants []lease.Grant
-	srv    *httptest.Server
+	mu       sync.Mutex
+	epoch    int64
+	refuse   bool
+	restarts int32
+	grants   []lease.Grant
+	srv      *httptest.Server
 }
 
 func newEndpoint(t *testing.T, epoch int64) *endpoint {
@@ -49,12 +51,23 @@ func newEndpoint(t *testing.T, epoch int64) *endpoint {
 			w.WriteHeader(http.StatusConflict)
 			_ = json.NewEncoder(w).Encode(lease.Conflict{Message: "not my epoch", RuntimeEpoch: e.epoch, GrantEpoch: g.Epoch})
 		default:
+			// The anchor is opaque to the grantor: any token will do, and
+			// each names the grant it answers.
 			_ = json.NewEncoder(w).Encode(lease.Reply{Epoch: e.epoch, State: lease.Held,
-				Incarnation: holdfastv1.RuntimeIncarnation{PodUID: "uid-1", RestartCount: 0}})
+				Incarnation: holdfastv1.RuntimeIncarnation{PodUID: "uid-1", RestartCount: e.restarts},
+				Anchor:      anchorOf(len(e.grants))})
 		}
 	}))
 	t.Cleanup(e.srv.Close)
 	return e
+}
+
+func anchorOf(n int) lease.Anchor { return lease.Anchor(fmt.Sprintf("anchor-%d", n)) }
+
+func (e *endpoint) restart() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.restarts++
 }
 
 func (e *endpoint) addr() string { return e.srv.Listener.Addr().String() }
@@ -100,11 +113,12 @@ func TestTheFirstAcknowledgementIsFollowedAtOnceByAGrantCarryingItsAge(t *testin
 
 	settle(t, clk, e, 2)
 	grants := e.received()
-	if grants[0].AckAgeMillis != nil {
-		t.Fatalf("the first grant at a binding has no acknowledged renewal behind it, yet carries ackAgeMillis %d", *grants[0].AckAgeMillis)
+	if grants[0].AckAgeMillis != nil || grants[0].Anchor != "" {
+		t.Fatalf("the first grant at a binding has no acknowledged renewal behind it, yet carries ackAgeMillis %v anchor %q", grants[0].AckAgeMillis, grants[0].Anchor)
 	}
-	if grants[1].AckAgeMillis == nil || *grants[1].AckAgeMillis != 0 {
-		t.Fatalf("the second grant must follow at once carrying the first acknowledgement's age (0ms on a stopped clock), got %v", grants[1].AckAgeMillis)
+	if grants[1].AckAgeMillis == nil || *grants[1].AckAgeMillis != 0 || grants[1].Anchor != anchorOf(1) {
+		t.Fatalf("the second grant must follow at once carrying the first acknowledgement's age (0ms on a stopped clock) and anchor %q, got %v %q",
+			anchorOf(1), grants[1].AckAgeMillis, grants[1].Anchor)
 	}
 	for _, gr := range grants {
 		if gr.Unit != "plant/kiln-1" || gr.Epoch != 3 || gr.DurationMillis != 30000 || gr.Grantor != "ctl-0" {
@@ -133,8 +147,8 @@ func TestGrantsCarryTheAgeOfTheLastAcknowledgedRenewalAtTheCadence(t *testing.T)
 		clk.Step(5 * time.Second)
 		settle(t, clk, e, i)
 		gr := e.received()[i-1]
-		if gr.AckAgeMillis == nil || *gr.AckAgeMillis != 5000 {
-			t.Fatalf("grant %d carries %v, want the 5000ms since the last acknowledgement", i, gr.AckAgeMillis)
+		if gr.AckAgeMillis == nil || *gr.AckAgeMillis != 5000 || gr.Anchor != anchorOf(i-1) {
+			t.Fatalf("grant %d carries %v and %q, want the 5000ms since the last acknowledgement and its anchor %q", i, gr.AckAgeMillis, gr.Anchor, anchorOf(i-1))
 		}
 	}
 	if clk.HasWaiters() {
@@ -176,8 +190,8 @@ func TestOneRefusedRenewalIsRetriedInsideTheRuntimesAnchor(t *testing.T) {
 		t.Fatalf("the retry after one refused POST went out at %v, not before the runtime's deadline %v", at, runtimeDeadline)
 	}
 	gr := e.received()[4]
-	if gr.AckAgeMillis == nil || *gr.AckAgeMillis != 10000 {
-		t.Fatalf("the retry must carry the age of the last acknowledgement (10s), got %v", gr.AckAgeMillis)
+	if gr.AckAgeMillis == nil || *gr.AckAgeMillis != 10000 || gr.Anchor != anchorOf(3) {
+		t.Fatalf("the retry must carry the age (10s) and anchor %q of the last acknowledgement, got %v %q", anchorOf(3), gr.AckAgeMillis, gr.Anchor)
 	}
 	obs, _ = g.Observe(unit)
 	if obs.LastAttempt.Outcome != Acknowledged {
@@ -186,6 +200,38 @@ func TestOneRefusedRenewalIsRetriedInsideTheRuntimesAnchor(t *testing.T) {
 	// Told of the first acknowledgement, the refusal and the recovery.
 	if n := len(notified); n < 3 {
 		t.Fatalf("the reconciler was told %d times, want at least 3", n)
+	}
+}
+
+// L1: a reply naming a new incarnation means the anchor the grant carried
+// was its predecessor's and extended nothing; the grantor sends the new
+// incarnation's anchor back at once rather than an interval later.
+func TestANewIncarnationIsFollowedAtOnceByAGrantCarryingItsAnchor(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	e := newEndpoint(t, 1)
+	g := New(Options{Name: "ctl-0", Clock: clk})
+	defer g.StopAll()
+	g.Ensure(Target{Unit: unit, Epoch: 1, Address: e.addr(), Duration: 30 * time.Second})
+	settle(t, clk, e, 2)
+	clk.Step(5 * time.Second)
+	settle(t, clk, e, 3)
+
+	e.restart() // the runtime restarts in place between grants 3 and 4
+	clk.Step(5 * time.Second)
+	settle(t, clk, e, 5)
+	obs, _ := g.Observe(unit)
+	if obs.Incarnation.RestartCount != 1 || !obs.Anchor.Equal(time.Unix(1010, 0)) {
+		t.Fatalf("after the new incarnation's anchor went back: %+v", obs.Book)
+	}
+	gr := e.received()[4]
+	if gr.Anchor != anchorOf(4) || gr.AckAgeMillis == nil || *gr.AckAgeMillis != 0 {
+		t.Fatalf("grant 5 carries %v %q, want at once the new incarnation's anchor %q", gr.AckAgeMillis, gr.Anchor, anchorOf(4))
+	}
+	// Then the cadence again: nothing more until 5s have passed.
+	clk.Step(4900 * time.Millisecond)
+	time.Sleep(20 * time.Millisecond)
+	if n := len(e.received()); n != 5 {
+		t.Fatalf("%d grants, want 5 before the cadence", n)
 	}
 }
 
@@ -244,8 +290,8 @@ func TestPauseReturnsOnlyWhenNoAttemptIsInFlightAndEnsureResumesTheObservation(t
 		t.Fatalf("Ensure at the same epoch must resume the observation: %+v", obs)
 	}
 	// The grant after the pause carries the true age of the last ack.
-	if gr := e.received()[2]; gr.AckAgeMillis == nil || *gr.AckAgeMillis != 60000 {
-		t.Fatalf("grant after the pause carries %v, want 60000", gr.AckAgeMillis)
+	if gr := e.received()[2]; gr.AckAgeMillis == nil || *gr.AckAgeMillis != 60000 || gr.Anchor != anchorOf(2) {
+		t.Fatalf("grant after the pause carries %v %q, want 60000 and %q", gr.AckAgeMillis, gr.Anchor, anchorOf(2))
 	}
 
 	// A new epoch drops the old observation.

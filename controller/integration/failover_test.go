@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
+	leaseapi "github.com/holdfast-io/holdfast/api/lease"
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/controller/units"
 	"github.com/holdfast-io/holdfast/test/devicesim"
@@ -190,8 +191,18 @@ func primaryLoss(t *testing.T, sig syscall.Signal, wantAttempt holdfastv1.Renewa
 	p.waitEvents([]string{units.EventLeaseEstablished, units.EventLeaseExpired, units.EventHold, units.EventRebound, units.EventLeaseReestablished})
 
 	if sig == syscall.SIGSTOP {
-		// The frozen runtime wakes past its deadline and the hold: it is
-		// fenced by its own clock and writes nothing.
+		// The frozen runtime wakes long past its deadline and the hold,
+		// with every grant the grantor POSTed while it was stopped waiting
+		// in its socket (the attempts timed out: LastAttempt Unreachable
+		// above). It reads them at once on waking; they carry the anchor
+		// of the last reply it sent before it stopped, so none extends it
+		// (L1 as amended): it is fenced by its own clock, stays fenced and
+		// writes nothing.
+		// The grantor's attempts were taken into the socket and timed
+		// out (a refused connection would not queue anything).
+		if !strings.HasPrefix(b.Expiry.Message, "no answer within") {
+			t.Fatalf("the last attempt at the stopped runtime: %q, want a POST that got no answer", b.Expiry.Message)
+		}
 		if err := old.signal(syscall.SIGCONT); err != nil {
 			t.Fatal(err)
 		}
@@ -200,20 +211,64 @@ func primaryLoss(t *testing.T, sig syscall.Signal, wantAttempt holdfastv1.Renewa
 				t.Logf("the woken runtime's log:\n%s", old.log())
 			}
 		})
-		eventually(t, 10*time.Second, "the woken runtime reporting itself fenced", func() (bool, string) {
-			st, err := old.leaseStatus()
-			return err == nil && st.Fenced && st.Epoch == 1, fmt.Sprintf("%+v %v", st, err)
+		var st leaseapi.Status
+		eventually(t, 10*time.Second, "the woken runtime to answer", func() (bool, string) {
+			var err error
+			st, err = old.leaseStatus()
+			return err == nil, fmt.Sprint(err)
 		})
-		time.Sleep(2 * time.Second) // scans of the woken runtime, if it wrote
+		woke := time.Now()
+		// Well past the instant it read the grants from its socket, and
+		// fifteen scans at 200ms.
+		for {
+			if !st.Fenced || st.State != leaseapi.Fenced || st.Epoch != 1 {
+				rem := "none"
+				if st.RemainingMillis != nil {
+					rem = fmt.Sprintf("%dms", *st.RemainingMillis)
+				}
+				t.Fatalf("%v after SIGCONT the woken runtime reports %s (fenced %v, epoch %d, %s to its deadline, last grant %s/%d), want Fenced at epoch 1",
+					time.Since(woke).Round(time.Millisecond), st.State, st.Fenced, st.Epoch, rem, st.LastGrantor, st.LastSeq)
+			}
+			if time.Since(woke) > 3*time.Second {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+			var err error
+			if st, err = old.leaseStatus(); err != nil {
+				t.Fatalf("the woken runtime stopped answering: %v", err)
+			}
+		}
+		// The device's own log: no write of epoch 1, accepted or refused,
+		// after epoch 2's first.
+		log := p.dev.Writes()
+		first, ok := time.Time{}, false
+		for _, w := range log {
+			if w.Epoch == 2 && w.Accepted {
+				first, ok = w.Time, true
+				break
+			}
+		}
+		if !ok {
+			t.Fatalf("no accepted write at epoch 2 in the device's log")
+		}
+		for _, w := range log {
+			if w.Epoch == 1 && w.Time.After(first) {
+				t.Fatalf("the device saw a write of epoch 1 at %s (accepted %v), after epoch 2's first at %s: %+v",
+					w.Time.Format(time.RFC3339Nano), w.Accepted, first.Format(time.RFC3339Nano), w)
+			}
+		}
 	}
 	p.checkOneWriter(1, 2)
 }
 
 // TestSIGSTOPOfThePrimaryRuntimeFailsOverAfterTheMargin: the primary's real
-// runtime is frozen (its handler accepts connections and answers nothing):
-// Expired (SelfFenced, Unreachable), the Hold, the re-bind with epoch 2
-// after the margin, the standby's runtime takes the lease, and the device's
-// log shows one writer at a time, including after the frozen one wakes.
+// runtime is frozen (the kernel takes the grantor's connections and POSTs
+// into its socket, and nothing answers): Expired (SelfFenced, Unreachable),
+// the Hold, the re-bind with epoch 2 after the margin, the standby's
+// runtime takes the lease; then the frozen one wakes, reads every grant
+// queued in its socket, and is Fenced and stays Fenced (L1: the grants
+// carry its own anchor from before the stall). The device's log shows one
+// writer at a time, and no write of epoch 1 after epoch 2's first.
 func TestSIGSTOPOfThePrimaryRuntimeFailsOverAfterTheMargin(t *testing.T) {
 	t.Parallel()
 	primaryLoss(t, syscall.SIGSTOP, holdfastv1.RenewalUnreachable)

@@ -37,7 +37,7 @@ func failoverUnit() *holdfastv1.Unit {
 	return &holdfastv1.Unit{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "plant", Name: "kiln-1", UID: "unit-uid"},
 		Spec: holdfastv1.UnitSpec{
-			Runtime:      holdfastv1.UnitRuntime{Image: "unit-runtime:dev", HealthPort: 9440, LeasePort: 9443},
+			Runtime:      holdfastv1.UnitRuntime{Image: "unit-runtime:dev", HealthPort: 9440, LeasePort: 9443, MetricsPort: 9441},
 			NodeSelector: map[string]string{"holdfast.io/device": "kiln-1"},
 			Availability: holdfastv1.Availability{
 				Mode: holdfastv1.Failover, LeaseDurationSeconds: 30, RuntimeStartupGraceSeconds: 120,

@@ -66,6 +66,16 @@ func RuntimePod(u *holdfastv1.Unit, epoch int64, p Placement) *corev1.Pod {
 		{Name: holdfastv1.RuntimeEnvHealthPort, Value: strconv.Itoa(int(rt.HealthPort))},
 		{Name: holdfastv1.RuntimeEnvStateDir, Value: StateDir},
 	}
+	ports := []corev1.ContainerPort{
+		{Name: "health", ContainerPort: rt.HealthPort, HostPort: rt.HealthPort, Protocol: corev1.ProtocolTCP},
+		{Name: "lease", ContainerPort: rt.LeasePort, HostPort: rt.LeasePort, Protocol: corev1.ProtocolTCP},
+	}
+	// A Unit stored before metricsPort existed has none: the runtime then
+	// keeps its own default, as it did.
+	if rt.MetricsPort != 0 {
+		env = append(env, corev1.EnvVar{Name: holdfastv1.RuntimeEnvMetricsPort, Value: strconv.Itoa(int(rt.MetricsPort))})
+		ports = append(ports, corev1.ContainerPort{Name: "metrics", ContainerPort: rt.MetricsPort, HostPort: rt.MetricsPort, Protocol: corev1.ProtocolTCP})
+	}
 	env = append(env, rt.Env...)
 
 	pod := &corev1.Pod{
@@ -108,10 +118,7 @@ func RuntimePod(u *holdfastv1.Unit, epoch int64, p Placement) *corev1.Pod {
 				Env:             env,
 				Resources:       rt.Resources,
 				VolumeMounts:    []corev1.VolumeMount{{Name: stateVolume, MountPath: StateDir}},
-				Ports: []corev1.ContainerPort{
-					{Name: "health", ContainerPort: rt.HealthPort, HostPort: rt.HealthPort, Protocol: corev1.ProtocolTCP},
-					{Name: "lease", ContainerPort: rt.LeasePort, HostPort: rt.LeasePort, Protocol: corev1.ProtocolTCP},
-				},
+				Ports:           ports,
 				// L9: readiness answers to the lease and the drivers,
 				// liveness only to a stalled scan. A fenced runtime is
 				// not ready and is alive.

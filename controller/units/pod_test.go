@@ -72,6 +72,22 @@ func TestTheRuntimePodNeverNamesANodeAndCarriesItsBinding(t *testing.T) {
 		env[holdfastv1.RuntimeEnvStateDir].Value != StateDir || env["PLANT"].Value != "north" {
 		t.Errorf("env %+v", env)
 	}
+	// hostNetwork: every port the runtime listens on is a declared host
+	// port, so two runtimes on one node never collide and the scheduler
+	// refuses a node where one is taken.
+	if env[holdfastv1.RuntimeEnvMetricsPort].Value != "9441" {
+		t.Errorf("the metrics port comes from spec.runtime.metricsPort: %+v", env[holdfastv1.RuntimeEnvMetricsPort])
+	}
+	hostPorts := map[string]int32{}
+	for _, p := range first.Spec.Containers[0].Ports {
+		if p.HostPort != p.ContainerPort {
+			t.Errorf("port %s: hostPort %d must equal containerPort %d on the host network", p.Name, p.HostPort, p.ContainerPort)
+		}
+		hostPorts[p.Name] = p.HostPort
+	}
+	if hostPorts["health"] != 9440 || hostPorts["lease"] != 9443 || hostPorts["metrics"] != 9441 {
+		t.Errorf("host ports %v, want health 9440, lease 9443, metrics 9441", hostPorts)
+	}
 	if v := first.Spec.Volumes; len(v) != 1 || v[0].EmptyDir == nil || first.Spec.Containers[0].VolumeMounts[0].MountPath != StateDir {
 		t.Errorf("the state directory is an emptyDir that lives as long as the pod: %+v", v)
 	}

@@ -115,7 +115,7 @@ func NewFlagSet(o *Options) *flag.FlagSet {
 	fs.StringVar(&o.BindAddress, "bind-address", "", "address the lease, health and metrics endpoints listen on; empty means every interface")
 	fs.IntVar(&o.LeasePort, "lease-port", envParse(o, "lease-port", holdfastv1.RuntimeEnvLeasePort, 9443, strconv.Atoi), "port of the control lease endpoint (POST/GET /v1/lease; the Unit's spec.runtime.leasePort) (env "+holdfastv1.RuntimeEnvLeasePort+")")
 	fs.IntVar(&o.HealthPort, "health-port", envParse(o, "health-port", holdfastv1.RuntimeEnvHealthPort, 9440, strconv.Atoi), "port of the gRPC health server with the services "+holdfastv1.HealthServiceReadiness+" and "+holdfastv1.HealthServiceLiveness+" (the Unit's spec.runtime.healthPort) (env "+holdfastv1.RuntimeEnvHealthPort+")")
-	fs.IntVar(&o.MetricsPort, "metrics-port", 9441, "port of the Prometheus /metrics endpoint; 0 disables it")
+	fs.IntVar(&o.MetricsPort, "metrics-port", envParse(o, "metrics-port", holdfastv1.RuntimeEnvMetricsPort, 9441, strconv.Atoi), "port of the Prometheus /metrics endpoint; 0 disables it (the Unit's spec.runtime.metricsPort) (env "+holdfastv1.RuntimeEnvMetricsPort+")")
 	fs.StringVar(&o.TLSCertFile, "tls-cert-file", "", "certificate for the lease endpoint; with --tls-key-file the endpoint serves HTTPS and HTTP/2, otherwise HTTP/1.1 and h2c")
 	fs.StringVar(&o.TLSKeyFile, "tls-key-file", "", "private key of --tls-cert-file")
 	fs.Var(&o.Devices, "device", "a field device, NAME=URL, repeatable: modbus://HOST:PORT[?unit=1&timeout=5s&epochRegister=N|none&probe=N] (Modbus TCP; epochRegister is the device's owner-epoch block, which carries the epoch on every write) or sim://[?connectDelay=300ms] (in-process simulation)")

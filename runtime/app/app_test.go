@@ -128,7 +128,7 @@ func TestTheRuntimePodsEnvironmentIsTheDefault(t *testing.T) {
 		holdfastv1.RuntimeEnvNamespace: "plant", holdfastv1.RuntimeEnvUnitName: "kiln-1", holdfastv1.RuntimeEnvEpoch: "12",
 		holdfastv1.RuntimeEnvMode: "Failover", holdfastv1.RuntimeEnvLeaseDuration: "45s", holdfastv1.RuntimeEnvLeasePort: "19443",
 		holdfastv1.RuntimeEnvHealthPort: "19440", holdfastv1.RuntimeEnvPodUID: "uid-9", holdfastv1.RuntimeEnvPodName: "kiln-1-runtime-e12",
-		holdfastv1.RuntimeEnvStateDir: t.TempDir(),
+		holdfastv1.RuntimeEnvStateDir: t.TempDir(), holdfastv1.RuntimeEnvMetricsPort: "19441",
 	} {
 		t.Setenv(k, v)
 	}
@@ -140,7 +140,7 @@ func TestTheRuntimePodsEnvironmentIsTheDefault(t *testing.T) {
 		t.Fatalf("state dir %q, want the environment's", cfg.StateDir)
 	}
 	if cfg.Lease.Unit != "plant/kiln-1" || cfg.Lease.Epoch != 12 || cfg.Lease.Mode != holdfastv1.Failover ||
-		cfg.Lease.LeaseDuration.String() != "45s" || cfg.LeaseAddr != ":19443" || cfg.HealthAddr != ":19440" ||
+		cfg.Lease.LeaseDuration.String() != "45s" || cfg.LeaseAddr != ":19443" || cfg.HealthAddr != ":19440" || cfg.MetricsAddr != ":19441" ||
 		cfg.Lease.Incarnation.PodUID != "uid-9" || cfg.Lease.Incarnation.RestartCount != 2 || o.PodName != "kiln-1-runtime-e12" {
 		t.Fatalf("config from the environment: %+v", cfg.Lease)
 	}

@@ -98,8 +98,7 @@ func TestLivenessCheck_FencedRuntimeIsNotReadyAndAlive(t *testing.T) {
 	}
 	expect(t, c, holdfastv1.HealthServiceLiveness, serving, "a Failover runtime not yet granted")
 
-	ack := int64(0)
-	r.keeper.Grant(&leaseapi.Grant{Unit: "plant/kiln-1", Epoch: 1, DurationMillis: 30000, AckAgeMillis: &ack, Grantor: "g", Seq: 1}, r.clock.Now())
+	r.grant()
 	expect(t, c, holdfastv1.HealthServiceReadiness, serving, "a granted runtime")
 	expect(t, c, holdfastv1.HealthServiceLiveness, serving, "a granted runtime")
 
@@ -179,8 +178,7 @@ func TestWatchSendsEveryChange(t *testing.T) {
 	if m, err := stream.Recv(); err != nil || m.Status != notServing {
 		t.Fatalf("first watch message %v, %v; want NOT_SERVING", m, err)
 	}
-	ack := int64(0)
-	r.keeper.Grant(&leaseapi.Grant{Unit: "plant/kiln-1", Epoch: 1, DurationMillis: 30000, AckAgeMillis: &ack, Grantor: "g", Seq: 1}, r.clock.Now())
+	r.grant()
 	if m, err := stream.Recv(); err != nil || m.Status != serving {
 		t.Fatalf("watch after the grant %v, %v; want SERVING", m, err)
 	}
@@ -191,4 +189,13 @@ func TestWatchSendsEveryChange(t *testing.T) {
 	if m, err := unknown.Recv(); err != nil || m.Status != healthpb.HealthCheckResponse_SERVICE_UNKNOWN {
 		t.Fatalf("watch of an unknown service %v, %v; want SERVICE_UNKNOWN", m, err)
 	}
+}
+
+// grant gives the runtime a 30s lease as the grantor does: a first grant
+// that brings back the runtime's anchor, then one carrying it.
+func (r *rig) grant() {
+	_, first := r.keeper.Grant(&leaseapi.Grant{Unit: "plant/kiln-1", Epoch: 1, DurationMillis: 30000, Grantor: "g", Seq: 1}, r.clock.Now())
+	ack := int64(0)
+	r.keeper.Grant(&leaseapi.Grant{Unit: "plant/kiln-1", Epoch: 1, DurationMillis: 30000, AckAgeMillis: &ack, Anchor: first.Anchor,
+		Grantor: "g", Seq: 2}, r.clock.Now())
 }

@@ -53,18 +53,23 @@ func BenchmarkGrantRoundTrip(b *testing.B) {
 			url := "http://" + srv.Addr().String() + leaseapi.Path
 			var seq uint64
 			ack := int64(0)
+			var anchor leaseapi.Anchor // each grant echoes the last reply's anchor, as the grantor does
 			for b.Loop() {
 				seq++
-				body, _ := json.Marshal(leaseapi.Grant{Unit: "plant/kiln-1", Epoch: 1, DurationMillis: 30000, AckAgeMillis: &ack, Grantor: "bench", Seq: seq})
+				body, _ := json.Marshal(leaseapi.Grant{Unit: "plant/kiln-1", Epoch: 1, DurationMillis: 30000, AckAgeMillis: &ack,
+					Anchor: anchor, Grantor: "bench", Seq: seq})
 				resp, err := c.Post(url, "application/json", bytes.NewReader(body))
 				if err != nil {
 					b.Fatal(err)
 				}
+				var r leaseapi.Reply
+				err = json.NewDecoder(resp.Body).Decode(&r)
 				_, _ = io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()
-				if resp.StatusCode != http.StatusOK {
-					b.Fatal(resp.Status)
+				if resp.StatusCode != http.StatusOK || err != nil {
+					b.Fatal(resp.Status, err)
 				}
+				anchor = r.Anchor
 			}
 		})
 	}

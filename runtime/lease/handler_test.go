@@ -52,7 +52,7 @@ func TestLeaseEndpoint(t *testing.T) {
 	c := &http.Client{Timeout: 5 * time.Second}
 
 	t.Run("a grant is answered with the reply", func(t *testing.T) {
-		code, body := post(t, c, url, grant(3, 1, 30*time.Second, age(time.Second)))
+		code, body := post(t, c, url, grant(k, 3, 1, 30*time.Second, age(time.Second)))
 		var r leaseapi.Reply
 		if code != http.StatusOK || json.Unmarshal(body, &r) != nil || r.State != leaseapi.Held || r.Epoch != 3 || r.Fenced ||
 			r.Incarnation.PodUID != "uid-1" {
@@ -77,7 +77,7 @@ func TestLeaseEndpoint(t *testing.T) {
 	})
 	t.Run("a grant for another epoch is a 409 naming both", func(t *testing.T) {
 		for _, epoch := range []int64{2, 4} {
-			code, body := post(t, c, url, grant(epoch, 9, 30*time.Second, age(0)))
+			code, body := post(t, c, url, grant(k, epoch, 9, 30*time.Second, age(0)))
 			var cf leaseapi.Conflict
 			if code != http.StatusConflict || json.Unmarshal(body, &cf) != nil || cf.RuntimeEpoch != 3 || cf.GrantEpoch != epoch ||
 				!strings.Contains(cf.Message, "epoch 3") {
@@ -89,7 +89,7 @@ func TestLeaseEndpoint(t *testing.T) {
 		}
 	})
 	t.Run("a grant for another unit is a 409", func(t *testing.T) {
-		g := grant(3, 10, 30*time.Second, age(0))
+		g := grant(k, 3, 10, 30*time.Second, age(0))
 		g.Unit = "plant/kiln-2"
 		if code, body := post(t, c, url, g); code != http.StatusConflict || !strings.Contains(string(body), "plant/kiln-2") {
 			t.Fatalf("grant for another unit = %d %s, want 409", code, body)

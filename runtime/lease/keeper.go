@@ -6,6 +6,11 @@ package lease
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -138,7 +143,25 @@ const (
 	// Stale: the grant's anchor is not later than the deadline already held,
 	// already past, or its seq is not newer than its grantor's last.
 	Stale
+	// NoAnchor: the grant carried no Anchor, or one this Keeper did not
+	// issue (another life of the runtime, or made up), and grants nothing
+	// (L1).
+	NoAnchor
 )
+
+func (o Outcome) String() string {
+	switch o {
+	case Extended:
+		return "Extended"
+	case NoAcknowledgedAge:
+		return "NoAcknowledgedAge"
+	case Stale:
+		return "Stale"
+	case NoAnchor:
+		return "NoAnchor"
+	}
+	return fmt.Sprintf("Outcome(%d)", int(o))
+}
 
 // Keeper holds one runtime's control lease.
 type Keeper struct {
@@ -164,7 +187,20 @@ type Keeper struct {
 	changed  chan struct{} // closed and replaced on every transition
 	kick     chan struct{} // wakes Run when the deadline moved
 	watchers []func(Transition)
+
+	// The anchors this Keeper issues name instants as offsets from born on
+	// its clock, tagged with life and sealed with key, so one from another
+	// life of the runtime, or made up, is refused (L1).
+	born time.Time
+	life [anchorLifeBytes]byte
+	key  [32]byte
 }
+
+const (
+	anchorLifeBytes = 8
+	anchorMACBytes  = 16
+	anchorBytes     = anchorLifeBytes + 8 + anchorMACBytes
+)
 
 // NewKeeper returns a Keeper in its starting state: Ungranted (fenced) in
 // Failover mode, Autonomous in Autonomy mode.
@@ -184,8 +220,51 @@ func NewKeeper(cfg Config, log klog.Logger) (*Keeper, error) {
 		changed:  make(chan struct{}),
 		kick:     make(chan struct{}, 1),
 	}
-	k.reported = k.stateAt(k.clock.Now())
+	k.born = k.clock.Now()
+	if _, err := rand.Read(k.life[:]); err != nil {
+		return nil, fmt.Errorf("anchor life: %w", err)
+	}
+	if _, err := rand.Read(k.key[:]); err != nil {
+		return nil, fmt.Errorf("anchor key: %w", err)
+	}
+	k.reported = k.stateAt(k.born)
 	return k, nil
+}
+
+// issueAnchor names the instant at on this Keeper's clock. at is never
+// before born (the clock is monotonic and born was read first).
+func (k *Keeper) issueAnchor(at time.Time) leaseapi.Anchor {
+	var b [anchorBytes]byte
+	copy(b[:anchorLifeBytes], k.life[:])
+	binary.BigEndian.PutUint64(b[anchorLifeBytes:], uint64(max(at.Sub(k.born), 0)))
+	copy(b[anchorLifeBytes+8:], k.seal(b[:anchorLifeBytes+8]))
+	return leaseapi.Anchor(base64.RawURLEncoding.EncodeToString(b[:]))
+}
+
+func (k *Keeper) seal(msg []byte) []byte {
+	m := hmac.New(sha256.New, k.key[:])
+	m.Write(msg)
+	return m.Sum(nil)[:anchorMACBytes]
+}
+
+// anchorInstant is the instant an Anchor names, when this Keeper issued it
+// and it is not later than now.
+func (k *Keeper) anchorInstant(a leaseapi.Anchor, now time.Time) (time.Time, bool) {
+	if a == "" {
+		return time.Time{}, false
+	}
+	b, err := base64.RawURLEncoding.Strict().DecodeString(string(a))
+	if err != nil || len(b) != anchorBytes {
+		return time.Time{}, false
+	}
+	if !hmac.Equal(b[anchorLifeBytes+8:], k.seal(b[:anchorLifeBytes+8])) || !hmac.Equal(b[:anchorLifeBytes], k.life[:]) {
+		return time.Time{}, false
+	}
+	off := binary.BigEndian.Uint64(b[anchorLifeBytes:])
+	if now.Before(k.born) || off > uint64(now.Sub(k.born)) {
+		return time.Time{}, false
+	}
+	return k.born.Add(time.Duration(off)), true
 }
 
 // Epoch is the binding epoch of this runtime.
@@ -254,28 +333,36 @@ func (k *Keeper) Acquire(kind WriteKind) (*Permit, error) {
 // clock when the request reached the runtime). The caller has validated the
 // grant and checked its unit and epoch.
 //
-// L1: the deadline is arrival - ackAge + duration, the anchor being the
-// renewal the grantor saw acknowledged before it sent this one, so a POST
-// that lands late buys nothing and the runtime never outlives the grantor's
-// own lastAck + duration. A grant without an acknowledged age, a grant
-// whose deadline would not be later than the one held or is already past,
-// and a grant not newer than its grantor's last are answered but extend
-// nothing. A grant that extends un-fences: the deadline is then in the
-// future, so the state is Held.
+// L1: the deadline is min(arrival - ackAge, anchor) + duration. Both name
+// the acknowledged reply before this grant: ackAge dates it by the
+// grantor's clock and is only as good as the grant's transit is short,
+// which a stalled runtime (SIGSTOP, a frozen cgroup) makes unbounded; the
+// anchor is the instant this Keeper issued that reply, which came before
+// the grantor's lastAck whatever the transit. So the runtime never outlives
+// the grantor's own lastAck + duration, and a POST that lands late buys
+// nothing. A grant without an acknowledged age, without an anchor this
+// Keeper issued, whose deadline would not be later than the one held or is
+// already past, or not newer than its grantor's last is answered but
+// extends nothing. A grant that extends un-fences: the deadline is then in
+// the future, so the state is Held. Every reply carries a fresh anchor.
 func (k *Keeper) Grant(g *leaseapi.Grant, arrival time.Time) (Outcome, leaseapi.Reply) {
 	var out Outcome
 	var tr *Transition
 	k.mu.Lock()
+	now := k.clock.Now()
+	arrival = minTime(arrival, now)
 	ackAge, hasAck := g.AckAge()
+	anchor, hasAnchor := k.anchorInstant(g.Anchor, now)
 	switch {
 	case !hasAck:
 		out = NoAcknowledgedAge
+	case !hasAnchor:
+		out = NoAnchor
 	case k.lastSeq[g.Grantor] >= g.Seq && k.seen(g.Grantor):
 		out = Stale
 	default:
 		k.lastSeq[g.Grantor] = g.Seq
-		candidate := arrival.Add(-ackAge).Add(g.Duration())
-		now := k.clock.Now()
+		candidate := minTime(arrival.Add(-ackAge), anchor).Add(g.Duration())
 		if !candidate.After(now) || (k.granted && !candidate.After(k.deadline)) {
 			out = Stale
 			break
@@ -296,12 +383,20 @@ func (k *Keeper) Grant(g *leaseapi.Grant, arrival time.Time) (Outcome, leaseapi.
 		State:       k.reported,
 		Fenced:      fenced(k.reported),
 		Incarnation: k.cfg.Incarnation,
+		Anchor:      k.issueAnchor(arrival),
 	}
 	k.mu.Unlock()
 	if tr != nil {
 		k.notify(*tr)
 	}
 	return out, reply
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 func (k *Keeper) seen(grantor string) bool {

@@ -28,12 +28,16 @@ func newKeeper(t *testing.T, mode holdfastv1.AvailabilityMode) (*Keeper, *testin
 	return k, clk
 }
 
-func grant(epoch int64, seq uint64, duration time.Duration, ackAge *time.Duration) *leaseapi.Grant {
+// grant is a grant to k carrying ackAge and, with it, an anchor k issued
+// at the present instant, so the age alone dates it (an anchor of now is
+// never earlier than arrival - ackAge).
+func grant(k *Keeper, epoch int64, seq uint64, duration time.Duration, ackAge *time.Duration) *leaseapi.Grant {
 	g := &leaseapi.Grant{Unit: "plant/kiln-1", Epoch: epoch, DurationMillis: duration.Milliseconds(),
 		Grantor: "holdfast-controller-0", Seq: seq}
 	if ackAge != nil {
 		ms := ackAge.Milliseconds()
 		g.AckAgeMillis = &ms
+		g.Anchor = k.issueAnchor(k.clock.Now())
 	}
 	return g
 }
@@ -59,7 +63,7 @@ func TestFailoverRuntimeStartsFencedUntilGranted(t *testing.T) {
 			t.Fatalf("a fresh Failover runtime permitted a %s write: %v", kind, err)
 		}
 	}
-	out, reply := k.Grant(grant(3, 1, 30*time.Second, age(0)), clk.Now())
+	out, reply := k.Grant(grant(k, 3, 1, 30*time.Second, age(0)), clk.Now())
 	if out != Extended || reply.State != leaseapi.Held || reply.Fenced {
 		t.Fatalf("first acknowledged grant: outcome %v reply %+v, want Extended and Held", out, reply)
 	}
@@ -75,7 +79,7 @@ func TestFailoverRuntimeStartsFencedUntilGranted(t *testing.T) {
 func TestAnchorIsTheAcknowledgedAge(t *testing.T) {
 	k, clk := newKeeper(t, holdfastv1.Failover)
 	clk.Step(time.Minute)
-	k.Grant(grant(3, 1, 30*time.Second, age(7*time.Second)), clk.Now())
+	k.Grant(grant(k, 3, 1, 30*time.Second, age(7*time.Second)), clk.Now())
 	rem, ok := k.Remaining()
 	if !ok || rem != 23*time.Second {
 		t.Fatalf("after a grant carrying a 7s acknowledged age of a 30s lease, remaining = %v (%v), want 23s", rem, ok)
@@ -83,7 +87,7 @@ func TestAnchorIsTheAcknowledgedAge(t *testing.T) {
 	// The arrival, not the handler's later reading of the clock, anchors it.
 	arrival := clk.Now()
 	clk.Step(2 * time.Second)
-	k.Grant(grant(3, 2, 30*time.Second, age(3*time.Second)), arrival)
+	k.Grant(grant(k, 3, 2, 30*time.Second, age(3*time.Second)), arrival)
 	if rem, _ := k.Remaining(); rem != 25*time.Second {
 		t.Fatalf("remaining = %v, want arrival-3s+30s-2s = 25s", rem)
 	}
@@ -94,7 +98,7 @@ func TestAnchorIsTheAcknowledgedAge(t *testing.T) {
 func TestARenewalWithoutAnAcknowledgedAgeGrantsNothing(t *testing.T) {
 	k, clk := newKeeper(t, holdfastv1.Failover)
 	for seq := uint64(1); seq <= 5; seq++ {
-		out, reply := k.Grant(grant(3, seq, 30*time.Second, nil), clk.Now())
+		out, reply := k.Grant(grant(k, 3, seq, 30*time.Second, nil), clk.Now())
 		if out != NoAcknowledgedAge || reply.State != leaseapi.Ungranted || !reply.Fenced {
 			t.Fatalf("grant %d without an acknowledged age: outcome %v reply %+v, want nothing granted", seq, out, reply)
 		}
@@ -104,10 +108,10 @@ func TestARenewalWithoutAnAcknowledgedAgeGrantsNothing(t *testing.T) {
 		t.Fatal("grants without an acknowledged age gave the runtime a deadline")
 	}
 	// Once held, an unacknowledged grant does not extend it either.
-	k.Grant(grant(3, 6, 30*time.Second, age(0)), clk.Now())
+	k.Grant(grant(k, 3, 6, 30*time.Second, age(0)), clk.Now())
 	before, _ := k.Remaining()
 	clk.Step(time.Second)
-	k.Grant(grant(3, 7, 30*time.Second, nil), clk.Now())
+	k.Grant(grant(k, 3, 7, 30*time.Second, nil), clk.Now())
 	if after, _ := k.Remaining(); after != before-time.Second {
 		t.Fatalf("an unacknowledged grant moved the deadline: remaining %v, want %v", after, before-time.Second)
 	}
@@ -115,16 +119,16 @@ func TestARenewalWithoutAnAcknowledgedAgeGrantsNothing(t *testing.T) {
 
 func TestAGrantThatIsNotNewerExtendsNothing(t *testing.T) {
 	k, clk := newKeeper(t, holdfastv1.Failover)
-	k.Grant(grant(3, 5, 30*time.Second, age(0)), clk.Now())
+	k.Grant(grant(k, 3, 5, 30*time.Second, age(0)), clk.Now())
 	clk.Step(time.Second)
-	if out, _ := k.Grant(grant(3, 5, 30*time.Second, age(0)), clk.Now()); out != Stale {
+	if out, _ := k.Grant(grant(k, 3, 5, 30*time.Second, age(0)), clk.Now()); out != Stale {
 		t.Fatalf("a replayed seq extended the lease: %v", out)
 	}
-	if out, _ := k.Grant(grant(3, 4, 30*time.Second, age(0)), clk.Now()); out != Stale {
+	if out, _ := k.Grant(grant(k, 3, 4, 30*time.Second, age(0)), clk.Now()); out != Stale {
 		t.Fatalf("an older seq extended the lease: %v", out)
 	}
 	// An older anchor never shortens the deadline held.
-	if out, _ := k.Grant(grant(3, 6, 30*time.Second, age(5*time.Second)), clk.Now()); out != Stale {
+	if out, _ := k.Grant(grant(k, 3, 6, 30*time.Second, age(5*time.Second)), clk.Now()); out != Stale {
 		t.Fatalf("a grant with an older anchor was applied: %v", out)
 	}
 	if rem, _ := k.Remaining(); rem != 29*time.Second {
@@ -132,7 +136,7 @@ func TestAGrantThatIsNotNewerExtendsNothing(t *testing.T) {
 	}
 	// An acknowledged age older than the lease grants nothing.
 	k2, clk2 := newKeeper(t, holdfastv1.Failover)
-	if out, _ := k2.Grant(grant(3, 1, 30*time.Second, age(31*time.Second)), clk2.Now()); out != Stale || k2.State() != leaseapi.Ungranted {
+	if out, _ := k2.Grant(grant(k2, 3, 1, 30*time.Second, age(31*time.Second)), clk2.Now()); out != Stale || k2.State() != leaseapi.Ungranted {
 		t.Fatalf("a grant whose anchor is older than the lease granted: %v %v", out, k2.State())
 	}
 }
@@ -148,7 +152,7 @@ func TestHoldBoundIsClampedHalfTheLease(t *testing.T) {
 		{600 * time.Second, 30 * time.Second},
 	} {
 		k, clk := newKeeper(t, holdfastv1.Failover)
-		k.Grant(grant(3, 1, tc.lease, age(0)), clk.Now())
+		k.Grant(grant(k, 3, 1, tc.lease, age(0)), clk.Now())
 		if got := time.Duration(k.Status().HoldBoundMillis) * time.Millisecond; got != tc.hold {
 			t.Errorf("lease %v: status reports hold bound %v, want %v", tc.lease, got, tc.hold)
 		}
@@ -182,12 +186,12 @@ func TestHoldBoundIsClampedHalfTheLease(t *testing.T) {
 
 func TestALaterGrantForTheSameEpochUnfences(t *testing.T) {
 	k, clk := newKeeper(t, holdfastv1.Failover)
-	k.Grant(grant(3, 1, 10*time.Second, age(0)), clk.Now())
+	k.Grant(grant(k, 3, 1, 10*time.Second, age(0)), clk.Now())
 	clk.Step(20 * time.Second)
 	if k.Status().State != leaseapi.Fenced {
 		t.Fatal("not fenced 20s into a 10s lease")
 	}
-	out, reply := k.Grant(grant(3, 2, 10*time.Second, age(time.Second)), clk.Now())
+	out, reply := k.Grant(grant(k, 3, 2, 10*time.Second, age(time.Second)), clk.Now())
 	if out != Extended || reply.State != leaseapi.Held || reply.Fenced || !canWrite(k, WriteControl) {
 		t.Fatalf("a fresh grant for the same epoch left the runtime fenced: %v %+v", out, reply)
 	}
@@ -198,7 +202,7 @@ func TestAutonomyNeverFences(t *testing.T) {
 	if !canWrite(k, WriteControl) {
 		t.Fatal("an Autonomy runtime refused a write before any grant")
 	}
-	k.Grant(grant(3, 1, 10*time.Second, age(0)), clk.Now())
+	k.Grant(grant(k, 3, 1, 10*time.Second, age(0)), clk.Now())
 	clk.Step(time.Hour)
 	if s := k.Status(); s.State != leaseapi.Autonomous || s.Fenced || !canWrite(k, WriteControl) {
 		t.Fatalf("an Autonomy runtime an hour past its lease: %+v, want Autonomous and writing", s)
@@ -212,7 +216,7 @@ func TestAutonomyNeverFences(t *testing.T) {
 // watchdog.
 func TestFenceWaitsForTheWriteInFlight(t *testing.T) {
 	k, clk := newKeeper(t, holdfastv1.Failover)
-	k.Grant(grant(3, 1, 10*time.Second, age(0)), clk.Now())
+	k.Grant(grant(k, 3, 1, 10*time.Second, age(0)), clk.Now())
 	p, err := k.Acquire(WriteControl)
 	if err != nil {
 		t.Fatal(err)
@@ -266,7 +270,7 @@ func TestRunMakesTheTransitionsAtTheirInstants(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go k.Run(ctx)
-	k.Grant(grant(3, 1, 10*time.Second, age(0)), clk.Now())
+	k.Grant(grant(k, 3, 1, 10*time.Second, age(0)), clk.Now())
 	seen = append(seen, (<-trs).To)
 	waitForWaiter(t, clk)
 	clk.Step(10 * time.Second)
@@ -300,13 +304,13 @@ func waitForWaiter(t *testing.T, clk *testingclock.FakeClock) {
 // many POSTs land.
 func TestAReversePartitionFencesOnTheReportedAge(t *testing.T) {
 	k, clk := newKeeper(t, holdfastv1.Failover)
-	k.Grant(grant(3, 1, 30*time.Second, age(0)), clk.Now()) // acknowledged at t0: the grantor's lastAck
+	k.Grant(grant(k, 3, 1, 30*time.Second, age(0)), clk.Now()) // acknowledged at t0: the grantor's lastAck
 	lastAck := clk.Now()
 	seq := uint64(1)
 	for clk.Now().Sub(lastAck) < time.Minute {
 		clk.Step(5 * time.Second)
 		seq++
-		k.Grant(grant(3, seq, 30*time.Second, age(clk.Now().Sub(lastAck))), clk.Now())
+		k.Grant(grant(k, 3, seq, 30*time.Second, age(clk.Now().Sub(lastAck))), clk.Now())
 		elapsed := clk.Now().Sub(lastAck)
 		want := leaseapi.Held
 		switch {

@@ -1,138 +1,120 @@
-// Package leasetest is a grantor for tests and drills: it renews one
-// runtime's control lease over HTTP the way DESIGN §3 describes the real
-// grantor (the acknowledged age of its last acknowledged renewal, the L2
-// cadence against the anchor the runtime holds), and can be stopped to cut
-// the renewals. It is not the holdfast-controller's grantor.
+// Package leasetest renews one runtime's control lease over HTTP for tests
+// and drills. It runs holdfast-controller's own renewal loop
+// (controller/grantor) against one address, so the runtime's tests speak
+// the protocol the controller speaks and nothing else: the anchor echoed
+// with the age of the last acknowledged renewal (L1), the cadence against
+// the anchor the runtime holds (L2). It can be stopped to cut the renewals.
+//
+// Only tests import this package: the runtime's own binary never depends
+// on controller/ (TestTheRuntimeBinaryDoesNotImportTheController).
 package leasetest
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
+	"net/url"
+	"strings"
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	leaseapi "github.com/holdfast-io/holdfast/api/lease"
+	"github.com/holdfast-io/holdfast/controller/grantor"
 )
 
 // Grantor renews one runtime's lease until its context ends.
 type Grantor struct {
 	// URL of the runtime's lease endpoint (http://host:port/v1/lease).
-	URL      string
+	URL string
+	// Unit is the unit's namespace/name.
 	Unit     string
 	Epoch    int64
 	Duration time.Duration
 	Name     string
-	Client   *http.Client
 
-	mu        sync.Mutex
-	seq       uint64
-	hasAck    bool
-	lastAck   time.Time
-	anchor    time.Time
-	hasAnchor bool
-	last      leaseapi.Reply
-	lastErr   error
-	acks      int
+	mu   sync.Mutex
+	g    *grantor.Grantor
+	last grantor.Observation
+	err  error
 }
 
 // Run renews until ctx ends.
 func (g *Grantor) Run(ctx context.Context) {
-	if g.Client == nil {
-		g.Client = &http.Client{Timeout: 2 * time.Second}
-	}
-	if g.Name == "" {
-		g.Name = "leasetest"
-	}
-	for {
-		wait := g.next()
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		g.renew(ctx)
-	}
-}
-
-func (g *Grantor) next() time.Duration {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	switch {
-	case g.seq == 0:
-		return 0
-	case !g.hasAck:
-		return 500 * time.Millisecond
-	case !g.hasAnchor:
-		return 0 // the first acknowledged renewal is followed at once by a second
-	default:
-		return leaseapi.RenewInterval(g.Duration, time.Since(g.anchor))
-	}
-}
-
-func (g *Grantor) renew(ctx context.Context) {
-	g.mu.Lock()
-	g.seq++
-	gr := leaseapi.Grant{Unit: g.Unit, Epoch: g.Epoch, DurationMillis: g.Duration.Milliseconds(), Grantor: g.Name, Seq: g.seq}
-	var carried time.Time
-	if g.hasAck {
-		carried = g.lastAck
-		age := time.Since(g.lastAck).Milliseconds()
-		gr.AckAgeMillis = &age
-	}
-	hadAck := g.hasAck
-	g.mu.Unlock()
-
-	b, _ := json.Marshal(gr)
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, g.URL, bytes.NewReader(b))
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := g.Client.Do(req)
-	g.mu.Lock()
-	defer g.mu.Unlock()
+	target, err := g.target()
 	if err != nil {
-		g.lastErr = err
+		g.mu.Lock()
+		g.err = err
+		g.mu.Unlock()
 		return
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		g.lastErr = fmt.Errorf("renewal %d answered %s", gr.Seq, resp.Status)
-		return
+	name := g.Name
+	if name == "" {
+		name = "leasetest"
 	}
-	var r leaseapi.Reply
-	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
-		g.lastErr = err
-		return
+	rg := grantor.New(grantor.Options{Name: name})
+	g.mu.Lock()
+	g.g = rg
+	g.mu.Unlock()
+	rg.Ensure(target)
+	<-ctx.Done()
+	obs, _ := rg.Pause(target.Unit)
+	rg.StopAll()
+	g.mu.Lock()
+	g.g, g.last = nil, obs
+	g.mu.Unlock()
+}
+
+func (g *Grantor) target() (grantor.Target, error) {
+	u, err := url.Parse(g.URL)
+	if err != nil || u.Host == "" || u.Path != leaseapi.Path {
+		return grantor.Target{}, fmt.Errorf("url %q: must be http://host:port%s", g.URL, leaseapi.Path)
 	}
-	g.last, g.lastErr = r, nil
-	g.acks++
-	if hadAck {
-		g.anchor, g.hasAnchor = carried, true
+	ns, name, ok := strings.Cut(g.Unit, "/")
+	if !ok {
+		return grantor.Target{}, fmt.Errorf("unit %q: must be namespace/name", g.Unit)
 	}
-	g.hasAck, g.lastAck = true, time.Now()
+	return grantor.Target{Unit: types.NamespacedName{Namespace: ns, Name: name}, Epoch: g.Epoch, Address: u.Host,
+		Duration: g.Duration}, nil
+}
+
+func (g *Grantor) observe() grantor.Observation {
+	g.mu.Lock()
+	rg, last := g.g, g.last
+	g.mu.Unlock()
+	if rg == nil {
+		return last
+	}
+	t, _ := g.target()
+	if obs, ok := rg.Observe(t.Unit); ok {
+		return obs
+	}
+	return last
 }
 
 // LastAck is when the last renewal was acknowledged; the grantor would
 // declare Expired at LastAck + Duration.
 func (g *Grantor) LastAck() (time.Time, bool) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.lastAck, g.hasAck
+	o := g.observe()
+	return o.LastAck, o.Acked()
 }
 
 // Acks counts acknowledged renewals.
-func (g *Grantor) Acks() int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.acks
-}
+func (g *Grantor) Acks() int { return int(g.observe().Acks) }
 
-// Last is the last reply and the last error.
+// Last is the last acknowledged reply's state and incarnation, and the
+// last attempt's error when it was not acknowledged.
 func (g *Grantor) Last() (leaseapi.Reply, error) {
 	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.last, g.lastErr
+	err := g.err
+	g.mu.Unlock()
+	if err != nil {
+		return leaseapi.Reply{}, err
+	}
+	o := g.observe()
+	r := leaseapi.Reply{Epoch: o.Target.Epoch, State: o.RuntimeState, Fenced: o.Fenced, Incarnation: o.Incarnation}
+	if o.Attempts > 0 && o.LastAttempt.Outcome != grantor.Acknowledged {
+		return r, fmt.Errorf("renewal %s: %s", o.LastAttempt.Outcome, o.LastAttempt.Message)
+	}
+	return r, nil
 }

@@ -49,7 +49,7 @@ func New(reg prometheus.Registerer, src Sources) *Metrics {
 			Help: "Output writes by kind (control, hold) and result (written, refused by the lease, failed at the device)."},
 			[]string{"kind", "result"}),
 		Grants: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "lease_grants_total",
-			Help: "Grants answered 200, by outcome (extended, no_ack, stale)."}, []string{"outcome"}),
+			Help: "Grants answered 200, by outcome (extended, no_ack, no_anchor, stale)."}, []string{"outcome"}),
 		Adoptions: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "operating_point_total",
 			Help: "How the operating point was taken before the first write: adopted from the device, restored from the state file, or adoption refused because the device could not answer."},
 			[]string{"source"}),

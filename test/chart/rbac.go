@@ -130,7 +130,13 @@ func Grants(ms []Manifest, ns, name string) (Bound, error) {
 type Request struct {
 	Verb, Group, Resource, Namespace, Name string
 	Code                                   int32
+	// Authorized: the authorizer allowed it (a 403 then came from
+	// admission, such as a write into a terminating namespace).
+	Authorized bool
 }
+
+// refused reports whether the authorizer refused the request.
+func (r Request) refused() bool { return r.Code == 403 && !r.Authorized }
 
 func (r Request) String() string {
 	s := fmt.Sprintf("%s %s", r.Verb, r.Resource)
@@ -177,6 +183,7 @@ func Requests(path, user string) ([]Request, error) {
 		if ev.ResponseStatus != nil {
 			r.Code = ev.ResponseStatus.Code
 		}
+		r.Authorized = ev.Annotations["authorization.k8s.io/decision"] == "allow"
 		out = append(out, r)
 	}
 	return out, sc.Err()
@@ -186,12 +193,12 @@ func Requests(path, user string) ([]Request, error) {
 // request was allowed (no 403), and every grant allowed at least one request.
 func Judge(b Bound, reqs []Request) (denied []Request, unused []Grant) {
 	for _, r := range reqs {
-		if r.Code == 403 {
+		if r.refused() {
 			denied = append(denied, r)
 		}
 	}
 	for _, g := range b.Grants {
-		if !slices.ContainsFunc(reqs, func(r Request) bool { return r.Code != 403 && g.Covers(r) }) {
+		if !slices.ContainsFunc(reqs, func(r Request) bool { return !r.refused() && g.Covers(r) }) {
 			unused = append(unused, g)
 		}
 	}

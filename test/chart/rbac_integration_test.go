@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -40,6 +41,10 @@ type component struct {
 	// scenario starts the binary (args from the chart's own workload) and
 	// makes it use the API; it returns when the binary has stopped.
 	scenario func(t *testing.T, bin string, kubeconfig string, chartArgs []string)
+	// unexercised names grants (as Grant.String prints them) the code uses
+	// only on a path the scenario cannot drive deterministically, each with
+	// the reason; every other grant must be used.
+	unexercised map[string]string
 }
 
 // installedVWC is the configuration helm installed for the RBAC test, and
@@ -54,7 +59,9 @@ var (
 var components = []component{
 	{name: "webhook", cmd: "./cmd/holdfast-webhook", scenario: webhookScenario},
 	{name: "controller", cmd: "./cmd/holdfast-controller", scenario: controllerScenario},
-	{name: "scheduler", cmd: "./cmd/holdfast-scheduler"},
+	{name: "scheduler", cmd: "./cmd/holdfast-scheduler", scenario: schedulerScenario, unexercised: map[string]string{
+		"get units.holdfast.io (ClusterRole/holdfast-scheduler)": "UnitPlacement's PreBind reads the apiserver's copy only when its cached copy conflicts or refuses (scheduler-plugin/unitplacement: PreBind)",
+	}},
 	{name: "node", cmd: "./cmd/holdfast-node", scenario: nodeScenario},
 }
 
@@ -119,6 +126,13 @@ func TestRBACGrantsEachComponentOnlyWhatItUses(t *testing.T) {
 				t.Fatalf("the audit log shows no request of %s", user(c.name))
 			}
 			denied, unused := Judge(b, reqs)
+			unused = slices.DeleteFunc(unused, func(g Grant) bool {
+				if why, ok := c.unexercised[g.String()]; ok {
+					t.Logf("not exercised here: %s: %s", g, why)
+					return true
+				}
+				return false
+			})
 			if len(denied) > 0 {
 				t.Errorf("the chart does not grant holdfast-%s what its code uses; refused:\n%s", c.name, Describe(denied))
 			}

@@ -2,6 +2,7 @@ package rules
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -52,27 +53,43 @@ func RebindPending(u *holdfastv1.Unit) bool {
 // IsPrimary reports whether the node is one of the unit's primary nodes (it
 // matches spec.nodeSelector).
 func IsPrimary(u *holdfastv1.Unit, n *corev1.Node) bool {
-	return len(u.Spec.NodeSelector) > 0 && labels.SelectorFromSet(u.Spec.NodeSelector).Matches(labels.Set(n.Labels))
+	return PrimaryMatcher(u)(n)
+}
+
+// PrimaryMatcher is IsPrimary with the unit's selector built once, for a
+// caller that judges many nodes (the scheduler, over a whole cluster).
+func PrimaryMatcher(u *holdfastv1.Unit) func(*corev1.Node) bool {
+	if len(u.Spec.NodeSelector) == 0 {
+		return func(*corev1.Node) bool { return false }
+	}
+	s := labels.SelectorFromSet(u.Spec.NodeSelector)
+	return func(n *corev1.Node) bool { return s.Matches(labels.Set(n.Labels)) }
 }
 
 // EligibleTarget reports whether the node is one of the unit's failover
 // targets, by name or by selector. A selector that does not parse selects
 // nothing.
 func EligibleTarget(u *holdfastv1.Unit, n *corev1.Node) bool {
+	return TargetMatcher(u)(n)
+}
+
+// TargetMatcher is EligibleTarget with the unit's selector parsed once, for
+// a caller that judges many nodes (the scheduler, over a whole cluster).
+func TargetMatcher(u *holdfastv1.Unit) func(*corev1.Node) bool {
 	t := u.Spec.Availability.Targets
 	if t == nil {
-		return false
+		return func(*corev1.Node) bool { return false }
 	}
-	for _, name := range t.Nodes {
-		if name == n.Name {
-			return true
+	var s labels.Selector
+	if t.Selector != nil {
+		if sel, err := metav1.LabelSelectorAsSelector(t.Selector); err == nil && !sel.Empty() {
+			s = sel
 		}
 	}
-	if t.Selector == nil {
-		return false
+	names := t.Nodes
+	return func(n *corev1.Node) bool {
+		return slices.Contains(names, n.Name) || (s != nil && s.Matches(labels.Set(n.Labels)))
 	}
-	s, err := metav1.LabelSelectorAsSelector(t.Selector)
-	return err == nil && !s.Empty() && s.Matches(labels.Set(n.Labels))
 }
 
 // TargetsIncludingPrimary lists the failover targets that are primary nodes

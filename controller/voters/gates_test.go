@@ -1,0 +1,57 @@
+package voters
+
+import (
+	"strings"
+	"testing"
+
+	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/webhook/rules"
+)
+
+// TestSwapGatesFromTheRecordedStatus is the view kubectl holdfast swap gets:
+// the gates judged from the VoterPolicy status the controller recorded.
+func TestSwapGatesFromTheRecordedStatus(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		out, in  string
+		mutate   func(o *Observation)
+		wantNone bool
+		says     []string
+	}{
+		{name: "every gate holds", out: "n1", in: "n4", mutate: func(*Observation) {}, wantNone: true},
+		{name: "no incoming named: the scheduler picks", out: "n1", mutate: func(*Observation) {}, wantNone: true},
+		{name: "a paused voter is named", out: "n1", in: "n4", mutate: func(o *Observation) {
+			pause(o, "n2")
+			c := Assess(o)
+			o.Policy.Status = PolicyStatus(o, &c)
+		}, says: []string{"spec: Forbidden: etcd is not healthy", "n2"}},
+		{name: "a labelled node that does not vote blocks", out: "n1", in: "n4", mutate: func(o *Observation) {
+			o.Nodes["n5"].Labels[holdfastv1.LabelEtcdRole] = "true"
+		}, says: []string{"node n5 is labelled node-role.kubernetes.io/etcd but has no etcd member (member but not a voter)"}},
+		{name: "a tombstone of this cluster on the incoming node", out: "n1", in: "n4", mutate: func(o *Observation) {
+			o.Nodes["n4"].Annotations[holdfastv1.AnnotationTombstone] = `{"memberID":"1","clusterID":"` + o.Policy.Status.ClusterID + `"}`
+		}, says: []string{"spec.incoming: Forbidden: n4 carries a tombstone of this cluster"}},
+		{name: "pinned and unprovisioned refused with each reason", out: "n1", in: "n4", mutate: func(o *Observation) {
+			o.Nodes["n1"].Labels[holdfastv1.LabelPinned] = "true"
+			delete(o.Nodes["n4"].Annotations, holdfastv1.AnnotationProvisioned)
+		}, says: []string{"spec.outgoing: Forbidden: n1 is pinned", "spec.incoming: Forbidden: n4 is not provisioned"}},
+		{name: "an unknown outgoing node", out: "nx", in: "n4", mutate: func(*Observation) {},
+			says: []string{"spec.outgoing: Forbidden: node nx does not exist"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := fixture()
+			tc.mutate(o)
+			got := SwapGates(holdfastv1.VoterSwapSpec{Outgoing: tc.out, Incoming: tc.in},
+				rules.GateInput{Policy: o.Policy, Nodes: o.Nodes, SwapLease: o.Lease, Now: o.Now})
+			if tc.wantNone && len(got) > 0 {
+				t.Fatalf("gates fail: %v", got)
+			}
+			all := strings.Join(got, "\n")
+			for _, s := range tc.says {
+				if !strings.Contains(all, s) {
+					t.Errorf("gates %q do not say %q", all, s)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,143 @@
+package voters
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+)
+
+// Policy defaults, for a VoterPolicy stored before its CRD defaults applied.
+const (
+	defaultTarget           = 3
+	defaultCooldown         = time.Hour
+	defaultOperationTimeout = 10 * time.Minute
+	defaultDrainWait        = 15 * time.Minute
+	defaultLearnerStall     = 5 * time.Minute
+)
+
+// policyTimes are a VoterPolicy's durations.
+type policyTimes struct {
+	target                       int
+	cooldown, opTimeout          time.Duration
+	drainWait, learnerStall      time.Duration
+	dryRun                       bool
+	window                       time.Duration
+	maxFsyncMicros, maxRTTMicros int64
+}
+
+func timesOf(p *holdfastv1.VoterPolicy) policyTimes {
+	s := p.Spec
+	secs := func(v int32, def time.Duration) time.Duration {
+		if v <= 0 {
+			return def
+		}
+		return time.Duration(v) * time.Second
+	}
+	t := policyTimes{
+		target:       int(s.TargetVoters),
+		cooldown:     time.Duration(s.CooldownSeconds) * time.Second,
+		opTimeout:    secs(s.OperationTimeoutSeconds, defaultOperationTimeout),
+		drainWait:    time.Duration(s.WorkloadDrainWaitSeconds) * time.Second,
+		learnerStall: secs(s.LearnerStallSeconds, defaultLearnerStall),
+		dryRun:       s.DryRun == nil || *s.DryRun,
+		window:       secs(s.Fitness.WindowSeconds, 10*time.Minute),
+	}
+	if t.target <= 0 {
+		t.target = defaultTarget
+	}
+	t.maxFsyncMicros = int64(s.Fitness.MaxFsyncMillis) * 1000
+	if t.maxFsyncMicros <= 0 {
+		t.maxFsyncMicros = 10_000
+	}
+	t.maxRTTMicros = int64(s.Fitness.MaxPeerRTTMillis) * 1000
+	if t.maxRTTMicros <= 0 {
+		t.maxRTTMicros = 50_000
+	}
+	return t
+}
+
+// Condition reasons of VoterPolicy and VoterSwap.
+const (
+	ReasonAllMembersHealthy = "AllMembersHealthy"
+	ReasonOdd               = "Odd"
+	ReasonEven              = "Even"
+)
+
+// PolicyStatus is the VoterPolicy status this pass reports: etcd's own view
+// of its members (the webhook's gates read it), the even count, and the last
+// finished swap. ProposedSwap is kept; Next proposes or withdraws it.
+func PolicyStatus(o *Observation, c *Cluster) holdfastv1.VoterPolicyStatus {
+	p := o.Policy
+	st := *p.Status.DeepCopy()
+	st.ObservedGeneration = p.Generation
+	now := metav1.NewTime(o.Now)
+
+	if c.Reached {
+		st.Voters = c.Voters
+		st.Learners = c.Learners
+		st.Leader = o.LeaderNode(c)
+		st.ClusterID = c.ClusterID
+	} else {
+		// Unknown is not "none": keep what was last seen, and say so in
+		// EtcdHealthy, which the gates read first.
+		st.Leader = ""
+	}
+	health := metav1.Condition{Type: holdfastv1.ConditionEtcdHealthy, Status: metav1.ConditionTrue,
+		Reason: ReasonAllMembersHealthy, Message: fmt.Sprintf("%d voters answer and agree on the leader %s", len(c.Voters), st.Leader),
+		ObservedGeneration: p.Generation}
+	if !c.Healthy() {
+		health.Status, health.Reason, health.Message = metav1.ConditionFalse, c.Reason, strings.Join(c.Problems, "; ")
+	}
+	setCondition(&st.Conditions, health, now)
+
+	even := c.Reached && len(c.Voters) > 0 && len(c.Voters)%2 == 0
+	evenCond := metav1.Condition{Type: holdfastv1.ConditionVotersEven, Status: metav1.ConditionFalse, Reason: ReasonOdd,
+		Message: fmt.Sprintf("%d voters", len(st.Voters)), ObservedGeneration: p.Generation}
+	switch {
+	case even:
+		if st.EvenSince == nil {
+			st.EvenSince = &now
+		}
+		evenCond.Status, evenCond.Reason = metav1.ConditionTrue, ReasonEven
+		evenCond.Message = fmt.Sprintf("%d voters since %s: an even count tolerates no more failures than one fewer; the swap in progress finishes the removal before anything else",
+			len(c.Voters), st.EvenSince.UTC().Format(time.RFC3339))
+	case c.Reached:
+		st.EvenSince = nil
+	}
+	setCondition(&st.Conditions, evenCond, now)
+
+	if last := lastFinished(o.Swaps); last != nil &&
+		(st.LastSwap == nil || st.LastSwap.FinishedAt == nil || last.Status.FinishedAt.After(st.LastSwap.FinishedAt.Time) ||
+			(st.LastSwap.Name == last.Name && st.LastSwap.Phase != last.Status.Phase)) {
+		st.LastSwap = &holdfastv1.SwapOutcome{Name: last.Name, SwapID: last.Status.SwapID, Phase: last.Status.Phase,
+			FinishedAt: last.Status.FinishedAt.DeepCopy()}
+	}
+	return st
+}
+
+// setCondition sets a condition, keeping its transition time when its
+// status does not change.
+func setCondition(conds *[]metav1.Condition, c metav1.Condition, now metav1.Time) {
+	c.LastTransitionTime = now
+	meta.SetStatusCondition(conds, c)
+}
+
+// lastFinished is the swap that finished last.
+func lastFinished(swaps []holdfastv1.VoterSwap) *holdfastv1.VoterSwap {
+	var last *holdfastv1.VoterSwap
+	for i := range swaps {
+		s := &swaps[i]
+		if !s.Status.Phase.Finished() || s.Status.FinishedAt == nil {
+			continue
+		}
+		if last == nil || s.Status.FinishedAt.After(last.Status.FinishedAt.Time) {
+			last = s
+		}
+	}
+	return last
+}

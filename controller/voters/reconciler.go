@@ -1,0 +1,622 @@
+package voters
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/controller/audit"
+)
+
+// Reconciler runs the passes of the voter controller.
+type Reconciler struct {
+	// Client writes, and reads Nodes (a cache is fine: every Node write is
+	// judged again on the next pass). Reader reads past any cache: the
+	// VoterSwaps, the VoterPolicy, the Lease, a node's pods, the Secret.
+	Client client.Client
+	Reader client.Reader
+	// EtcdFor returns the etcd client for a policy (nil: ClientEtcd with
+	// the TLS of the policy's clientCertSecretRef).
+	EtcdFor  func(ctx context.Context, p *holdfastv1.VoterPolicy) (Etcd, error)
+	Recorder events.EventRecorder
+	// Audit is the audit trail shared with the unit controller: one line
+	// per decision and change, written after its status and Event (nil:
+	// none). Actor names this process on it.
+	Audit    *audit.Logger
+	Actor    string
+	Clock    clock.PassiveClock
+	Settings Settings
+	// SnapshotDir keeps the snapshots, the newest KeepSnapshots of them.
+	SnapshotDir   string
+	KeepSnapshots int
+	// CandidateNamespace and CandidateImage are the voter-candidate pod's.
+	CandidateNamespace, CandidateImage string
+	// RunningEvery and IdleEvery are the pass intervals with and without a
+	// swap in progress (the Lease is renewed on every pass, so RunningEvery
+	// must stay well inside its duration).
+	RunningEvery, IdleEvery time.Duration
+	// AfterAction, when set, runs after an action is carried out and before
+	// it is recorded; an error ends the pass there, as a crash would.
+	AfterAction func(Action) error
+
+	lastEtcd   EtcdView
+	unfitSince map[string]time.Time
+	stepStart  map[string]time.Time
+}
+
+func (r *Reconciler) defaults() {
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
+	}
+	if r.Settings.LeaseDuration == 0 {
+		d := DefaultSettings()
+		d.Identity = r.Settings.Identity
+		r.Settings = d
+	}
+	if r.RunningEvery == 0 {
+		r.RunningEvery = 2 * time.Second
+	}
+	if r.IdleEvery == 0 {
+		r.IdleEvery = 15 * time.Second
+	}
+	if r.KeepSnapshots == 0 {
+		r.KeepSnapshots = 3
+	}
+	if r.unfitSince == nil {
+		r.unfitSince = map[string]time.Time{}
+		r.stepStart = map[string]time.Time{}
+	}
+	if r.EtcdFor == nil {
+		r.EtcdFor = r.clientEtcd
+	}
+}
+
+// Reconcile runs one pass, whatever the request (there is one swap at a
+// time, and one pass sees everything).
+func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, error) {
+	after, err := r.Pass(ctx)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{RequeueAfter: after}, nil
+}
+
+func (r *Reconciler) clientEtcd(ctx context.Context, p *holdfastv1.VoterPolicy) (Etcd, error) {
+	ref := p.Spec.Etcd.ClientCertSecretRef
+	if ref == nil {
+		return &ClientEtcd{}, nil
+	}
+	ns := ref.Namespace
+	if ns == "" {
+		ns = r.CandidateNamespace
+	}
+	s := &corev1.Secret{}
+	if err := r.Reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: ref.Name}, s); err != nil {
+		return nil, fmt.Errorf("VoterPolicy %s spec.etcd.clientCertSecretRef: reading Secret %s/%s: %w", p.Name, ns, ref.Name, err)
+	}
+	tlsCfg, err := TLSFromSecret(s)
+	if err != nil {
+		return nil, fmt.Errorf("VoterPolicy %s spec.etcd.clientCertSecretRef: %w", p.Name, err)
+	}
+	return &ClientEtcd{TLS: tlsCfg}, nil
+}
+
+// Pass observes, records the policy status, asks Next and carries out at
+// most one action. It returns when the next pass is due.
+func (r *Reconciler) Pass(ctx context.Context) (time.Duration, error) {
+	r.defaults()
+	log := klog.FromContext(ctx)
+	o, etcd, err := r.observe(ctx)
+	if err != nil || o == nil {
+		return r.IdleEvery, err
+	}
+	c := Assess(o)
+	if err := r.recordPolicy(ctx, o, &c); err != nil {
+		return 0, err
+	}
+	d := Next(o)
+	swap := findSwap(o.Swaps, d.Swap)
+	r.exportDeadlines(o.Swaps)
+	every := r.IdleEvery
+	if runningSwap(o.Swaps) != nil || pendingSwap(o.Swaps) != nil {
+		every = r.RunningEvery
+	}
+	if d.Action == nil {
+		if swap != nil && d.Waiting != "" {
+			return every, r.setProgressing(ctx, swap, metav1.ConditionTrue, d.WaitReason, d.Waiting)
+		}
+		return every, nil
+	}
+	a := d.Action
+	log.V(1).Info("Voter swap action", "kind", a.Kind, "swap", a.Swap, "node", a.Node, "reason", a.Reason)
+	if err := r.carryOut(ctx, o, etcd, swap, a); err != nil {
+		actionsTotal.WithLabelValues(string(a.Kind), "error").Inc()
+		log.Info("Voter swap action failed; tried again on a later pass", "kind", a.Kind, "swap", a.Swap, "node", a.Node, "err", err.Error())
+		if swap != nil && !swap.Status.Phase.Finished() {
+			return every, errors.Join(err, r.recordRetry(ctx, o, swap, a, err))
+		}
+		return every, err
+	}
+	actionsTotal.WithLabelValues(string(a.Kind), "ok").Inc()
+	if r.AfterAction != nil {
+		if err := r.AfterAction(*a); err != nil {
+			return 0, err
+		}
+	}
+	if err := r.record(ctx, o, swap, a); err != nil {
+		return 0, err
+	}
+	// The next action follows at once.
+	return time.Millisecond, nil
+}
+
+func findSwap(swaps []holdfastv1.VoterSwap, name string) *holdfastv1.VoterSwap {
+	for i := range swaps {
+		if swaps[i].Name == name {
+			return &swaps[i]
+		}
+	}
+	return nil
+}
+
+// observe reads everything a pass decides from, and renews the Lease when
+// this process holds it.
+func (r *Reconciler) observe(ctx context.Context) (*Observation, Etcd, error) {
+	now := r.Clock.Now()
+	p := &holdfastv1.VoterPolicy{}
+	if err := r.Reader.Get(ctx, client.ObjectKey{Name: holdfastv1.VoterPolicyName}, p); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil, nil
+		}
+		return nil, nil, err
+	}
+	o := &Observation{Now: now, Settings: r.Settings, Policy: p, Nodes: map[string]*corev1.Node{}, Pods: map[string][]corev1.Pod{},
+		UnfitSince: r.unfitSince}
+	var swaps holdfastv1.VoterSwapList
+	if err := r.Reader.List(ctx, &swaps); err != nil {
+		return nil, nil, err
+	}
+	o.Swaps = swaps.Items
+	var nodes corev1.NodeList
+	if err := r.Client.List(ctx, &nodes); err != nil {
+		return nil, nil, err
+	}
+	for i := range nodes.Items {
+		o.Nodes[nodes.Items[i].Name] = &nodes.Items[i]
+	}
+	lease, err := r.getLease(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	if lease != nil && lease.Spec.HolderIdentity != nil && *lease.Spec.HolderIdentity == r.Settings.Identity {
+		l := r.leaseOps()
+		renewed, err := l.Renew(ctx, lease, now)
+		if err != nil {
+			klog.FromContext(ctx).Info("Swap Lease renewal failed; judging it as read again", "err", err.Error())
+			if lease, err = r.getLease(ctx); err != nil {
+				return nil, nil, err
+			}
+		} else {
+			lease = renewed
+		}
+	}
+	o.Lease = lease
+
+	etcd, err := r.EtcdFor(ctx, p)
+	if err != nil {
+		o.Etcd = EtcdView{Err: err.Error()}
+	} else {
+		o.Etcd = etcd.Observe(ctx, observeEndpoints(p, r.lastEtcd))
+		if o.Etcd.Err == "" {
+			r.lastEtcd = o.Etcd
+		}
+	}
+	c := Assess(o)
+	if c.Reached {
+		UpdateUnfitSince(r.unfitSince, c.Voters, o.Nodes, p, now)
+	}
+
+	var focus *holdfastv1.VoterSwap
+	if s := runningSwap(o.Swaps); s != nil {
+		focus = s
+		for _, n := range swapNodes(s) {
+			pods, err := (&Nodes{Reader: r.Reader}).PodsOn(ctx, n)
+			if err != nil {
+				return nil, nil, err
+			}
+			o.Pods[n] = pods
+		}
+	} else if s := pendingSwap(o.Swaps); s != nil {
+		focus = s
+	}
+	if focus != nil {
+		if o.Candidate, err = r.candidates().Get(ctx, focus.Name); err != nil {
+			return nil, nil, err
+		}
+	}
+	return o, etcd, nil
+}
+
+func (r *Reconciler) getLease(ctx context.Context) (*coordinationv1.Lease, error) {
+	l := &coordinationv1.Lease{}
+	err := r.Reader.Get(ctx, client.ObjectKey{Namespace: holdfastv1.SwapLeaseNamespace, Name: holdfastv1.SwapLeaseName}, l)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the swap Lease: %w", err)
+	}
+	return l, nil
+}
+
+func (r *Reconciler) leaseOps() *SwapLease {
+	return &SwapLease{Client: r.Client, Identity: r.Settings.Identity, Duration: r.Settings.LeaseDuration}
+}
+
+func (r *Reconciler) candidates() *Candidates {
+	return &Candidates{Client: r.Client, Reader: r.Reader, Namespace: r.CandidateNamespace, Image: r.CandidateImage}
+}
+
+// recordPolicy writes the VoterPolicy status this pass observed, before any
+// action: the webhook's gates and its role-label rule read it.
+func (r *Reconciler) recordPolicy(ctx context.Context, o *Observation, c *Cluster) error {
+	st := PolicyStatus(o, c)
+	votersGauge.Set(float64(len(c.Voters)))
+	learnersGauge.Set(float64(len(c.Learners)))
+	etcdHealthy.Set(b2f(c.Healthy()))
+	votersEven.Set(b2f(st.EvenSince != nil))
+	if equality.Semantic.DeepEqual(st, o.Policy.Status) {
+		return nil
+	}
+	p := o.Policy.DeepCopy()
+	p.Status = st
+	if err := r.Client.Status().Update(ctx, p); err != nil {
+		return fmt.Errorf("recording VoterPolicy status: %w", err)
+	}
+	o.Policy = p
+	return nil
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func (r *Reconciler) exportDeadlines(swaps []holdfastv1.VoterSwap) {
+	stepDeadline.Reset()
+	for i := range swaps {
+		s := &swaps[i]
+		if s.Status.Phase == holdfastv1.SwapRunning && s.Status.Deadline != nil {
+			stepDeadline.WithLabelValues(s.Status.SwapID).Set(float64(s.Status.Deadline.Unix()))
+		}
+	}
+}
+
+// carryOut does the action's work outside the swap's status.
+func (r *Reconciler) carryOut(ctx context.Context, o *Observation, etcd Etcd, swap *holdfastv1.VoterSwap, a *Action) error {
+	nodes := &Nodes{Client: r.Client, Reader: r.Reader}
+	needEtcd := func() error {
+		if etcd == nil {
+			return errors.New("no etcd client: " + o.Etcd.Err)
+		}
+		return nil
+	}
+	switch a.Kind {
+	case Record, Refuse:
+		return nil
+	case CreateSwap:
+		s := &holdfastv1.VoterSwap{ObjectMeta: metav1.ObjectMeta{GenerateName: "auto-" + a.Outgoing + "-"},
+			Spec: holdfastv1.VoterSwapSpec{Outgoing: a.Outgoing, Reason: a.Message, Origin: holdfastv1.SwapAutomatic}}
+		if err := r.Client.Create(ctx, s); err != nil {
+			return fmt.Errorf("creating the automatic VoterSwap: %w", err)
+		}
+		a.Swap = s.Name
+		return nil
+	case Propose, Withdraw:
+		p := o.Policy.DeepCopy()
+		p.Status.ProposedSwap = nil
+		if a.Kind == Propose {
+			p.Status.ProposedSwap = &holdfastv1.ProposedSwap{Outgoing: a.Outgoing, Reason: a.Message, At: metav1.NewTime(o.Now)}
+		}
+		return r.Client.Status().Update(ctx, p)
+	case CreateCandidate:
+		return r.candidates().Create(ctx, swap)
+	case DeleteCandidate:
+		return r.candidates().Delete(ctx, swap.Name)
+	case AcquireLease:
+		_, err := r.leaseOps().Acquire(ctx, o.Lease, a.SwapID, a.Nodes, o.Now)
+		return err
+	case ReleaseLease:
+		return r.leaseOps().Release(ctx, o.Lease)
+	case Snapshot:
+		if err := needEtcd(); err != nil {
+			return err
+		}
+		if r.SnapshotDir == "" {
+			return errors.New("no snapshot directory (--snapshot-dir)")
+		}
+		recd, err := etcd.Snapshot(ctx, a.Endpoint, filepath.Join(r.SnapshotDir, SnapshotFile(a.SwapID)))
+		if err != nil {
+			return err
+		}
+		recd.Member = a.Node
+		a.Then.Snapshot = recd
+		a.Message = fmt.Sprintf("snapshot %s from %s verified: %d bytes, sha256 %s, revision %d", recd.Name, a.Node, recd.SizeBytes, recd.SHA256, recd.Revision)
+		if err := PruneSnapshots(r.SnapshotDir, r.KeepSnapshots); err != nil {
+			klog.FromContext(ctx).Info("Pruning old snapshots failed", "err", err.Error())
+		}
+		return nil
+	case Cordon:
+		return nodes.Cordon(ctx, a.Node, a.SwapID)
+	case Uncordon:
+		return nodes.Uncordon(ctx, a.Node)
+	case Evict:
+		return nodes.Evict(ctx, a.Pods)
+	case SetRoleStep:
+		return nodes.SetRoleStep(ctx, a.Node, a.DesiredRole, a.SwapID, a.RoleStep, a.Join)
+	case ClearRoleStep:
+		return nodes.ClearRoleStep(ctx, a.Node)
+	case SetEtcdLabel:
+		return nodes.SetEtcdLabel(ctx, a.Node)
+	case ClearRoleLabels:
+		return nodes.ClearRoleLabels(ctx, a.Node)
+	case AddLearner:
+		if err := needEtcd(); err != nil {
+			return err
+		}
+		id, err := etcd.AddLearner(ctx, a.Endpoints, a.PeerURL)
+		if err != nil {
+			return fmt.Errorf("adding %s as a learner: %w", a.Node, err)
+		}
+		a.Then.IncomingMember = HexID(id)
+		return nil
+	case PromoteMember:
+		if err := needEtcd(); err != nil {
+			return err
+		}
+		if err := etcd.Promote(ctx, a.Endpoints, a.Member); err != nil {
+			return fmt.Errorf("promoting member %s of %s: %w", HexID(a.Member), a.Node, err)
+		}
+		return nil
+	case RemoveMember:
+		if err := needEtcd(); err != nil {
+			return err
+		}
+		if err := etcd.Remove(ctx, a.Endpoints, a.Member); err != nil {
+			return fmt.Errorf("removing member %s of %s: %w", HexID(a.Member), a.Node, err)
+		}
+		return nil
+	case MoveLeader:
+		if err := needEtcd(); err != nil {
+			return err
+		}
+		if err := etcd.MoveLeader(ctx, a.Endpoint, a.To); err != nil {
+			return fmt.Errorf("moving leadership off %s: %w", a.Node, err)
+		}
+		return nil
+	}
+	return fmt.Errorf("unknown action %q", a.Kind)
+}
+
+// maxHistory bounds a swap's history: the oldest retries go first.
+const maxHistory = 200
+
+// record writes the action's change to the swap, then its Event and audit
+// line: a line on the trail means the change was committed first.
+func (r *Reconciler) record(ctx context.Context, o *Observation, swap *holdfastv1.VoterSwap, a *Action) error {
+	msg := a.Message
+	if swap == nil && a.Swap != "" {
+		swap = findSwap(o.Swaps, a.Swap)
+	}
+	var regarding runtime.Object = o.Policy
+	if swap != nil {
+		regarding = swap
+	}
+	warning := false
+	if a.Then != nil && swap != nil {
+		s := swap.DeepCopy()
+		r.apply(s, a.Then, o.Now)
+		if err := r.Client.Status().Update(ctx, s); err != nil {
+			return fmt.Errorf("recording %s on VoterSwap %s: %w", a.Kind, swap.Name, err)
+		}
+		*swap = *s
+		warning = a.Then.Warning
+		if msg == "" && len(a.Then.History) > 0 {
+			msg = a.Then.History[len(a.Then.History)-1].Message
+		}
+	}
+	if msg == "" {
+		msg = fmt.Sprintf("%s %s", a.Kind, a.Node)
+	}
+	reason := a.Reason
+	if reason == "" && a.Then != nil && len(a.Then.History) > 0 {
+		h := a.Then.History[len(a.Then.History)-1]
+		reason = h.Reason
+		if reason == "" {
+			reason = string(h.Step) + h.Outcome
+		}
+	}
+	if reason == "" {
+		reason = string(a.Kind)
+	}
+	if a.Kind == Record && (a.Then == nil || len(a.Then.History) == 0) {
+		return nil
+	}
+	if r.Recorder != nil {
+		typ := corev1.EventTypeNormal
+		if warning {
+			typ = corev1.EventTypeWarning
+		}
+		r.Recorder.Eventf(regarding, nil, typ, reason, string(a.Kind), "%s", truncate(msg, 1000))
+	}
+	if r.Audit != nil {
+		id := a.SwapID
+		if swap != nil && swap.Status.SwapID != "" {
+			id = swap.Status.SwapID
+		}
+		actor := r.Actor
+		if actor == "" {
+			actor = "holdfast-controller/" + r.Settings.Identity
+		}
+		if err := r.Audit.Write(audit.Record{Swap: id, Node: a.Node, Actor: actor, Reason: reason, Message: msg}); err != nil {
+			klog.FromContext(ctx).Error(err, "Writing the audit line", "swap", id, "reason", reason)
+		}
+	}
+	return nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-3] + "..."
+}
+
+// apply changes a swap's status as ch says, at now.
+func (r *Reconciler) apply(s *holdfastv1.VoterSwap, ch *Change, now time.Time) {
+	st := &s.Status
+	t := metav1.NewTime(now)
+	if ch.Phase != "" {
+		st.Phase = ch.Phase
+	}
+	if ch.Step != "" && ch.Step != st.Step {
+		if start, ok := r.stepStart[s.Name]; ok && st.Step != "" {
+			stepSeconds.WithLabelValues(string(st.Step)).Observe(now.Sub(start).Seconds())
+		}
+		r.stepStart[s.Name] = now
+		st.Step = ch.Step
+	}
+	if ch.Outcome != "" {
+		st.Outcome = ch.Outcome
+	}
+	if ch.SwapID != "" {
+		st.SwapID = ch.SwapID
+	}
+	if ch.Incoming != "" {
+		st.Incoming = ch.Incoming
+	}
+	if ch.StartedAt {
+		st.StartedAt = &t
+	}
+	if ch.FinishedAt {
+		st.FinishedAt = &t
+		swapsFinished.WithLabelValues(string(st.Phase)).Inc()
+		delete(r.stepStart, s.Name)
+	}
+	if ch.ClearDeadline {
+		st.Deadline = nil
+	}
+	if ch.Deadline != nil {
+		st.Deadline = &metav1.Time{Time: *ch.Deadline}
+	}
+	if ch.IncomingMember != "" {
+		st.IncomingMemberID = ch.IncomingMember
+	}
+	if ch.OutgoingMember != "" {
+		st.OutgoingMemberID = ch.OutgoingMember
+	}
+	if ch.Snapshot != nil {
+		st.Snapshot = ch.Snapshot
+	}
+	for _, h := range ch.History {
+		h.At = t
+		st.History = append(st.History, h)
+	}
+	if n := len(st.History); n > maxHistory {
+		st.History = st.History[n-maxHistory:]
+	}
+	switch {
+	case st.Phase.Finished():
+		status := metav1.ConditionFalse
+		setCondition(&st.Conditions, metav1.Condition{Type: holdfastv1.ConditionProgressing, Status: status, Reason: string(st.Phase),
+			Message: lastMessage(st), ObservedGeneration: s.Generation}, t)
+	case len(ch.History) > 0:
+		h := ch.History[len(ch.History)-1]
+		reason := h.Reason
+		if reason == "" {
+			reason = string(h.Step) + h.Outcome
+		}
+		msg := h.Message
+		if msg == "" {
+			msg = fmt.Sprintf("step %s %s", h.Step, h.Outcome)
+		}
+		setCondition(&st.Conditions, metav1.Condition{Type: holdfastv1.ConditionProgressing, Status: metav1.ConditionTrue, Reason: reason,
+			Message: truncate(msg, 32000), ObservedGeneration: s.Generation}, t)
+	}
+	if ch.Phase == holdfastv1.SwapRunning && ch.StartedAt {
+		setCondition(&st.Conditions, metav1.Condition{Type: holdfastv1.ConditionGatesPassed, Status: metav1.ConditionTrue, Reason: ReasonGatesPassed,
+			Message: "every gate held when the swap started", ObservedGeneration: s.Generation}, t)
+	}
+	if ch.Phase == holdfastv1.SwapRefused {
+		setCondition(&st.Conditions, metav1.Condition{Type: holdfastv1.ConditionGatesPassed, Status: metav1.ConditionFalse, Reason: ReasonGatesFailed,
+			Message: truncate(lastMessage(st), 32000), ObservedGeneration: s.Generation}, t)
+	}
+}
+
+func lastMessage(st *holdfastv1.VoterSwapStatus) string {
+	for i := len(st.History) - 1; i >= 0; i-- {
+		if st.History[i].Message != "" {
+			return st.History[i].Message
+		}
+	}
+	return ""
+}
+
+// recordRetry keeps a failed action in the swap's history (once per
+// distinct message) and in its Progressing condition; the next pass tries
+// again.
+func (r *Reconciler) recordRetry(ctx context.Context, o *Observation, swap *holdfastv1.VoterSwap, a *Action, err error) error {
+	step := swap.Status.Step
+	if step == "" {
+		step = holdfastv1.StepGates
+	}
+	msg := truncate(fmt.Sprintf("%s failed, tried again: %v", a.Kind, err), 2000)
+	h := swap.Status.History
+	if len(h) > 0 && h[len(h)-1].Message == msg {
+		return nil
+	}
+	s := swap.DeepCopy()
+	r.apply(s, &Change{History: []holdfastv1.SwapStepRecord{rec(step, OutcomeRetried, a.Reason, msg)}}, o.Now)
+	if err := r.Client.Status().Update(ctx, s); err != nil {
+		return err
+	}
+	*swap = *s
+	return nil
+}
+
+// setProgressing records what a swap waits for, when it changed.
+func (r *Reconciler) setProgressing(ctx context.Context, swap *holdfastv1.VoterSwap, status metav1.ConditionStatus, reason, msg string) error {
+	if reason == "" {
+		reason = "Waiting"
+	}
+	msg = truncate(msg, 32000)
+	if c := meta.FindStatusCondition(swap.Status.Conditions, holdfastv1.ConditionProgressing); c != nil &&
+		c.Status == status && c.Reason == reason && c.Message == msg {
+		return nil
+	}
+	s := swap.DeepCopy()
+	if s.Status.Phase == "" {
+		s.Status.Phase = holdfastv1.SwapPending
+	}
+	setCondition(&s.Status.Conditions, metav1.Condition{Type: holdfastv1.ConditionProgressing, Status: status, Reason: reason,
+		Message: msg, ObservedGeneration: s.Generation}, metav1.NewTime(r.Clock.Now()))
+	return r.Client.Status().Update(ctx, s)
+}

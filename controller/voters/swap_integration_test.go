@@ -1,0 +1,170 @@
+//go:build integration
+
+package voters_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/controller/audit"
+	"github.com/holdfast-io/holdfast/controller/voters"
+	"github.com/holdfast-io/holdfast/webhook/rules"
+)
+
+// TestFullSwapWithRealEtcd swaps voter a1 out and standby a4 in on a real
+// three-member etcd cluster, with the real apiserver and webhook, the node
+// plugins driving real etcd members through their systemd doubles, and a
+// writer putting a key every 50ms: three voters by etcd's vote at the end,
+// a1's member gone with its data moved aside and its role labels cleared,
+// no failed or lost write. Then the former member is promoted again, the
+// scheduler's pick standing in for a named node, and joins the existing
+// cluster: one cluster ID before and after.
+func TestFullSwapWithRealEtcd(t *testing.T) {
+	c := newCluster(t, []string{"a1", "a2", "a3"}, []string{"a4"})
+	c.policy(t, nil)
+	trail := &lockedBuffer{}
+	startController(t, ctrlOpts{audit: trail})
+	waitHealthyStatus(t, "a1", "a2", "a3")
+	cli := c.client("a2", "a3")
+	_, _, clusterID := etcdMembers(t, cli)
+
+	w := startWriter(cli)
+	name := createSwap(t, "a1", "a4")
+	s := waitPhase(t, name, holdfastv1.SwapSucceeded, 3*time.Minute)
+	stall := w.check(t)
+	t.Logf("swap %s took %v; history:\n%s", s.Status.SwapID, s.Status.FinishedAt.Sub(s.Status.StartedAt.Time).Round(time.Millisecond), history(s))
+	_ = stall
+
+	votersNow, learners, id := etcdMembers(t, cli)
+	if !slices.Equal(votersNow, []string{"a2", "a3", "a4"}) || len(learners) > 0 || id != clusterID {
+		t.Fatalf("after the swap: voters %v learners %v cluster %x, want a2 a3 a4, none, %x", votersNow, learners, id, clusterID)
+	}
+	if s.Status.Snapshot == nil || s.Status.Snapshot.SizeBytes == 0 || len(s.Status.Snapshot.SHA256) != 64 || s.Status.Snapshot.Revision == 0 ||
+		s.Status.Snapshot.Member == "a1" {
+		t.Errorf("snapshot record %+v: want a verified snapshot from a voter that stays", s.Status.Snapshot)
+	}
+	if !strings.HasSuffix(s.Status.SwapID, "-a1-a4") || s.Status.IncomingMemberID == "" || s.Status.OutgoingMemberID == "" {
+		t.Errorf("status %+v: want the swap ID and both member IDs", s.Status)
+	}
+	h1 := c.hosts["a1"]
+	if !hostDataMovedAside(h1) {
+		t.Error("a1's member data was not moved aside")
+	}
+	if role, _ := h1.state.Role(); role != holdfastv1.RoleAgent {
+		t.Errorf("a1's role file says %q", role)
+	}
+	if st := h1.sd.ActiveState(agentUnit); st != "active" {
+		t.Errorf("a1's agent unit is %s", st)
+	}
+	n1, n4 := getNode(t, "a1"), getNode(t, "a4")
+	if _, ok := n1.Labels[holdfastv1.LabelEtcdRole]; ok {
+		t.Error("a1 keeps the etcd role label")
+	}
+	if n1.Labels[holdfastv1.LabelDesiredRole] != holdfastv1.RoleAgent || n4.Labels[holdfastv1.LabelDesiredRole] != holdfastv1.RoleServer {
+		t.Errorf("desired roles a1 %q a4 %q", n1.Labels[holdfastv1.LabelDesiredRole], n4.Labels[holdfastv1.LabelDesiredRole])
+	}
+	if _, ok := n4.Labels[holdfastv1.LabelEtcdRole]; !ok {
+		t.Error("a4 is a voter without the etcd role label")
+	}
+	for _, n := range []*corev1.Node{n1, n4} {
+		if n.Spec.Unschedulable || hasSwapTaint(n) || n.Annotations[holdfastv1.AnnotationRoleStep] != "" {
+			t.Errorf("%s left cordoned %v, tainted %v or with role step %q", n.Name, n.Spec.Unschedulable, n.Spec.Taints, n.Annotations[holdfastv1.AnnotationRoleStep])
+		}
+	}
+	if l := getLease(t); rules.SwapLeaseHolder(l) != "" {
+		eventually(t, 10*time.Second, "swap Lease released", func() (bool, string) {
+			l := getLease(t)
+			return rules.SwapLeaseHolder(l) == "", rules.SwapLeaseHolder(l)
+		})
+	}
+	waitHealthyStatus(t, "a2", "a3", "a4")
+	p := &holdfastv1.VoterPolicy{}
+	if err := env.Client.Get(context.Background(), client.ObjectKey{Name: holdfastv1.VoterPolicyName}, p); err != nil {
+		t.Fatal(err)
+	}
+	if p.Status.LastSwap == nil || p.Status.LastSwap.Name != name || p.Status.LastSwap.Phase != holdfastv1.SwapSucceeded || p.Status.EvenSince != nil {
+		t.Errorf("policy status lastSwap %+v evenSince %v", p.Status.LastSwap, p.Status.EvenSince)
+	}
+	var reasons []string
+	for _, line := range strings.Split(strings.TrimSpace(trail.String()), "\n") {
+		var r audit.Record
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("audit line %q: %v", line, err)
+		}
+		if r.Component != "voters" || r.Actor == "" || r.Swap == "" {
+			t.Errorf("audit line %q: want component voters, an actor and the swap ID", line)
+		}
+		reasons = append(reasons, r.Reason)
+	}
+	for _, want := range []string{voters.ReasonLeaseTaken, voters.ReasonLearnerAdded, voters.ReasonPromoted, voters.ReasonMemberRemoved, voters.ReasonReleased} {
+		if !slices.Contains(reasons, want) {
+			t.Errorf("audit trail %v lacks %s", reasons, want)
+		}
+	}
+
+	// Events on the swap, Normal for each step carried out.
+	eventually(t, 10*time.Second, "Events on the swap", func() (bool, string) {
+		var evs eventsv1.EventList
+		if err := env.Client.List(context.Background(), &evs); err != nil {
+			return false, err.Error()
+		}
+		seen := map[string]bool{}
+		for _, e := range evs.Items {
+			if e.Regarding.Kind == "VoterSwap" && e.Regarding.Name == name && e.Type == corev1.EventTypeNormal {
+				seen[e.Reason] = true
+			}
+		}
+		return seen[voters.ReasonLearnerAdded] && seen[voters.ReasonPromoted] && seen[voters.ReasonMemberRemoved], fmt.Sprint(seen)
+	})
+
+	// The former member comes back: a2 out, the scheduler's pick in (the
+	// test binds the candidate pod to a1 as holdfast-scheduler would). An
+	// admin makes a1 voter-eligible first.
+	labelNode(t, "a1", holdfastv1.LabelVoterEligible, "true")
+	w = startWriter(cli)
+	name2 := createSwap(t, "a2", "")
+	bindCandidate(t, name2, "a1")
+	s2 := waitPhase(t, name2, holdfastv1.SwapSucceeded, 3*time.Minute)
+	w.check(t)
+	if s2.Status.Incoming != "a1" {
+		t.Errorf("incoming %q, want the candidate's node a1", s2.Status.Incoming)
+	}
+	votersNow, _, id = etcdMembers(t, c.client("a3", "a4"))
+	if !slices.Equal(votersNow, []string{"a1", "a3", "a4"}) || id != clusterID {
+		t.Fatalf("after the second swap: voters %v cluster %x, want a1 a3 a4 in the same cluster %x", votersNow, id, clusterID)
+	}
+	pod := &corev1.Pod{}
+	if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: releaseNS, Name: voters.CandidatePodName(name2)}, pod); err == nil {
+		t.Errorf("candidate pod left behind: %s", pod.Name)
+	}
+}
+
+// lockedBuffer is an io.Writer safe for the controller's goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}

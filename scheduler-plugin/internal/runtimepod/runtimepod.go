@@ -1,0 +1,52 @@
+// Package runtimepod holds what UnitPlacement and StandbyColocation both
+// know about unit runtime pods: which unit a pod belongs to, how to name it
+// to a person, and how to requeue a unit's waiting pods when it changes.
+package runtimepod
+
+import (
+	"context"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/holdfastclient"
+	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/requeue"
+)
+
+// Unit is the Unit a runtime pod belongs to: holdfast.io/unit, in the pod's
+// namespace. ok is false for any other pod.
+func Unit(pod *corev1.Pod) (key types.NamespacedName, ok bool) {
+	name, ok := pod.Labels[holdfastv1.LabelUnit]
+	if !ok {
+		return types.NamespacedName{}, false
+	}
+	return types.NamespacedName{Namespace: pod.Namespace, Name: name}, true
+}
+
+// Display names a unit as a person reading the pod's events knows it: by
+// name in the pod's own namespace, namespace/name elsewhere.
+func Display(unit types.NamespacedName, fromNamespace string) string {
+	if unit.Namespace == fromNamespace {
+		return unit.Name
+	}
+	return unit.String()
+}
+
+// RequeueOnUnitChange activates a unit's unbound runtime pods whenever the
+// Unit changes (a new epoch authorised, targets edited, the ledger emptied),
+// from the informer the plugins read, so the retry sees the change.
+func RequeueOnUnitChange(ctx context.Context, h fwk.Handle, clients *holdfastclient.Clients) error {
+	logger := klog.FromContext(ctx)
+	activator, err := requeue.New(h)
+	if err != nil {
+		return err
+	}
+	return clients.OnChange(ctx, &holdfastv1.Unit{}, func(u client.Object) {
+		activator.Activate(logger, u.GetNamespace(), labels.SelectorFromSet(labels.Set{holdfastv1.LabelUnit: u.GetName()}))
+	})
+}

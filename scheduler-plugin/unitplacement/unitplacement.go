@@ -1,0 +1,568 @@
+// Package unitplacement is the UnitPlacement scheduler plugin: it places a
+// unit's runtime pod on the unit's primary nodes (first binding) or on one
+// of its eligible failover targets (re-bind, automatic or a person's), never
+// on the node being left (binding previousNode) or, on the automatic path,
+// on a standby already tried (unsettledRebinds, DESIGN §3 L5, §4), and it
+// records the chosen node in the unit's binding with an
+// optimistic-concurrency write, so that one epoch binds one pod on one node
+// however many schedulers or pods race (L7).
+//
+// The controller writes the binding (epoch, pod, origin, previousNode) and
+// the ledger; this plugin writes only node, pod and boundAt. A person's
+// target reaches the scheduler as the pod's required node affinity, which
+// kube-scheduler's NodeAffinity plugin enforces beside this one.
+package unitplacement
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/client-go/util/retry"
+	v1helper "k8s.io/component-helpers/scheduling/corev1"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/scheduler-plugin/apis/config"
+	configv1 "github.com/holdfast-io/holdfast/scheduler-plugin/apis/config/v1"
+	"github.com/holdfast-io/holdfast/scheduler-plugin/apis/config/validation"
+	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/holdfastclient"
+	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/runtimepod"
+	"github.com/holdfast-io/holdfast/webhook/rules"
+)
+
+// Name is the plugin's name in the registry and the scheduler configuration.
+const Name = "UnitPlacement"
+
+const (
+	stateKey      fwk.StateKey = Name
+	scoreStateKey fwk.StateKey = Name + "/score"
+)
+
+// Refusal phrases that are the same for every unit.
+const (
+	ReasonNodeBeingLeft = "the node being left"
+	ReasonTried         = "already tried in this failover"
+	ReasonNotReady      = "not ready"
+	ReasonCordoned      = "cordoned"
+)
+
+// UnitPlacement places unit runtime pods. Pods without holdfast.io/unit are
+// left to the other plugins (Skip).
+type UnitPlacement struct {
+	handle fwk.Handle
+	args   *config.UnitPlacementArgs
+	// units reads Units from the informer cache (PreFilter, PreScore).
+	units client.Reader
+	// live reads and writes Units at the apiserver (PreBind).
+	live  client.Client
+	clock clock.PassiveClock
+}
+
+var _ fwk.PreFilterPlugin = &UnitPlacement{}
+var _ fwk.FilterPlugin = &UnitPlacement{}
+var _ fwk.PreScorePlugin = &UnitPlacement{}
+var _ fwk.ScorePlugin = &UnitPlacement{}
+var _ fwk.PreBindPlugin = &UnitPlacement{}
+var _ fwk.EnqueueExtensions = &UnitPlacement{}
+var _ fwk.SignPlugin = &UnitPlacement{}
+
+// New builds the plugin from its args and the scheduler's handle; it watches
+// Units through the scheduler's shared holdfast informers.
+func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+	args, err := getArgs(obj)
+	if err != nil {
+		return nil, err
+	}
+	clients, err := holdfastclient.For(ctx, h, &holdfastv1.Unit{})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", Name, err)
+	}
+	if err := runtimepod.RequeueOnUnitChange(ctx, h, clients); err != nil {
+		return nil, fmt.Errorf("%s: %w", Name, err)
+	}
+	return newPlugin(h, args, clients.Cached, clients.Live, clock.RealClock{}), nil
+}
+
+func newPlugin(h fwk.Handle, args *config.UnitPlacementArgs, units client.Reader, live client.Client, clk clock.PassiveClock) *UnitPlacement {
+	return &UnitPlacement{handle: h, args: args, units: units, live: live, clock: clk}
+}
+
+func getArgs(obj runtime.Object) (*config.UnitPlacementArgs, error) {
+	var args *config.UnitPlacementArgs
+	switch a := obj.(type) {
+	case nil:
+		// No pluginConfig at all (the scheduler's loader always supplies
+		// the defaults; a framework built by hand may not).
+		var v configv1.UnitPlacementArgs
+		configv1.SetDefaults_UnitPlacementArgs(&v)
+		args = &config.UnitPlacementArgs{}
+		if err := configv1.Convert_v1_UnitPlacementArgs_To_config_UnitPlacementArgs(&v, args, nil); err != nil {
+			return nil, err
+		}
+	case *config.UnitPlacementArgs:
+		args = a
+	default:
+		return nil, fmt.Errorf("want args of type UnitPlacementArgs, got %T", obj)
+	}
+	if err := validation.ValidateUnitPlacementArgs(field.NewPath("pluginConfig").Key(Name).Child("args"), args); err != nil {
+		return nil, err
+	}
+	return args, nil
+}
+
+// Name returns the plugin's name.
+func (pl *UnitPlacement) Name() string { return Name }
+
+// SignPod lets the scheduler batch pods that are not runtimes: the plugin
+// does nothing to them. A runtime pod is refused a signature: its result
+// depends on its own unit, epoch and name, and is never reused.
+func (pl *UnitPlacement) SignPod(_ context.Context, pod *corev1.Pod) ([]fwk.SignFragment, *fwk.Status) {
+	if _, ok := runtimepod.Unit(pod); ok {
+		return nil, fwk.NewStatus(fwk.Unschedulable, "a unit runtime pod is placed on its own")
+	}
+	return nil, nil
+}
+
+// placementMode is what kind of binding an epoch is.
+type placementMode int
+
+const (
+	// firstBinding: no node is being left; the runtime goes to a primary.
+	firstBinding placementMode = iota
+	// automaticRebind: the controller re-binds on its own; targets only,
+	// each tried once (L5).
+	automaticRebind
+	// manualRebind: a person named the node (the pod's node affinity);
+	// targets only, the ledger does not bind a person.
+	manualRebind
+)
+
+// placement is what PreFilter learnt about the pod's unit and epoch; Filter,
+// Score and PreBind read it. It is never changed after PreFilter.
+type placement struct {
+	unit    types.NamespacedName
+	display string
+	epoch   int64
+	binding holdfastv1.RuntimeBinding
+	mode    placementMode
+	primary func(*corev1.Node) bool
+	target  func(*corev1.Node) bool
+	// boundNode is set when the binding already records this very pod's
+	// node (a bind that failed after PreBind): the pod goes there or nowhere.
+	boundNode string
+	// The unit's refusals, worded once per cycle rather than once per node.
+	notPrimary, notTarget, boundElsewhere string
+}
+
+// Clone shares the placement: nothing changes it after PreFilter.
+func (p *placement) Clone() fwk.StateData { return p }
+
+func unschedulable(format string, args ...any) *fwk.Status {
+	// Preemption must never evict anything on a runtime's behalf because of
+	// these rules (it could evict another unit's runtime), so every refusal
+	// is unresolvable.
+	return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf(format, args...))
+}
+
+// authorise checks the pod against its unit's binding: the pod's epoch must
+// be the authorised one and no other pod may hold it.
+func authorise(u *holdfastv1.Unit, pod *corev1.Pod) (*placement, *fwk.Status) {
+	key := client.ObjectKeyFromObject(u)
+	display := runtimepod.Display(key, pod.Namespace)
+	epoch, err := holdfastv1.ParseEpoch(pod.Labels[holdfastv1.LabelEpoch])
+	if err != nil {
+		return nil, unschedulable("no valid %s label", holdfastv1.LabelEpoch)
+	}
+	b := u.Status.RuntimeBinding
+	switch {
+	case b == nil:
+		return nil, unschedulable("unit %s has no authorised binding", display)
+	case b.Epoch != epoch:
+		return nil, unschedulable("epoch %d is not the authorised epoch %d of unit %s", epoch, b.Epoch, display)
+	case b.Pod != "" && b.Pod != pod.Name:
+		if b.Node != "" {
+			return nil, unschedulable("epoch %d of unit %s is already bound to node %s by pod %s", epoch, display, b.Node, b.Pod)
+		}
+		return nil, unschedulable("epoch %d of unit %s belongs to pod %s", epoch, display, b.Pod)
+	case b.Node != "" && b.Pod == "":
+		return nil, unschedulable("epoch %d of unit %s is already bound to node %s", epoch, display, b.Node)
+	}
+	p := &placement{
+		unit: key, display: display, epoch: epoch, binding: *b, boundNode: b.Node,
+		// The rules the webhook and the controller judge targets and
+		// primaries by, compiled once for the cycle's many nodes.
+		primary:        rules.PrimaryMatcher(u),
+		target:         rules.TargetMatcher(u),
+		notPrimary:     "not a primary node of unit " + display,
+		notTarget:      "not a failover target of unit " + display,
+		boundElsewhere: fmt.Sprintf("epoch %d is bound to node %s", epoch, b.Node),
+	}
+	switch b.Origin {
+	case holdfastv1.OriginManual:
+		p.mode = manualRebind
+	case holdfastv1.OriginAutomatic:
+		p.mode = automaticRebind
+	case holdfastv1.OriginInitial:
+		p.mode = firstBinding
+	default:
+		// A binding written before origin existed: one that leaves a
+		// node is read as the stricter automatic path.
+		p.mode = firstBinding
+		if b.PreviousNode != "" {
+			p.mode = automaticRebind
+		}
+	}
+	if sel := u.Spec.Availability.Targets; sel != nil && sel.Selector != nil {
+		// rules.TargetMatcher reads a selector that does not parse as
+		// selecting nothing; say so once rather than on every node.
+		if _, err := metav1.LabelSelectorAsSelector(sel.Selector); err != nil {
+			return nil, unschedulable("unit %s has an invalid spec.availability.targets.selector: %v", display, err)
+		}
+	}
+	if p.mode == automaticRebind && u.Spec.Availability.Mode != holdfastv1.Failover {
+		return nil, unschedulable("unit %s is in %s mode: only a person's failover re-binds it", display, holdfastv1.Autonomy)
+	}
+	return p, nil
+}
+
+// unitRefusal is why the unit's rules keep this epoch off node, or "".
+// outside is true for a node the rules do not consider at all: not a
+// primary (first binding) or target (re-bind), or the epoch is bound
+// elsewhere. In a
+// large cluster that is nearly every node, and the least interesting reason.
+func (p *placement) unitRefusal(node *corev1.Node) (reason string, outside bool) {
+	if p.boundNode != "" {
+		// The binding is recorded and never undone (a bind reported as
+		// failed may have landed): only that node, whatever the ledger
+		// says since (the controller adds it there for this very pod).
+		if node.Name != p.boundNode {
+			return p.boundElsewhere, true
+		}
+		return "", false
+	}
+	if node.Name == p.binding.PreviousNode {
+		return ReasonNodeBeingLeft, false
+	}
+	switch p.mode {
+	case manualRebind:
+		if !p.target(node) {
+			return p.notTarget, true
+		}
+	case automaticRebind:
+		if !p.target(node) {
+			return p.notTarget, true
+		}
+		if slices.Contains(p.binding.UnsettledRebinds, node.Name) {
+			return ReasonTried, false
+		}
+	default:
+		if !p.primary(node) {
+			return p.notPrimary, true
+		}
+	}
+	return "", false
+}
+
+// nodeRefusal is why no runtime may start on node now, or "".
+func nodeRefusal(logger klog.Logger, node *corev1.Node, pod *corev1.Pod) string {
+	switch {
+	case !rules.NodeReady(node):
+		return ReasonNotReady
+	case node.Spec.Unschedulable:
+		return ReasonCordoned
+	}
+	taint, untolerated := v1helper.FindMatchingUntoleratedTaint(logger, node.Spec.Taints, pod.Spec.Tolerations, func(t *corev1.Taint) bool {
+		return t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute
+	}, false)
+	if untolerated {
+		return "untolerated taint " + taint.Key
+	}
+	return ""
+}
+
+// PreFilter reads the pod's Unit from the informer cache and refuses the
+// pod outright when its epoch is not the authorised one or another pod holds
+// it. It then checks every node against the unit's rules (labels, names and
+// node state only, so one pass is cheap): when none passes it refuses the
+// pod with every node's reason counted; otherwise it narrows the cycle to
+// the nodes the rules consider (members and the node being left), so that a
+// runtime in a cluster of thousands of nodes does not cost a Filter pass over
+// each of them, and Filter still words each considered node's refusal.
+func (pl *UnitPlacement) PreFilter(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+	key, ok := runtimepod.Unit(pod)
+	if !ok {
+		return nil, fwk.NewStatus(fwk.Skip)
+	}
+	var u holdfastv1.Unit
+	if err := pl.units.Get(ctx, key, &u); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, unschedulable("unit %s not found", runtimepod.Display(key, pod.Namespace))
+		}
+		return nil, fwk.AsStatus(err)
+	}
+	p, status := authorise(&u, pod)
+	if !status.IsSuccess() {
+		return nil, status
+	}
+	state.Write(stateKey, p)
+	return p.narrow(klog.FromContext(ctx), pod, nodes)
+}
+
+// narrow is PreFilter's pass over every node.
+func (p *placement) narrow(logger klog.Logger, pod *corev1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+	if len(nodes) == 0 {
+		return nil, nil
+	}
+	considered := sets.New[string]()
+	refusals := map[string]int{}
+	// Nodes outside the rules, nearly all of a large cluster, share one
+	// reason per placement: counted, not hashed, in the common pass.
+	var outsideReason string
+	outsideCount := 0
+	fits := false
+	for _, ni := range nodes {
+		node := ni.Node()
+		if node == nil {
+			continue
+		}
+		reason, outside := p.unitRefusal(node)
+		if outside {
+			outsideReason = reason
+			outsideCount++
+			continue
+		}
+		considered.Insert(node.Name)
+		if reason == "" {
+			reason = nodeRefusal(logger, node, pod)
+		}
+		if reason == "" {
+			fits = true
+		} else {
+			refusals[reason]++
+		}
+	}
+	if fits {
+		return &fwk.PreFilterResult{NodeNames: considered}, nil
+	}
+	if outsideCount > 0 {
+		refusals[outsideReason] += outsideCount
+	}
+	// Counted as the scheduler counts Filter refusals, so the event reads
+	// the same either way.
+	counts := make([]string, 0, len(refusals))
+	for reason, n := range refusals {
+		counts = append(counts, fmt.Sprintf("%d %s", n, reason))
+	}
+	sort.Strings(counts)
+	return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, strings.Join(counts, ", "))
+}
+
+// PreFilterExtensions returns nil: the rules do not depend on other pods.
+func (pl *UnitPlacement) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
+
+// Filter admits node when the unit's rules and the node's state allow it.
+func (pl *UnitPlacement) Filter(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
+	p, err := readPlacement(state)
+	if err != nil {
+		return fwk.AsStatus(err)
+	}
+	node := nodeInfo.Node()
+	if reason, _ := p.unitRefusal(node); reason != "" {
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reason)
+	}
+	if reason := nodeRefusal(klog.FromContext(ctx), node, pod); reason != "" {
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reason)
+	}
+	return nil
+}
+
+func readPlacement(state fwk.CycleState) (*placement, error) {
+	data, err := state.Read(stateKey)
+	if err != nil {
+		return nil, fmt.Errorf("reading %q from the cycle state: %w", stateKey, err)
+	}
+	p, ok := data.(*placement)
+	if !ok {
+		return nil, fmt.Errorf("%+v cannot be converted to a placement", data)
+	}
+	return p, nil
+}
+
+// sharedTargets names the feasible nodes that another unit also names as a
+// failover target; the others are dedicated to this unit.
+type sharedTargets map[string]bool
+
+// Clone shares the map: nothing changes it after PreScore.
+func (s sharedTargets) Clone() fwk.StateData { return s }
+
+// PreScore finds which feasible nodes another unit also names as a target.
+func (pl *UnitPlacement) PreScore(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, nodes []fwk.NodeInfo) *fwk.Status {
+	p, err := readPlacement(state)
+	if err != nil {
+		// PreFilter skipped this pod: not a runtime pod.
+		return fwk.NewStatus(fwk.Skip)
+	}
+	var units holdfastv1.UnitList
+	if err := pl.units.List(ctx, &units, client.UnsafeDisableDeepCopy); err != nil {
+		return fwk.AsStatus(err)
+	}
+	shared := sharedTargets{}
+	for i := range units.Items {
+		other := &units.Items[i]
+		if other.Namespace == p.unit.Namespace && other.Name == p.unit.Name {
+			continue
+		}
+		target := rules.TargetMatcher(other)
+		for _, ni := range nodes {
+			if node := ni.Node(); target(node) {
+				shared[node.Name] = true
+			}
+		}
+	}
+	state.Write(scoreStateKey, shared)
+	return nil
+}
+
+// Score prefers a dedicated node (no other unit names it as a target), then
+// the least-loaded, weighted by the args; the result is within 0..100.
+func (pl *UnitPlacement) Score(_ context.Context, state fwk.CycleState, _ *corev1.Pod, nodeInfo fwk.NodeInfo) (int64, *fwk.Status) {
+	data, err := state.Read(scoreStateKey)
+	if err != nil {
+		return 0, fwk.AsStatus(fmt.Errorf("reading %q from the cycle state: %w", scoreStateKey, err))
+	}
+	shared, ok := data.(sharedTargets)
+	if !ok {
+		return 0, fwk.AsStatus(fmt.Errorf("%+v cannot be converted to shared targets", data))
+	}
+	var dedicated int64
+	if !shared[nodeInfo.Node().Name] {
+		dedicated = fwk.MaxNodeScore
+	}
+	free := freeScore(nodeInfo)
+	wd, wl := pl.args.DedicatedStandbyWeight, pl.args.LoadWeight
+	return (wd*dedicated + wl*free) / (wd + wl), nil
+}
+
+// freeScore is 0..100: the mean of the node's free CPU and memory shares
+// (requests with the scheduler's non-zero minimums, against allocatable).
+func freeScore(ni fwk.NodeInfo) int64 {
+	free := func(requested, allocatable int64) int64 {
+		if allocatable <= 0 || requested >= allocatable {
+			return 0
+		}
+		return (allocatable - requested) * fwk.MaxNodeScore / allocatable
+	}
+	req, alloc := ni.GetNonZeroRequested(), ni.GetAllocatable()
+	return (free(req.GetMilliCPU(), alloc.GetMilliCPU()) + free(req.GetMemory(), alloc.GetMemory())) / 2
+}
+
+// ScoreExtensions returns nil: scores are already within 0..100.
+func (pl *UnitPlacement) ScoreExtensions() fwk.ScoreExtensions { return nil }
+
+// PreBindPreFlight takes runtime pods and skips every other pod.
+func (pl *UnitPlacement) PreBindPreFlight(_ context.Context, _ fwk.CycleState, pod *corev1.Pod, _ string) (*fwk.PreBindPreFlightResult, *fwk.Status) {
+	if _, ok := runtimepod.Unit(pod); !ok {
+		return nil, fwk.NewStatus(fwk.Skip)
+	}
+	return &fwk.PreBindPreFlightResult{AllowParallel: true}, nil
+}
+
+// errRecheck sends PreBind round its retry loop to decide on the
+// apiserver's copy of the Unit.
+var errRecheck = apierrors.NewConflict(holdfastv1.GroupVersion.WithResource("units").GroupResource(), "", fmt.Errorf("re-read from the apiserver"))
+
+// PreBind records nodeName, the pod and the time in the unit's binding with
+// an update conditioned on the Unit's resourceVersion, re-reading and
+// re-checking on every conflict: of two pods or two schedulers racing for
+// one epoch exactly one write lands, and the other finds the epoch bound and
+// fails. The ledger is the controller's: it adds the recorded node of an
+// Automatic binding to unsettledRebinds. The record is never undone, even
+// when the bind that follows fails: a bind reported as failed may have
+// landed.
+func (pl *UnitPlacement) PreBind(ctx context.Context, _ fwk.CycleState, pod *corev1.Pod, nodeName string) *fwk.Status {
+	logger := klog.FromContext(ctx)
+	key, _ := runtimepod.Unit(pod)
+	display := runtimepod.Display(key, pod.Namespace)
+	node, err := pl.handle.SharedInformerFactory().Core().V1().Nodes().Lister().Get(nodeName)
+	if err != nil {
+		return fwk.AsStatus(fmt.Errorf("reading node %s: %w", nodeName, err))
+	}
+	var refusal *fwk.Status
+	// The first attempt starts from the informer's copy, which saves a
+	// round trip on the path every runtime takes; a conflict, or a refusal
+	// read from that copy, is decided again on the apiserver's.
+	cached := true
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		reader := client.Reader(pl.live)
+		if cached {
+			reader = pl.units
+			defer func() { cached = false }()
+		}
+		refusal = nil
+		var u holdfastv1.Unit
+		if err := reader.Get(ctx, key, &u); err != nil {
+			if apierrors.IsNotFound(err) && !cached {
+				refusal = unschedulable("unit %s not found", display)
+				return nil
+			}
+			if cached {
+				return errRecheck
+			}
+			return err
+		}
+		p, status := authorise(&u, pod)
+		if !status.IsSuccess() {
+			if cached {
+				return errRecheck
+			}
+			refusal = status
+			return nil
+		}
+		if reason, _ := p.unitRefusal(node); reason != "" {
+			if cached {
+				return errRecheck
+			}
+			refusal = unschedulable("node %s: %s", nodeName, reason)
+			return nil
+		}
+		if p.boundNode == nodeName {
+			return nil // recorded by an earlier attempt of this pod
+		}
+		b := u.Status.RuntimeBinding
+		b.Node = nodeName
+		b.Pod = pod.Name
+		b.BoundAt = &metav1.Time{Time: pl.clock.Now()}
+		return pl.live.Status().Update(ctx, &u)
+	})
+	if err != nil {
+		return fwk.AsStatus(fmt.Errorf("recording node %s in the binding of unit %s: %w", nodeName, display, err))
+	}
+	if refusal != nil {
+		logger.V(2).Info("Runtime pod refused at PreBind", "pod", klog.KObj(pod), "unit", key, "node", nodeName, "reason", refusal.Message())
+		return refusal
+	}
+	logger.V(2).Info("Recorded the runtime binding", "pod", klog.KObj(pod), "unit", key, "node", nodeName)
+	return nil
+}
+
+// EventsToRegister requeues a rejected runtime pod when a node appears or
+// changes in a way the rules read. A change of its Unit requeues it from the
+// plugin's own informer (runtimepod.RequeueOnUnitChange).
+func (pl *UnitPlacement) EventsToRegister(_ context.Context) ([]fwk.ClusterEventWithHint, error) {
+	return []fwk.ClusterEventWithHint{
+		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeLabel | fwk.UpdateNodeTaint | fwk.UpdateNodeCondition}},
+	}, nil
+}
