@@ -14,6 +14,8 @@ TEST_TIMEOUT ?= 25m
 GO_TEST_FLAGS ?=
 
 export KUBEBUILDER_ASSETS := $(K8S_BIN)
+# The chart checks generate third-party CRDs (test/chart) with it.
+export CONTROLLER_GEN
 
 .PHONY: help
 help: ## Show every target and what it does
@@ -54,11 +56,11 @@ test-unit: node-deps ## Run the tests that need no control plane
 	$(GO) test -timeout $(TEST_TIMEOUT) $(GO_TEST_FLAGS) ./...
 
 .PHONY: test-integration
-test-integration: k8s-bin node-deps cri-bin cni-bin ## Run only the packages with tests against the real apiserver, etcd and kubectl
+test-integration: k8s-bin node-deps cri-bin cni-bin $(CONTROLLER_GEN) ## Run only the packages with tests against the real apiserver, etcd and kubectl
 	$(GO) test -tags integration -timeout $(TEST_TIMEOUT) $(GO_TEST_FLAGS) $$(hack/integration-packages.sh)
 
 .PHONY: test
-test: k8s-bin node-deps cri-bin cni-bin ## Run everything CI runs: unit and integration tests (the README's test command)
+test: k8s-bin node-deps cri-bin cni-bin $(CONTROLLER_GEN) ## Run everything CI runs: unit and integration tests (the README's test command)
 	$(GO) test -tags integration -timeout $(TEST_TIMEOUT) $(GO_TEST_FLAGS) ./...
 
 .PHONY: test-e2e
@@ -76,3 +78,24 @@ demo: k8s-bin node-deps cri-bin cni-bin ## Start a local cluster of real kubelet
 $(CONTROLLER_GEN):
 	GOBIN=$(CURDIR)/bin/tools/.gobin $(GO) install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)
 	mv $(CURDIR)/bin/tools/.gobin/controller-gen $@
+
+.PHONY: images
+images: ## Build the static, non-root image of every binary (build/Dockerfile; needs Docker: IMAGE_REPO, IMAGE_TAG)
+	hack/images.sh
+
+.PHONY: kind-demo
+kind-demo: ## With Docker: a kind cluster, the images, the chart, and the failover and swap stories (kind-config/)
+	kind-config/demo.sh
+
+.PHONY: kind-down
+kind-down: ## Delete the kind demo cluster
+	kind-config/down.sh
+
+.PHONY: chart-files
+chart-files: ## Copy the webhook's and the scheduler's configuration into charts/holdfast/files
+	cp webhook/config/validating-webhook-configuration.yaml charts/holdfast/files/
+	@if [[ -f scheduler-plugin/config/scheduler-config.yaml ]]; then cp scheduler-plugin/config/scheduler-config.yaml charts/holdfast/files/; fi
+
+.PHONY: docs
+docs: ## Regenerate docs/reference.md from api/, the metric definitions and every binary's --help
+	$(GO) run ./docs/gen

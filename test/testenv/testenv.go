@@ -46,6 +46,9 @@ type Options struct {
 	// StartTimeout bounds the start of each control-plane process; a loaded
 	// 2-core machine needs more than envtest's 20s default.
 	StartTimeout time.Duration
+	// APIServerFlags are extra kube-apiserver flags (name without dashes to
+	// value), e.g. an audit policy and log for tests of what a component calls.
+	APIServerFlags map[string]string
 }
 
 // Env is a running control plane.
@@ -124,6 +127,9 @@ func Start(opts Options) (*Env, error) {
 		WebhookInstallOptions:    opts.Webhooks,
 		ControlPlaneStartTimeout: opts.StartTimeout,
 		ControlPlaneStopTimeout:  60 * time.Second,
+	}
+	for k, v := range opts.APIServerFlags {
+		env.ControlPlane.GetAPIServer().Configure().Set(k, v)
 	}
 	cfg, err := env.Start()
 	if err != nil {

@@ -1,0 +1,266 @@
+package chart
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/holdfast-io/holdfast/test/testenv"
+)
+
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+// helm lint, with the values schema, is clean for the defaults and every ci/ file.
+func TestChartLints(t *testing.T) {
+	root := repoRoot(t)
+	cases, err := Cases(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cases) < 4 {
+		t.Fatalf("want the defaults and at least three ci/ files, got %d cases", len(cases))
+	}
+	for _, c := range cases {
+		msgs, err := Lint(root, c.Values)
+		if err != nil {
+			t.Fatalf("%s: %v", c.Name, err)
+		}
+		for _, m := range msgs {
+			t.Errorf("%s: helm lint: %s", c.Name, m)
+		}
+	}
+}
+
+// Every case renders, and what it renders is what the values ask for.
+func TestChartRendersEveryCase(t *testing.T) {
+	root := repoRoot(t)
+	ch, err := Load(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases, err := Cases(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cases {
+		ms, notes, err := Render(ch, c.Values)
+		if err != nil {
+			t.Fatalf("%s: %v", c.Name, err)
+		}
+		kinds := map[string]int{}
+		for _, m := range ms {
+			kinds[m.Kind]++
+		}
+		if kinds["Deployment"] < 3 || kinds["DaemonSet"] != 1 || kinds["ValidatingWebhookConfiguration"] != 1 || kinds["ServiceAccount"] != 4 {
+			t.Errorf("%s: rendered kinds %v", c.Name, kinds)
+		}
+		if !strings.Contains(notes, "kubectl holdfast status") {
+			t.Errorf("%s: NOTES.txt lacks the next steps:\n%s", c.Name, notes)
+		}
+	}
+}
+
+// values.schema.json refuses unknown keys and wrong types, naming the path.
+func TestValuesSchemaRefusesUnknownKeysAndWrongTypes(t *testing.T) {
+	root := repoRoot(t)
+	ch, err := Load(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		values string
+		want   []string
+	}{
+		{"bogus: 1", []string{"bogus"}},
+		{"webhook: {tls: {mode: generate, nope: x}}", []string{"/webhook/tls", "nope"}},
+		{"controller: {replicas: two}", []string{"/controller/replicas", "integer"}},
+		{"webhook: {tls: {mode: manual}}", []string{"/webhook/tls/mode"}},
+		{"webhook: {swapGroups: []}", []string{"/webhook/swapGroups"}},
+		{"controller: {units: {leaseStandDown: ninety}}", []string{"/controller/units/leaseStandDown"}},
+		{"node: {hostDir: var/lib/holdfast}", []string{"/node/hostDir"}},
+		{"controller: {voters: {enabled: true, snapshotVolume: {emptyDir: {}, hostPath: {path: /srv/snapshots}}}}", []string{"/controller/voters/snapshotVolume"}},
+		{"metrics: {prometheusRule: {enabled: yes please}}", []string{"/metrics/prometheusRule/enabled", "boolean"}},
+	} {
+		var v map[string]any
+		if err := yaml.Unmarshal([]byte(tc.values), &v); err != nil {
+			t.Fatal(err)
+		}
+		_, _, err := Render(ch, v)
+		if err == nil {
+			t.Errorf("values %q rendered; the schema must refuse them", tc.values)
+			continue
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("values %q: error does not name %q:\n%v", tc.values, w, err)
+			}
+		}
+	}
+}
+
+// Every value in values.yaml carries a comment: its own, or one on the
+// mapping that holds it.
+func TestValuesYAMLDocumentsEveryValue(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(Dir(repoRoot(t)), "values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	var undocumented []string
+	var walk func(path string, m *yaml.Node)
+	walk = func(path string, m *yaml.Node) {
+		for i := 0; i+1 < len(m.Content); i += 2 {
+			k, v := m.Content[i], m.Content[i+1]
+			p := strings.TrimPrefix(path+"."+k.Value, ".")
+			switch {
+			case strings.Contains(k.HeadComment, "# --"):
+			case v.Kind == yaml.MappingNode && len(v.Content) > 0 && v.Style&yaml.FlowStyle == 0:
+				walk(p, v)
+			default:
+				undocumented = append(undocumented, p)
+			}
+		}
+	}
+	walk("", doc.Content[0])
+	if len(undocumented) > 0 {
+		t.Fatalf("values.yaml: no '# --' comment documents %s", strings.Join(undocumented, ", "))
+	}
+}
+
+// The chart's copies of the webhook's configuration and the scheduler's
+// configuration are those files exactly, once their components are in the tree.
+func TestChartFilesAreTheComponentsOwn(t *testing.T) {
+	root := repoRoot(t)
+	for chartFile, own := range map[string]string{
+		"files/validating-webhook-configuration.yaml": "webhook/config/validating-webhook-configuration.yaml",
+		"files/scheduler-config.yaml":                 "scheduler-plugin/config/scheduler-config.yaml",
+	} {
+		got, err := os.ReadFile(filepath.Join(Dir(root), chartFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := os.ReadFile(filepath.Join(root, own))
+		if os.IsNotExist(err) {
+			// The component has not landed; the copy stands alone until then.
+			t.Logf("%s is not in the tree yet; %s is the copy from its branch", own, chartFile)
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != string(want) {
+			t.Errorf("charts/holdfast/%s differs from %s: run make chart-files", chartFile, own)
+		}
+	}
+}
+
+func ExampleSplit() {
+	ms, _ := Split("---\n# Source: holdfast/templates/a.yaml\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: a, namespace: plant}\n")
+	fmt.Println(ms[0].Source, ms[0].Kind, ms[0].Name, ms[0].Namespace)
+	// Output: holdfast/templates/a.yaml ConfigMap a plant
+}
+
+// Every alert of the PrometheusRule watches a metric the code defines
+// (docs/reference.md lists them, generated from the code and held current by
+// docs/gen), with labels it has; the voter role's metrics wait for
+// controller/voters.
+func TestEveryAlertWatchesAMetricTheCodeDefines(t *testing.T) {
+	root := repoRoot(t)
+	ch, err := Load(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(Dir(root), "ci", "monitoring-values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var values map[string]any
+	if err := yaml.Unmarshal(data, &values); err != nil {
+		t.Fatal(err)
+	}
+	ms, _, err := Render(ch, values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := os.ReadFile(filepath.Join(root, "docs", "reference.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// | `name` | kind | labels | component | help |
+	defined := map[string][]string{}
+	for _, line := range strings.Split(string(ref), "\n") {
+		cells := strings.Split(line, "|")
+		if len(cells) < 5 || !strings.HasPrefix(strings.TrimSpace(cells[1]), "`holdfast_") {
+			continue
+		}
+		name := strings.Trim(strings.TrimSpace(cells[1]), "`")
+		var labels []string
+		for _, l := range strings.Split(cells[3], ",") {
+			if l = strings.TrimSpace(l); l != "" {
+				labels = append(labels, l)
+			}
+		}
+		defined[name] = labels
+	}
+	_, votersErr := os.Stat(filepath.Join(root, "controller", "voters"))
+	metric := regexp.MustCompile(`holdfast_[a-z0-9_]+`)
+	by := regexp.MustCompile(`by \(([^)]*)\)|\{([a-z_]+)=`)
+	alerts := 0
+	for _, m := range ms {
+		if m.Kind != "PrometheusRule" {
+			continue
+		}
+		spec, _ := m.Object["spec"].(map[string]any)
+		groups, _ := spec["groups"].([]any)
+		for _, g := range groups {
+			rules, _ := g.(map[string]any)["rules"].([]any)
+			for _, r := range rules {
+				rule := r.(map[string]any)
+				expr, _ := rule["expr"].(string)
+				alert, _ := rule["alert"].(string)
+				alerts++
+				names := metric.FindAllString(expr, -1)
+				if len(names) == 0 {
+					t.Errorf("alert %s watches no holdfast metric: %s", alert, expr)
+				}
+				for _, name := range names {
+					labels, ok := defined[name]
+					if !ok {
+						if strings.HasPrefix(name, "holdfast_voter") && os.IsNotExist(votersErr) {
+							t.Logf("alert %s: %s belongs to the voter role, not in the tree yet", alert, name)
+							continue
+						}
+						t.Errorf("alert %s watches %s, which no code defines (docs/reference.md)", alert, name)
+						continue
+					}
+					for _, sub := range by.FindAllStringSubmatch(expr, -1) {
+						for _, l := range strings.Split(sub[1]+sub[2], ",") {
+							if l = strings.TrimSpace(l); l != "" && !slices.Contains(labels, l) {
+								t.Errorf("alert %s groups or filters %s by %q; its labels are %v", alert, name, l, labels)
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	if alerts < 4 {
+		t.Fatalf("the PrometheusRule has %d alerts, want at least 4 (lease expired, failover suspended, swap overdue, even voter count)", alerts)
+	}
+}

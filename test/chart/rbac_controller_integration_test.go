@@ -1,0 +1,177 @@
+//go:build integration
+
+package chart
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+)
+
+// controllerScenario runs holdfast-controller --role=units (the chart's
+// args) and takes an Autonomy unit through its first binding, a manual
+// failover refused without a confirmed fence, and one carried out with it:
+// runtime pods created and deleted, status written, the request consumed,
+// Events posted, the election Lease held. The real webhook with the chart's
+// configuration stands in front, and the confirmed failover is asked with
+// the real kubectl-holdfast.
+func controllerScenario(t *testing.T, bin, kubeconfig string, chartArgs []string) {
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	for _, n := range []*corev1.Node{
+		{ObjectMeta: metav1.ObjectMeta{Name: "rb-press-edge", Labels: map[string]string{"holdfast.io/device": "rb-press"}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "rb-press-standby"}},
+	} {
+		if err := env.Client.Create(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = env.Client.Delete(ctx, n) })
+		// Ready, as its kubelet would report: the webhook takes only a
+		// Ready failover target.
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue,
+			LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now(), Reason: "KubeletReady"}}
+		if err := env.Client.Status().Update(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The real webhook with the chart's configuration stands in front, as
+	// in a cluster: the runtime pods, the requests and their consumption
+	// pass its rules.
+	webhook := serveChartWebhook(t, installedVWC, buildBinary(t, repoRoot(t), "./cmd/holdfast-webhook"),
+		serviceAccountKubeconfig(ctx, t, "holdfast-webhook"), containerArgs(t, renderedDefaults, "webhook"))
+	proc := startProcess(t, bin, kubeconfig, override(chartArgs, map[string]string{
+		"health-probe-bind-address": "127.0.0.1:0", "metrics-bind-address": "0",
+		"audit-log-path": filepath.Join(t.TempDir(), "audit.log"), "identity": "rb-controller",
+		"kubeconfig": kubeconfig, // in a pod: the in-cluster service account
+	}))
+
+	u := &holdfastv1.Unit{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "rb-press"},
+		Spec: holdfastv1.UnitSpec{Runtime: holdfastv1.UnitRuntime{Image: "holdfast.local/unit-runtime:dev"},
+			NodeSelector: map[string]string{"holdfast.io/device": "rb-press"},
+			Availability: holdfastv1.Availability{Targets: &holdfastv1.FailoverTargets{Nodes: []string{"rb-press-standby"}}}},
+	}
+	if err := env.Client.Create(ctx, u); err != nil {
+		t.Fatal(err)
+	}
+	pod := func(epoch int64) (*corev1.Pod, bool) {
+		p := &corev1.Pod{}
+		err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: fmt.Sprintf("rb-press-runtime-e%d", epoch)}, p)
+		if apierrors.IsNotFound(err) {
+			return nil, false
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p, p.DeletionTimestamp == nil
+	}
+	epoch := func() int64 {
+		cur := &holdfastv1.Unit{}
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(u), cur); err != nil {
+			t.Fatal(err)
+		}
+		if cur.Status.RuntimeBinding == nil {
+			return 0
+		}
+		return cur.Status.RuntimeBinding.Epoch
+	}
+	poll(t, "the first binding and its runtime pod", func() bool { _, ok := pod(1); return ok && epoch() == 1 })
+
+	annotate := func(kv map[string]string) {
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			cur := &holdfastv1.Unit{}
+			if err := env.Client.Get(ctx, client.ObjectKeyFromObject(u), cur); err != nil {
+				return err
+			}
+			if cur.Annotations == nil {
+				cur.Annotations = map[string]string{}
+			}
+			for k, v := range kv {
+				cur.Annotations[k] = v
+			}
+			return env.Client.Update(ctx, cur)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	consumed := func() bool {
+		cur := &holdfastv1.Unit{}
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(u), cur); err != nil {
+			t.Fatal(err)
+		}
+		_, pending := cur.Annotations[holdfastv1.AnnotationFailoverTo]
+		return !pending
+	}
+	// Refused: an Autonomy runtime never fences itself.
+	annotate(map[string]string{holdfastv1.AnnotationFailoverTo: "rb-press-standby"})
+	poll(t, "the refused request consumed", consumed)
+	// Carried out with a confirmed fence, asked the way an operator asks:
+	// kubectl holdfast failover --wait exits 0 once the real controller has
+	// re-bound the unit.
+	plugin := buildBinary(t, repoRoot(t), "./cmd/kubectl-holdfast")
+	out, err := exec.Command(plugin, "--kubeconfig", env.Kubeconfig, "failover", "-n", ns, u.Name,
+		"--to", "rb-press-standby", "--confirm-fenced", "powered off", "--wait", "--timeout", "1m").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "re-bound at epoch 2") {
+		t.Fatalf("kubectl holdfast failover --wait against the real controller: %v\n%s", err, out)
+	}
+	poll(t, "the re-bind at epoch 2, the old pod deleted", func() bool {
+		_, newPod := pod(2)
+		_, oldPod := pod(1)
+		return epoch() == 2 && newPod && !oldPod && consumed()
+	})
+	status, err := exec.Command(plugin, "--kubeconfig", env.Kubeconfig, "status", "-n", ns).CombinedOutput()
+	if err != nil || !strings.Contains(string(status), u.Name) {
+		t.Errorf("kubectl holdfast status against the real controller: %v\n%s", err, status)
+	}
+	// The client-go events recorder patches an Event into a series when the
+	// same decision is recorded again for the same Unit version: an invalid
+	// restart request is refused on every pass while the Hold stands, and a
+	// change to the runtime pod makes another pass.
+	// The webhook refuses a restart that is not a time, so that request is
+	// written with it out of the way.
+	webhook.stop(t)
+	if err := env.Client.Delete(ctx, &admissionregistrationv1.ValidatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: installedVWC.Name}}); err != nil {
+		t.Fatal(err)
+	}
+	annotate(map[string]string{holdfastv1.AnnotationRestart: "after lunch"})
+	invalid := func() *eventsv1.Event {
+		var evs eventsv1.EventList
+		if err := env.Client.List(ctx, &evs, client.InNamespace(ns)); err != nil {
+			t.Fatal(err)
+		}
+		for i, e := range evs.Items {
+			if e.Reason == "InvalidRequest" && e.Regarding.Name == u.Name {
+				return &evs.Items[i]
+			}
+		}
+		return nil
+	}
+	poll(t, "the invalid restart request's Event", func() bool { return invalid() != nil })
+	poll(t, "the Event patched into a series", func() bool {
+		p, _ := pod(2)
+		patch := fmt.Sprintf(`{"metadata":{"annotations":{"rb.holdfast.io/touch":"%d"}}}`, time.Now().UnixNano())
+		if err := env.Client.Patch(ctx, p, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
+			t.Fatal(err)
+		}
+		e := invalid()
+		return e.Series != nil && e.Series.Count >= 2
+	})
+	proc.stop(t)
+}

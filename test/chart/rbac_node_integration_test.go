@@ -1,0 +1,182 @@
+//go:build integration
+
+package chart
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/test/crihost"
+	"github.com/holdfast-io/holdfast/test/dbusdouble"
+	"github.com/holdfast-io/holdfast/test/ports"
+)
+
+// nodeScenario runs holdfast-node with systemd on the D-Bus double and CRI
+// on a real containerd, and makes each of its parts use the API: the
+// reporter patches its Node, the fence agent stops a stale-epoch runtime and
+// posts an Event, the role reconciler reads the swap Lease for a role step.
+func nodeScenario(t *testing.T, bin, kubeconfig string, chartArgs []string) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	host, err := crihost.Start(filepath.Join(dir, "cri"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(host.Stop)
+	const image = "holdfast.test/runtime:1"
+	tar := filepath.Join(dir, "rt.tar")
+	if err := crihost.BuildTestImage(tar, image, []string{"lease"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := host.Import(tar); err != nil {
+		t.Fatal(err)
+	}
+	rt, err := host.RuntimeService(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bus, err := dbusdouble.StartBus(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(bus.Close)
+	m, err := dbusdouble.Serve(bus, dbusdouble.Config{DropInDir: filepath.Join(dir, "systemd"), Units: []dbusdouble.Unit{
+		{Name: "k3s.service"}, {Name: "k3s-agent.service", Enabled: true, Active: true}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+
+	const nodeName = "rb-node-1"
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}}
+	if err := env.Client.Create(ctx, node); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(ctx, node) })
+
+	// A Failover unit bound here at epoch 1, its runtime running in containerd.
+	ns := env.Namespace(t)
+	p, err := ports.Loopback(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leasePort := int32(p[0])
+	u := &holdfastv1.Unit{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "kiln-1"},
+		Spec: holdfastv1.UnitSpec{Runtime: holdfastv1.UnitRuntime{Image: image, LeasePort: leasePort},
+			NodeSelector: map[string]string{"holdfast.io/device": "kiln-1"},
+			Availability: holdfastv1.Availability{Mode: holdfastv1.Failover, LeaseDurationSeconds: 10, RuntimeStartupGraceSeconds: 120,
+				Targets: &holdfastv1.FailoverTargets{Nodes: []string{"rb-standby"}}}}}
+	if err := env.Client.Create(ctx, u); err != nil {
+		t.Fatal(err)
+	}
+	bind := func(epoch int64) {
+		u.Status.RuntimeBinding = &holdfastv1.RuntimeBinding{Node: nodeName, Epoch: epoch, Pod: fmt.Sprintf("kiln-1-runtime-e%d", epoch)}
+		if err := env.Client.Status().Update(ctx, u); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bind(1)
+	sandbox, _, err := crihost.RunPod(ctx, rt, filepath.Join(dir, "logs"), crihost.Pod{
+		Namespace: ns, Name: "kiln-1-runtime-e1", UID: "kiln-1-runtime-e1-uid", Image: image,
+		Args:   []string{"--listen", fmt.Sprintf("127.0.0.1:%d", leasePort), "--unit", ns + "/kiln-1", "--epoch", "1", "--mode", "Failover"},
+		Labels: map[string]string{holdfastv1.LabelUnit: "kiln-1", holdfastv1.LabelEpoch: "1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// As in a cluster: the real webhook with the chart's configuration in
+	// front, and the plugin's token bound to its DaemonSet pod on this node,
+	// so its writes on its own Node pass the own-node rule.
+	dsPod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: "holdfast-node-rb"},
+		Spec: corev1.PodSpec{ServiceAccountName: "holdfast-node", NodeName: nodeName,
+			Containers: []corev1.Container{{Name: "node", Image: "holdfast.local/holdfast-node:dev"}}},
+	}
+	if err := env.Client.Create(ctx, dsPod); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(ctx, dsPod) })
+	kubeconfig = podKubeconfig(ctx, t, "holdfast-node", dsPod)
+	webhook := serveChartWebhook(t, installedVWC, buildBinary(t, repoRoot(t), "./cmd/holdfast-webhook"),
+		serviceAccountKubeconfig(ctx, t, "holdfast-webhook"), containerArgs(t, renderedDefaults, "webhook"))
+
+	proc := startProcess(t, bin, kubeconfig, override(chartArgs, map[string]string{
+		"node-name": nodeName, "host-dir": filepath.Join(dir, "holdfast"), "systemd-dir": filepath.Join(dir, "systemd"),
+		"member-data-dir": filepath.Join(dir, "db"), "cri-endpoint": host.Endpoint, "systemd-bus-address": bus.Address,
+		"etcd-local-endpoint": fmt.Sprintf("http://127.0.0.1:%d", p[1]), "metrics-bind-address": "0",
+		"health-probe-bind-address": "127.0.0.1:0",
+	}))
+	getNode := func() *corev1.Node {
+		n := &corev1.Node{}
+		if err := env.Client.Get(ctx, client.ObjectKey{Name: nodeName}, n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	poll(t, "the reporter's annotations on the Node", func() bool {
+		n := getNode()
+		return n.Annotations[holdfastv1.AnnotationProvisioned] != "" && n.Annotations[holdfastv1.AnnotationFitness] != ""
+	})
+
+	// A re-bind: the runtime at epoch 1 is stale and is fenced, with an Event.
+	bind(2)
+	poll(t, "the stale runtime fenced", func() bool {
+		sbs, err := rt.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{Id: sandbox})
+		return err == nil && len(sbs) == 0
+	})
+	poll(t, "the fence Event", func() bool {
+		var evs corev1.EventList
+		if err := env.Client.List(ctx, &evs, client.InNamespace(ns)); err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range evs.Items {
+			if e.Source.Component == "holdfast-node" {
+				return true
+			}
+		}
+		return false
+	})
+
+	// A role step without the swap Lease: read, refused, reported. Only the
+	// voter controller may set a desired role through the webhook; this
+	// one is written with it out of the way.
+	webhook.stop(t)
+	if err := env.Client.Delete(ctx, &admissionregistrationv1.ValidatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: installedVWC.Name}}); err != nil {
+		t.Fatal(err)
+	}
+	n := getNode()
+	n.Labels = map[string]string{holdfastv1.LabelDesiredRole: holdfastv1.RoleServer}
+	n.Annotations[holdfastv1.AnnotationRoleSwap] = "20261129T200000Z-rb-cp-rb-node-1"
+	n.Annotations[holdfastv1.AnnotationRoleStep] = holdfastv1.RoleStepPromote
+	n.Annotations[holdfastv1.AnnotationRoleJoin] = "rb-node-1=https://127.0.0.1:2380"
+	if err := env.Client.Update(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, "the actuator's refusal on the Node", func() bool {
+		return strings.Contains(getNode().Annotations[holdfastv1.AnnotationActuator], holdfastv1.ActuatorRefused)
+	})
+	proc.stop(t)
+}
+
+func poll(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
