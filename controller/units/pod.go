@@ -160,8 +160,8 @@ func PodEpoch(pod *corev1.Pod) (int64, bool) {
 	if !ok {
 		return 0, false
 	}
-	e, err := strconv.ParseInt(v, 10, 64)
-	return e, err == nil && e > 0
+	e, err := holdfastv1.ParseEpoch(v)
+	return e, err == nil
 }
 
 // Incarnation is the runtime container's current life: the pod's UID and the
