@@ -27,8 +27,9 @@ const (
 	// ExitOK: the request was accepted (and, with --wait, carried out).
 	ExitOK = 0
 	// ExitRefused: the cluster refused the request (webhook, validation or
-	// RBAC, each reason printed), or with --wait the controller's outcome was
-	// a refusal, a rollback or an abandon.
+	// RBAC, each reason printed), a swap gate fails now (each gate printed,
+	// nothing created), or with --wait the controller's outcome was a
+	// refusal, a rollback or an abandon.
 	ExitRefused = 1
 	// ExitUsage: a usage error, or a unit or node that does not exist or
 	// cannot take the role asked of it. Nothing was sent.
@@ -44,6 +45,7 @@ const (
 const exitCodesHelp = `Exit codes:
   0  accepted (with --wait: carried out)
   1  refused by the cluster (webhook, validation or RBAC; each reason printed),
+     swap: a gate fails now (each gate printed with its field; nothing created),
      or with --wait refused, rolled back or abandoned by the controller
   2  usage error, unknown unit or node, or a node that cannot take the role
   3  the cluster could not be reached, or answered with another error

@@ -327,6 +327,45 @@ func TestStatusShowsUnitsVotersAndTheSwapInProgress(t *testing.T) {
 		t.Errorf("swaps in JSON: %+v lease %+v", rep.Swaps, rep.Lease)
 	}
 
+	// A swap left behind between promotion and removal: four voters by
+	// etcd's vote, evenSince and the last finished swap, as the controller
+	// records them.
+	even := metav1.NewTime(time.Date(2026, 11, 29, 21, 0, 0, 0, time.UTC))
+	finished := metav1.NewTime(time.Date(2026, 11, 29, 20, 30, 0, 0, time.UTC))
+	policy.Status.Voters = []string{"cp-1", "cp-2", "cp-3", "cp-4"}
+	policy.Status.Learners = nil
+	policy.Status.EvenSince = &even
+	policy.Status.LastSwap = &holdfastv1.SwapOutcome{Name: "swap-old", SwapID: "20261129T200000Z-cp-9-cp-4", Phase: holdfastv1.SwapSucceeded, FinishedAt: &finished}
+	if err := env.Client.Status().Update(ctx, policy); err != nil {
+		t.Fatal(err)
+	}
+	r = admin(t, "status", "-n", ns)
+	wantExit(t, r, plugin.ExitOK)
+	squash := func(s string) string { return strings.Join(strings.Fields(s), " ") }
+	for _, want := range []string{
+		"voters: cp-1, cp-2 (leader), cp-3, cp-4 4 of target 3",
+		"EVEN VOTER COUNT since: 2026-11-29T21:00:00Z (the next pass finishes the swap left behind)",
+		"last swap: swap-old Succeeded at 2026-11-29T20:30:00Z",
+		"swap-cp3-edge7 cp-3 edge-7 Promote Running",
+		"swap Lease held by holdfast-controller-0 for 20261129T195900Z-cp-3-edge-7 (nodes cp-3,edge-7)",
+	} {
+		if !strings.Contains(squash(r.stdout), want) {
+			t.Errorf("status lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	if strings.Contains(r.stdout, "learners:") || strings.Contains(r.stdout, "not voting") {
+		t.Errorf("no learner and every labelled node votes:\n%s", r.stdout)
+	}
+	r = admin(t, "status", "-n", ns, "-o", "json")
+	rep = plugin.Report{}
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+		t.Fatalf("status -o json is not JSON: %v\n%s", err, r.stdout)
+	}
+	if rep.Voters == nil || len(rep.Voters.Voters) != 4 || rep.Voters.EvenSince != "2026-11-29T21:00:00Z" ||
+		rep.Voters.LastSwap != "swap-old Succeeded at 2026-11-29T20:30:00Z" || rep.Lease == nil || rep.Lease.Holder != "holdfast-controller-0" {
+		t.Errorf("voters in JSON: %+v lease %+v", rep.Voters, rep.Lease)
+	}
+
 	// A person who may not read the swap Lease still gets the rest, with a note.
 	r = holdfast(t, operatorKubeconfig(t), "status", "-n", ns)
 	wantExit(t, r, plugin.ExitOK)
@@ -344,12 +383,76 @@ func TestStatusShowsUnitsVotersAndTheSwapInProgress(t *testing.T) {
 	}
 }
 
+// setReady sets a Node's Ready condition, as its kubelet would.
+func setReady(t *testing.T, name string, ready bool) {
+	t.Helper()
+	st := corev1.ConditionFalse
+	if ready {
+		st = corev1.ConditionTrue
+	}
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var n corev1.Node
+		if err := env.Client.Get(context.Background(), client.ObjectKey{Name: name}, &n); err != nil {
+			return err
+		}
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: st, Reason: "KubeletReady", LastHeartbeatTime: metav1.Now()}}
+		return env.Client.Status().Update(context.Background(), &n)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// editNode changes a Node's labels or annotations, as an admin or a node plugin would.
+func editNode(t *testing.T, name string, mutate func(*corev1.Node)) {
+	t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var n corev1.Node
+		if err := env.Client.Get(context.Background(), client.ObjectKey{Name: name}, &n); err != nil {
+			return err
+		}
+		if n.Labels == nil {
+			n.Labels = map[string]string{}
+		}
+		if n.Annotations == nil {
+			n.Annotations = map[string]string{}
+		}
+		mutate(&n)
+		return env.Client.Update(context.Background(), &n)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// setPolicyStatus writes VoterPolicy default's status, as the voter controller would.
+func setPolicyStatus(t *testing.T, st holdfastv1.VoterPolicyStatus) {
+	t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var p holdfastv1.VoterPolicy
+		if err := env.Client.Get(context.Background(), client.ObjectKey{Name: holdfastv1.VoterPolicyName}, &p); err != nil {
+			return err
+		}
+		p.Status = st
+		return env.Client.Status().Update(context.Background(), &p)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestSwapExitCodes(t *testing.T) {
 	ctx := context.Background()
-	mkNode(t, "sw-cp-1", map[string]string{holdfastv1.LabelEtcdRole: "true"})
+	for _, n := range []string{"sw-cp-1", "sw-cp-2", "sw-cp-3"} {
+		mkNode(t, n, map[string]string{holdfastv1.LabelEtcdRole: "true"})
+	}
 	mkNode(t, "sw-edge-7", map[string]string{holdfastv1.LabelVoterEligible: "true"})
 	mkNode(t, "sw-edge-8", nil)
 	mkNode(t, "sw-edge-9", map[string]string{holdfastv1.LabelVoterEligible: "true", holdfastv1.LabelPinned: "true"})
+	for _, n := range []string{"sw-cp-1", "sw-cp-2", "sw-cp-3", "sw-edge-7", "sw-edge-8", "sw-edge-9"} {
+		setReady(t, n, true)
+	}
+	editNode(t, "sw-edge-7", func(n *corev1.Node) { n.Annotations[holdfastv1.AnnotationProvisioned] = "true" })
 
 	swaps := func() []holdfastv1.VoterSwap {
 		var l holdfastv1.VoterSwapList
@@ -373,12 +476,145 @@ func TestSwapExitCodes(t *testing.T) {
 		t.Fatalf("a refused usage created a VoterSwap: %d before, %d after", before, n)
 	}
 
-	// A person RBAC does not allow to create swaps: refused, 1, with the reason.
-	r := holdfast(t, operatorKubeconfig(t), "swap", "sw-cp-1", "sw-edge-7")
-	wantExit(t, r, plugin.ExitRefused, "creating the VoterSwap: refused", `cannot create resource "voterswaps"`)
+	// refused runs the plugin and wants exit 1 with exactly the gates listed,
+	// each with its field path, and nothing created.
+	refused := func(t *testing.T, args []string, header string, gates ...string) {
+		t.Helper()
+		r := admin(t, append([]string{"swap"}, args...)...)
+		wantExit(t, r, plugin.ExitRefused, header)
+		var got []string
+		for _, l := range strings.Split(r.stderr, "\n") {
+			if strings.HasPrefix(l, "  - ") {
+				got = append(got, strings.TrimPrefix(l, "  - "))
+			}
+		}
+		if strings.Join(got, "\n") != strings.Join(gates, "\n") {
+			t.Errorf("failing gates:\n%s\nwant:\n%s\n%s", strings.Join(got, "\n"), strings.Join(gates, "\n"), r)
+		}
+		if n := len(swaps()); n != before {
+			t.Fatalf("a refused swap created a VoterSwap: %d before, %d after", before, n)
+		}
+	}
 
-	// A dry run creates nothing.
-	wantExit(t, admin(t, "swap", "sw-cp-1", "sw-edge-7", "--dry-run"), plugin.ExitOK)
+	// No VoterPolicy yet: the controller has not observed etcd.
+	refused(t, []string{"sw-cp-1", "sw-edge-7"}, "swap sw-cp-1 -> sw-edge-7 refused: 1 gate fails now (nothing created):",
+		`spec: no VoterPolicy "default": create it so the voter controller observes etcd before any swap`)
+
+	policy := &holdfastv1.VoterPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: holdfastv1.VoterPolicyName},
+		Spec:       holdfastv1.VoterPolicySpec{Etcd: holdfastv1.EtcdAccess{Endpoints: []string{"https://10.0.0.1:2379"}}},
+	}
+	if err := env.Client.Create(ctx, policy); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(ctx, policy) })
+	healthy := func() holdfastv1.VoterPolicyStatus {
+		st := holdfastv1.VoterPolicyStatus{Voters: []string{"sw-cp-1", "sw-cp-2", "sw-cp-3"}, Leader: "sw-cp-2", ClusterID: "cafe0001"}
+		meta.SetStatusCondition(&st.Conditions, cond(holdfastv1.ConditionEtcdHealthy, metav1.ConditionTrue, "AllVotersAnswer", "every voter answers"))
+		return st
+	}
+	setPolicyStatus(t, healthy())
+
+	// One case per kind of gate: each sets the cluster up, is refused with
+	// exactly its reasons, and is undone.
+	leaseRenew := time.Now()
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		set     func() (undo func())
+		header  string
+		reasons []string
+	}{
+		{name: "another swap holds the Lease", args: []string{"sw-cp-1", "sw-edge-7"}, set: func() func() {
+			l := &coordinationv1.Lease{
+				ObjectMeta: metav1.ObjectMeta{Namespace: holdfastv1.SwapLeaseNamespace, Name: holdfastv1.SwapLeaseName,
+					Annotations: map[string]string{holdfastv1.AnnotationSwapID: "20261130T020000Z-sw-cp-3-sw-edge-8", holdfastv1.AnnotationSwapNodes: "sw-cp-3,sw-edge-8"}},
+				Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("holdfast-controller-1"), LeaseDurationSeconds: ptr.To[int32](600),
+					RenewTime: &metav1.MicroTime{Time: leaseRenew}},
+			}
+			if err := env.Client.Create(ctx, l); err != nil {
+				t.Fatal(err)
+			}
+			return func() { _ = env.Client.Delete(ctx, l) }
+		}, reasons: []string{"spec: the swap Lease kube-system/holdfast-voter-swap is held by holdfast-controller-1 until " +
+			leaseRenew.Add(600*time.Second).UTC().Format(time.RFC3339) + "; one swap at a time"}},
+		{name: "a voter not Ready", args: []string{"sw-cp-1", "sw-edge-7"}, set: func() func() {
+			setReady(t, "sw-cp-2", false)
+			return func() { setReady(t, "sw-cp-2", true) }
+		}, reasons: []string{"spec: voter sw-cp-2 is not Ready; swap once every voter's Node is Ready"}},
+		{name: "the incoming node has a tombstone of this cluster", args: []string{"sw-cp-1", "sw-edge-7"}, set: func() func() {
+			editNode(t, "sw-edge-7", func(n *corev1.Node) {
+				n.Annotations[holdfastv1.AnnotationTombstone] = `{"memberID":"8e9e05c52164694d","clusterID":"cafe0001"}`
+			})
+			return func() {
+				editNode(t, "sw-edge-7", func(n *corev1.Node) { delete(n.Annotations, holdfastv1.AnnotationTombstone) })
+			}
+		}, reasons: []string{"spec.incoming: sw-edge-7 carries a tombstone of this cluster (holdfast.io/tombstone): its removed member is not finished to an agent yet"}},
+		{name: "an even voter count", args: []string{"sw-cp-1", "sw-edge-7"}, set: func() func() {
+			st := healthy()
+			st.Voters = append(st.Voters, "sw-edge-8")
+			setPolicyStatus(t, st)
+			return func() { setPolicyStatus(t, healthy()) }
+		}, reasons: []string{"spec: 4 voters where the target is 3; the voter set must be at its target before a swap"}},
+		{name: "a node labelled a voter that does not vote", args: []string{"sw-cp-1", "sw-edge-7"}, set: func() func() {
+			editNode(t, "sw-edge-8", func(n *corev1.Node) { n.Labels[holdfastv1.LabelEtcdRole] = "true" })
+			return func() { editNode(t, "sw-edge-8", func(n *corev1.Node) { delete(n.Labels, holdfastv1.LabelEtcdRole) }) }
+		}, reasons: []string{"spec: node sw-edge-8 is labelled node-role.kubernetes.io/etcd but has no etcd member (member but not a voter); a voter is judged by etcd's own vote"}},
+		{name: "the outgoing voter pinned", args: []string{"sw-cp-1", "sw-edge-7"}, set: func() func() {
+			editNode(t, "sw-cp-1", func(n *corev1.Node) { n.Labels[holdfastv1.LabelPinned] = "true" })
+			return func() { editNode(t, "sw-cp-1", func(n *corev1.Node) { delete(n.Labels, holdfastv1.LabelPinned) }) }
+		}, reasons: []string{"spec.outgoing: sw-cp-1 is pinned (holdfast.io/pinned); an admin must unpin it first"}},
+		{name: "the incoming node unprovisioned and not Ready", args: []string{"sw-cp-1", "sw-edge-7"}, set: func() func() {
+			editNode(t, "sw-edge-7", func(n *corev1.Node) { delete(n.Annotations, holdfastv1.AnnotationProvisioned) })
+			setReady(t, "sw-edge-7", false)
+			return func() {
+				editNode(t, "sw-edge-7", func(n *corev1.Node) { n.Annotations[holdfastv1.AnnotationProvisioned] = "true" })
+				setReady(t, "sw-edge-7", true)
+			}
+		}, header: "swap sw-cp-1 -> sw-edge-7 refused: 2 gates fail now (nothing created):", reasons: []string{
+			"spec.incoming: sw-edge-7 is not provisioned (no holdfast.io/provisioned annotation from its node plugin); install the server unit first",
+			"spec.incoming: sw-edge-7 is not Ready",
+		}},
+		{name: "etcd unhealthy without a leader, a learner, OUT not a voter: each reason (dry run)",
+			args: []string{"sw-edge-8", "sw-edge-7", "--dry-run"}, set: func() func() {
+				st := healthy()
+				st.Leader, st.Learners = "", []string{"sw-edge-8"}
+				meta.SetStatusCondition(&st.Conditions, cond(holdfastv1.ConditionEtcdHealthy, metav1.ConditionFalse, "MemberUnreachable", "sw-cp-3 does not answer"))
+				setPolicyStatus(t, st)
+				return func() { setPolicyStatus(t, healthy()) }
+			},
+			header: "swap sw-edge-8 -> sw-edge-7 refused: 4 gates fail now (dry run, nothing created):",
+			reasons: []string{
+				"spec: etcd is not healthy (VoterPolicy condition EtcdHealthy MemberUnreachable: sw-cp-3 does not answer); swap once every voter answers",
+				"spec: etcd reports no leader; swap once it has one",
+				"spec: learner present (sw-edge-8); wait until it is promoted or removed",
+				"spec.outgoing: sw-edge-8 is not an etcd voter (voters: sw-cp-1, sw-cp-2, sw-cp-3); name a current voter",
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			undo := tc.set()
+			defer undo()
+			header := tc.header
+			if header == "" {
+				header = "swap sw-cp-1 -> sw-edge-7 refused: 1 gate fails now (nothing created):"
+			}
+			refused(t, tc.args, header, tc.reasons...)
+		})
+	}
+
+	// A person RBAC does not allow to create swaps: refused, 1, with the reason.
+	// The gates hold for them (the Lease they may not read is left to the
+	// webhook, with a note).
+	r := holdfast(t, operatorKubeconfig(t), "swap", "sw-cp-1", "sw-edge-7")
+	wantExit(t, r, plugin.ExitRefused, "the swap Lease kube-system/holdfast-voter-swap is not readable", "the webhook judges it",
+		"creating the VoterSwap: refused", `cannot create resource "voterswaps"`)
+
+	// Every gate holds: a dry run says so and creates nothing.
+	r = admin(t, "swap", "sw-cp-1", "sw-edge-7", "--dry-run")
+	wantExit(t, r, plugin.ExitOK)
+	if !strings.Contains(r.stdout, "every gate holds") {
+		t.Fatalf("dry run: %s", r)
+	}
 	if n := len(swaps()); n != before {
 		t.Fatalf("--dry-run created a VoterSwap")
 	}

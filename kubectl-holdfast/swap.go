@@ -7,13 +7,15 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/webhook/rules"
 )
 
 func newSwapCommand(o *options) *cobra.Command {
@@ -31,10 +33,19 @@ to an agent and promotes node IN (when IN is left out, holdfast-scheduler picks
 a voter-eligible node). One swap runs at a time; quorum is never lost.
 
 Before anything is sent, OUT and IN must exist and IN must be voter-eligible
-(VoterPolicy default's eligibleSelector): otherwise exit 2. The webhook then
-checks every gate of the swap (etcd healthy, voters Ready, no other swap...)
-and refuses with each failed gate: exit 1. Exit 0 means every gate held and the
-swap was accepted; with --wait, that it succeeded.
+(VoterPolicy default's eligibleSelector) and not pinned: otherwise exit 2.
+Then the plugin reads VoterPolicy default (etcd's own view of its members, as
+the voter controller records it), the Nodes and the Lease
+kube-system/holdfast-voter-swap, and judges every gate of the swap with the
+rules the webhook and the controller apply (etcd healthy with a leader and no
+learner, the voters at their target, every voter's Node Ready, no node
+labelled as a voter that does not vote, the swap Lease free, OUT a voter that
+is not pinned, IN not a member, eligible, provisioned, Ready and without a
+tombstone of this cluster). If any gate fails it prints each one with its
+field path and reason, creates nothing and exits 1. The webhook checks the
+gates again when the VoterSwap is created (and refuses a second swap): exit 1
+with each reason. Exit 0 means every gate held and the swap was created;
+with --wait, that it succeeded.
 
 A manual swap is carried out even when VoterPolicy says dryRun.
 
@@ -60,12 +71,23 @@ A manual swap is carried out even when VoterPolicy says dryRun.
 				return err
 			}
 			ctx := cmd.Context()
-			if err := checkSwapNodes(ctx, o.client, out, in); err != nil {
+			cl, err := readSwapCluster(ctx, o.client, o.now())
+			if err != nil {
 				return err
+			}
+			if err := checkSwapNodes(cl, out, in); err != nil {
+				return err
+			}
+			for _, note := range cl.notes {
+				fmt.Fprintln(o.streams.ErrOut, "note: "+note)
+			}
+			spec := holdfastv1.VoterSwapSpec{Outgoing: out, Incoming: in, Reason: reason, Origin: holdfastv1.SwapManual}
+			if errs := rules.SwapGates(&spec, cl.gates); len(errs) > 0 {
+				return gatesRefused(out, in, dryRun, errs)
 			}
 			s := &holdfastv1.VoterSwap{
 				ObjectMeta: metav1.ObjectMeta{GenerateName: swapNamePrefix(out, in)},
-				Spec:       holdfastv1.VoterSwapSpec{Outgoing: out, Incoming: in, Reason: reason, Origin: holdfastv1.SwapManual},
+				Spec:       spec,
 			}
 			var opts []client.CreateOption
 			if dryRun {
@@ -89,7 +111,7 @@ A manual swap is carried out even when VoterPolicy says dryRun.
 	cmd.Flags().StringVar(&reason, "reason", "", "why, for the record (VoterSwap spec.reason)")
 	cmd.Flags().BoolVar(&wait, "wait", false, "wait until the swap finishes: exit 0 when it succeeded, 1 when refused, rolled back or abandoned")
 	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Minute, "with --wait, how long to wait before exiting 4 (the swap goes on)")
-	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "ask the webhook whether every gate holds now, without creating the swap")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "judge every gate now (and ask the webhook with a server dry run), creating nothing: exit 0 when every gate holds, 1 with each failing gate")
 	return cmd
 }
 
@@ -105,57 +127,98 @@ func swapNamePrefix(out, in string) string {
 	return strings.TrimRight(p, "-.") + "-"
 }
 
-// checkSwapNodes refuses, before sending anything, a node that does not
-// exist or an incoming node the VoterPolicy does not allow to vote.
-func checkSwapNodes(ctx context.Context, c client.Client, out, in string) error {
-	var n corev1.Node
-	if err := c.Get(ctx, client.ObjectKey{Name: out}, &n); err != nil {
-		if apierrors.IsNotFound(err) {
-			return usageErr("swap: node %q (OUT) not found", out)
-		}
-		return apiErr("reading node "+out, err)
+// swapCluster is what the swap gates are judged on: VoterPolicy default,
+// the Nodes and the swap Lease, as the cluster holds them now.
+type swapCluster struct {
+	gates rules.GateInput
+	// notes say what could not be read and is left to the webhook.
+	notes []string
+}
+
+func readSwapCluster(ctx context.Context, c client.Client, now time.Time) (*swapCluster, error) {
+	cl := &swapCluster{gates: rules.GateInput{Nodes: map[string]*corev1.Node{}, Now: now}}
+	var p holdfastv1.VoterPolicy
+	switch err := c.Get(ctx, client.ObjectKey{Name: holdfastv1.VoterPolicyName}, &p); {
+	case err == nil:
+		cl.gates.Policy = &p
+	case !apierrors.IsNotFound(err):
+		return nil, apiErr("reading VoterPolicy default", err)
+	}
+	var nodes corev1.NodeList
+	if err := c.List(ctx, &nodes); err != nil {
+		return nil, apiErr("listing the Nodes", err)
+	}
+	for i := range nodes.Items {
+		cl.gates.Nodes[nodes.Items[i].Name] = &nodes.Items[i]
+	}
+	var l coordinationv1.Lease
+	switch err := c.Get(ctx, client.ObjectKey{Namespace: holdfastv1.SwapLeaseNamespace, Name: holdfastv1.SwapLeaseName}, &l); {
+	case err == nil:
+		cl.gates.SwapLease = &l
+	case apierrors.IsForbidden(err):
+		// Whoever may not read the Lease still gets every other gate; the
+		// webhook judges the Lease when the VoterSwap is created.
+		cl.notes = append(cl.notes, fmt.Sprintf("the swap Lease %s/%s is not readable (%v); the webhook judges it",
+			holdfastv1.SwapLeaseNamespace, holdfastv1.SwapLeaseName, err))
+	case !apierrors.IsNotFound(err):
+		return nil, apiErr("reading the swap Lease", err)
+	}
+	return cl, nil
+}
+
+// checkSwapNodes refuses, before anything is judged or sent, a node that does
+// not exist or an incoming node the VoterPolicy does not allow to vote (exit
+// 2): a usage error, not a gate that may hold later.
+func checkSwapNodes(cl *swapCluster, out, in string) error {
+	if cl.gates.Nodes[out] == nil {
+		return usageErr("swap: node %q (OUT) not found", out)
 	}
 	if in == "" {
 		return nil
 	}
-	if err := c.Get(ctx, client.ObjectKey{Name: in}, &n); err != nil {
-		if apierrors.IsNotFound(err) {
-			return usageErr("swap: node %q (IN) not found", in)
-		}
-		return apiErr("reading node "+in, err)
+	n := cl.gates.Nodes[in]
+	if n == nil {
+		return usageErr("swap: node %q (IN) not found", in)
 	}
-	sel, what, err := eligibleSelector(ctx, c)
-	if err != nil {
-		return err
+	if !rules.NodeEligible(cl.gates.Policy, n) {
+		return usageErr("swap: node %q (IN) is not voter-eligible: its labels do not match %s; an admin labels eligible nodes",
+			in, eligibleSelector(cl.gates.Policy))
 	}
-	if !sel.Matches(labels.Set(n.Labels)) {
-		return usageErr("swap: node %q (IN) is not voter-eligible: its labels do not match %s %q; an admin labels eligible nodes",
-			in, what, sel.String())
-	}
-	if n.Labels[holdfastv1.LabelPinned] == "true" {
-		return usageErr("swap: node %q (IN) is pinned (%s=true); an admin must unpin it first", in, holdfastv1.LabelPinned)
+	if rules.NodePinned(n) {
+		return usageErr("swap: node %q (IN) is pinned (%s); an admin must unpin it first", in, holdfastv1.LabelPinned)
 	}
 	return nil
 }
 
-// eligibleSelector is VoterPolicy default's eligibleSelector, or the CRD's
-// default (holdfast.io/voter-eligible=true) when there is no policy yet.
-func eligibleSelector(ctx context.Context, c client.Client) (labels.Selector, string, error) {
-	def := labels.SelectorFromSet(labels.Set{holdfastv1.LabelVoterEligible: "true"})
-	var p holdfastv1.VoterPolicy
-	switch err := c.Get(ctx, client.ObjectKey{Name: holdfastv1.VoterPolicyName}, &p); {
-	case apierrors.IsNotFound(err):
-		return def, "the default eligibleSelector", nil
-	case err != nil:
-		return nil, "", apiErr("reading VoterPolicy default", err)
-	case p.Spec.EligibleSelector == nil:
-		return def, "the default eligibleSelector", nil
+// eligibleSelector names the selector rules.NodeEligible applied, for the
+// message: VoterPolicy default's eligibleSelector, or the default one.
+func eligibleSelector(p *holdfastv1.VoterPolicy) string {
+	if p == nil || p.Spec.EligibleSelector == nil {
+		return fmt.Sprintf("the default eligibleSelector %q", holdfastv1.LabelVoterEligible+"=true")
 	}
 	sel, err := metav1.LabelSelectorAsSelector(p.Spec.EligibleSelector)
 	if err != nil {
-		return nil, "", refusedErr("VoterPolicy default: spec.eligibleSelector: %v", err)
+		return fmt.Sprintf("VoterPolicy default's eligibleSelector, which does not parse (%v)", err)
 	}
-	return sel, "VoterPolicy default's eligibleSelector", nil
+	return fmt.Sprintf("VoterPolicy default's eligibleSelector %q", sel.String())
+}
+
+// gatesRefused is exit 1 with every failing gate, each on its own line with
+// its field path and reason.
+func gatesRefused(out, in string, dryRun bool, errs field.ErrorList) error {
+	what := "nothing created"
+	if dryRun {
+		what = "dry run, nothing created"
+	}
+	gate := "gates fail"
+	if len(errs) == 1 {
+		gate = "gate fails"
+	}
+	lines := []string{fmt.Sprintf("swap %s -> %s refused: %d %s now (%s):", out, orScheduler(in), len(errs), gate, what)}
+	for _, e := range errs {
+		lines = append(lines, fmt.Sprintf("  - %s: %s", e.Field, e.Detail))
+	}
+	return &exitError{code: ExitRefused, msg: strings.Join(lines, "\n")}
 }
 
 func (o *options) waitSwap(ctx context.Context, name string, timeout time.Duration) error {

@@ -223,23 +223,6 @@ func pendingGates(o *Observation, c *Cluster, s *holdfastv1.VoterSwap) []string 
 	return SwapGates(spec, rules.GateInput{Policy: p, Nodes: o.Nodes, SwapLease: o.Lease, Now: o.Now})
 }
 
-func field(path, msg string) string { return path + ": Forbidden: " + msg }
-
-// tombstoneOfCluster says why a node's tombstone keeps it out, "" when it
-// has none of this cluster. A tombstone that does not parse, or any while
-// the cluster ID is unknown, counts as one of this cluster.
-func tombstoneOfCluster(n *corev1.Node, clusterID string) string {
-	v, ok := n.Annotations[holdfastv1.AnnotationTombstone]
-	if !ok {
-		return ""
-	}
-	ts, err := holdfastv1.ParseTombstone(v)
-	if err != nil || clusterID == "" || ts.ClusterID == clusterID {
-		return fmt.Sprintf("%s carries a tombstone of this cluster (%s): its removed member is not finished to an agent yet", n.Name, holdfastv1.AnnotationTombstone)
-	}
-	return ""
-}
-
 // --- running ------------------------------------------------------------
 
 func nextRunning(o *Observation, c *Cluster, s *holdfastv1.VoterSwap) Decision {

@@ -36,9 +36,8 @@ func newCandidateRules(p *holdfastv1.VoterPolicy) *candidateRules {
 
 // refusal is why node may not become a voter, or "" when it may. A member
 // is a node the policy status lists as voter or learner, or one carrying the
-// etcd role label. A tombstone that does not parse or names no cluster, or
-// any tombstone while the cluster ID is not yet known, counts as one of this
-// cluster: a removed member never comes back by doubt.
+// etcd role label. A tombstone is judged by rules.TombstoneOfCluster, as the
+// swap gates judge it: a removed member never comes back by doubt.
 func (r *candidateRules) refusal(node *corev1.Node) string {
 	switch {
 	case !rules.NodeEligible(r.policy, node):
@@ -55,11 +54,8 @@ func (r *candidateRules) refusal(node *corev1.Node) string {
 	if _, ok := node.Labels[holdfastv1.LabelEtcdRole]; ok {
 		return RefusalEtcdMember
 	}
-	if v, ok := node.Annotations[holdfastv1.AnnotationTombstone]; ok {
-		t, err := holdfastv1.ParseTombstone(v)
-		if err != nil || t.ClusterID == "" || r.clusterID == "" || t.ClusterID == r.clusterID {
-			return RefusalTombstone
-		}
+	if rules.TombstoneOfCluster(node, r.clusterID) {
+		return RefusalTombstone
 	}
 	return ""
 }

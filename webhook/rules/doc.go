@@ -6,8 +6,8 @@
 //
 //   - swap Lease: SwapLeaseHeld, SwapLeaseExpiry, SwapLeaseNodes, SwapLeaseNames
 //     (node recovery leaves alone the nodes an unexpired swap Lease names).
-//   - voter swap gates: SwapGates, Members, NodeReady, NodeProvisioned,
-//     NodeEligible (DESIGN §6 step 1, as VoterPolicy status and the Nodes
+//   - voter swap gates: SwapGates, TombstoneOfCluster, Members, NodeReady,
+//     NodeProvisioned, NodeEligible, NodePinned (DESIGN §6 step 1, as VoterPolicy status and the Nodes
 //     show them).
 //   - units: AvailabilityErrors (DESIGN §3 L3/L4 through api/v1alpha1's
 //     HoldBound and RebindMargin), RebindPending, TargetsIncludingPrimary,

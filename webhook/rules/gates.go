@@ -2,6 +2,7 @@ package rules
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -84,11 +85,28 @@ func NodePinned(n *corev1.Node) bool {
 	return ok && v != "false"
 }
 
+// TombstoneOfCluster reports whether the node carries a tombstone of the
+// etcd cluster clusterID: its removed member must never come back as a
+// server of that cluster (DESIGN §6). A tombstone that does not parse or
+// names no cluster, or any tombstone while clusterID is not yet known,
+// counts as one of this cluster: a removed member never comes back by doubt.
+// The swap gates, the voter controller and holdfast-scheduler's
+// VoterEligibility all judge tombstones with this one function.
+func TombstoneOfCluster(n *corev1.Node, clusterID string) bool {
+	v, ok := n.Annotations[holdfastv1.AnnotationTombstone]
+	if !ok {
+		return false
+	}
+	t, err := holdfastv1.ParseTombstone(v)
+	return err != nil || t.ClusterID == "" || clusterID == "" || t.ClusterID == clusterID
+}
+
 // SwapGates lists every gate of DESIGN §6 step 1 that the swap fails now, as
 // VoterPolicy status and the Nodes show them, each at the field it is about
 // (spec for the cluster's own health). An empty list means every gate holds.
-// The controller re-checks against etcd itself before it acts; this is the
-// view a person asking for a swap gets.
+// The webhook, the voter controller (on the status it just computed from
+// etcd), holdfast-scheduler and kubectl holdfast swap all judge a swap with
+// this one function.
 func SwapGates(spec *holdfastv1.VoterSwapSpec, in GateInput) field.ErrorList {
 	var errs field.ErrorList
 	specPath := field.NewPath("spec")
@@ -127,6 +145,7 @@ func SwapGates(spec *holdfastv1.VoterSwapSpec, in GateInput) field.ErrorList {
 			errs = append(errs, field.Forbidden(specPath, fmt.Sprintf("voter %s is not Ready; swap once every voter's Node is Ready", v)))
 		}
 	}
+	errs = append(errs, labelledNotVoting(specPath, st, in.Nodes)...)
 	if SwapLeaseHeld(in.SwapLease, in.Now) {
 		until := "with no expiry"
 		if exp, ok := SwapLeaseExpiry(in.SwapLease); ok {
@@ -137,6 +156,9 @@ func SwapGates(spec *holdfastv1.VoterSwapSpec, in GateInput) field.ErrorList {
 	}
 
 	outPath := specPath.Child("outgoing")
+	if _, ok := in.Nodes[spec.Outgoing]; !ok {
+		errs = append(errs, field.Forbidden(outPath, fmt.Sprintf("node %s does not exist", spec.Outgoing)))
+	}
 	if !slices.Contains(st.Voters, spec.Outgoing) {
 		errs = append(errs, field.Forbidden(outPath, fmt.Sprintf("%s is not an etcd voter (voters: %s); name a current voter",
 			spec.Outgoing, listOrNone(st.Voters))))
@@ -164,12 +186,40 @@ func SwapGates(spec *holdfastv1.VoterSwapSpec, in GateInput) field.ErrorList {
 	if NodePinned(n) {
 		errs = append(errs, field.Forbidden(inPath, fmt.Sprintf("%s is pinned (%s); an admin must unpin it first", spec.Incoming, holdfastv1.LabelPinned)))
 	}
+	if TombstoneOfCluster(n, st.ClusterID) {
+		errs = append(errs, field.Forbidden(inPath, fmt.Sprintf("%s carries a tombstone of this cluster (%s): its removed member is not finished to an agent yet",
+			spec.Incoming, holdfastv1.AnnotationTombstone)))
+	}
 	if !NodeProvisioned(n) {
 		errs = append(errs, field.Forbidden(inPath, fmt.Sprintf("%s is not provisioned (no %s annotation from its node plugin); install the server unit first",
 			spec.Incoming, holdfastv1.AnnotationProvisioned)))
 	}
 	if !NodeReady(n) {
 		errs = append(errs, field.Forbidden(inPath, fmt.Sprintf("%s is not Ready", spec.Incoming)))
+	}
+	return errs
+}
+
+// labelledNotVoting: a node labelled node-role.kubernetes.io/etcd whose
+// member does not vote (a learner, or no member at all) is "member but not a
+// voter", and blocks: a label is never taken for a vote. Judged only once
+// etcd's voters are known.
+func labelledNotVoting(path *field.Path, st *holdfastv1.VoterPolicyStatus, nodes map[string]*corev1.Node) field.ErrorList {
+	if len(st.Voters) == 0 {
+		return nil
+	}
+	var errs field.ErrorList
+	for _, name := range slices.Sorted(maps.Keys(nodes)) {
+		if _, ok := nodes[name].Labels[holdfastv1.LabelEtcdRole]; !ok || slices.Contains(st.Voters, name) {
+			continue
+		}
+		what := "has no etcd member"
+		if slices.Contains(st.Learners, name) {
+			what = "is a learner"
+		}
+		errs = append(errs, field.Forbidden(path, fmt.Sprintf(
+			"node %s is labelled %s but %s (member but not a voter); a voter is judged by etcd's own vote",
+			name, holdfastv1.LabelEtcdRole, what)))
 	}
 	return errs
 }

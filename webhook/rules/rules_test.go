@@ -127,6 +127,7 @@ func TestSwapGates(t *testing.T) {
 		}, nil},
 		{"outgoing not a voter, pinned incoming not eligible nor provisioned nor Ready", func(in *GateInput, s *holdfastv1.VoterSwapSpec) {
 			s.Outgoing = "edge-4"
+			in.Nodes["edge-4"] = node("edge-4", true, nil, nil)
 			in.Nodes["edge-7"] = node("edge-7", false, map[string]string{holdfastv1.LabelPinned: "true"}, nil)
 		}, []string{
 			"spec.outgoing: Forbidden: edge-4 is not an etcd voter (voters: cp-1, cp-2, cp-3); name a current voter",
@@ -145,6 +146,27 @@ func TestSwapGates(t *testing.T) {
 		}},
 		{"incoming missing", func(_ *GateInput, s *holdfastv1.VoterSwapSpec) { s.Incoming = "edge-99" },
 			[]string{"spec.incoming: Forbidden: node edge-99 does not exist"}},
+		{"outgoing node missing", func(in *GateInput, _ *holdfastv1.VoterSwapSpec) { delete(in.Nodes, "cp-3") }, []string{
+			"spec: Forbidden: voter cp-3 has no Node; swap once every voter's Node is Ready",
+			"spec.outgoing: Forbidden: node cp-3 does not exist",
+		}},
+		{"a labelled node that does not vote blocks", func(in *GateInput, _ *holdfastv1.VoterSwapSpec) {
+			in.Nodes["edge-5"] = node("edge-5", true, map[string]string{holdfastv1.LabelEtcdRole: "true"}, nil)
+			in.Nodes["edge-6"] = node("edge-6", true, map[string]string{holdfastv1.LabelEtcdRole: "true"}, nil)
+			in.Policy.Status.Learners = []string{"edge-6"}
+		}, []string{
+			"spec: Forbidden: learner present (edge-6); wait until it is promoted or removed",
+			"spec: Forbidden: node edge-5 is labelled node-role.kubernetes.io/etcd but has no etcd member (member but not a voter); a voter is judged by etcd's own vote",
+			"spec: Forbidden: node edge-6 is labelled node-role.kubernetes.io/etcd but is a learner (member but not a voter); a voter is judged by etcd's own vote",
+		}},
+		{"a tombstone of this cluster on the incoming node", func(in *GateInput, _ *holdfastv1.VoterSwapSpec) {
+			in.Policy.Status.ClusterID = "c1"
+			in.Nodes["edge-7"].Annotations[holdfastv1.AnnotationTombstone] = `{"memberID":"1","clusterID":"c1"}`
+		}, []string{"spec.incoming: Forbidden: edge-7 carries a tombstone of this cluster (holdfast.io/tombstone): its removed member is not finished to an agent yet"}},
+		{"a tombstone of another cluster on the incoming node", func(in *GateInput, _ *holdfastv1.VoterSwapSpec) {
+			in.Policy.Status.ClusterID = "c1"
+			in.Nodes["edge-7"].Annotations[holdfastv1.AnnotationTombstone] = `{"memberID":"1","clusterID":"c2"}`
+		}, nil},
 		{"custom eligibility selector", func(in *GateInput, _ *holdfastv1.VoterSwapSpec) {
 			in.Policy.Spec.EligibleSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"site/voter": "yes"}}
 		}, []string{"spec.incoming: Forbidden: edge-7 is not voter-eligible (VoterPolicy eligibleSelector); an admin labels eligible nodes"}},
@@ -156,6 +178,33 @@ func TestSwapGates(t *testing.T) {
 			got := messages(SwapGates(&s, in))
 			if strings.Join(got, "\n") != strings.Join(tc.want, "\n") {
 				t.Fatalf("SwapGates:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
+			}
+		})
+	}
+}
+
+// A removed member never comes back by doubt: the one tombstone rule the
+// gates, the voter controller and holdfast-scheduler share.
+func TestTombstoneOfCluster(t *testing.T) {
+	for _, tc := range []struct {
+		name, annotation, cluster string
+		has, want                 bool
+	}{
+		{name: "no tombstone", cluster: "c1"},
+		{name: "this cluster", annotation: `{"memberID":"1","clusterID":"c1"}`, cluster: "c1", has: true, want: true},
+		{name: "another cluster", annotation: `{"memberID":"1","clusterID":"c2"}`, cluster: "c1", has: true},
+		{name: "cluster not yet known", annotation: `{"memberID":"1","clusterID":"c2"}`, has: true, want: true},
+		{name: "names no cluster", annotation: `{"memberID":"1"}`, cluster: "c1", has: true, want: true},
+		{name: "does not parse", annotation: "removed", cluster: "c1", has: true, want: true},
+		{name: "empty", cluster: "c1", has: true, want: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ann := map[string]string{}
+			if tc.has {
+				ann[holdfastv1.AnnotationTombstone] = tc.annotation
+			}
+			if got := TombstoneOfCluster(node("n", true, nil, ann), tc.cluster); got != tc.want {
+				t.Fatalf("TombstoneOfCluster(%q, %q) = %v, want %v", tc.annotation, tc.cluster, got, tc.want)
 			}
 		})
 	}
