@@ -167,4 +167,8 @@ const (
 	ConditionProgressing = "Progressing"
 	ConditionEtcdHealthy = "EtcdHealthy"
 	ConditionVotersEven  = "VotersEven"
+	// ConditionAutomaticSwap (VoterPolicy) is True when the last pass
+	// created an automatic swap, False with the reason none was made
+	// (cooldown, gates, dry run, a swap in progress, no voter unfit).
+	ConditionAutomaticSwap = "AutomaticSwap"
 )

@@ -177,7 +177,7 @@ type VoterPolicyStatus struct {
 	// lastSwap is the last finished swap.
 	// +optional
 	LastSwap *SwapOutcome `json:"lastSwap,omitempty"`
-	// conditions of the policy: EtcdHealthy, VotersEven.
+	// conditions of the policy: EtcdHealthy, VotersEven, AutomaticSwap.
 	// +optional
 	// +listType=map
 	// +listMapKey=type

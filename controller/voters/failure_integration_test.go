@@ -352,24 +352,9 @@ func TestAnUnfitVoterIsOnlyProposedUnderDryRun(t *testing.T) {
 	startController(t, ctrlOpts{})
 	waitHealthyStatus(t, "f1", "f2", "f3")
 	ctx := context.Background()
-	plugin := clientAs(t, nodePluginUser, map[string][]string{serviceaccount.NodeNameKey: {"f2"}})
-	// The node plugin's own first probe is in; the next ones say f2's disk
-	// is slow.
-	eventually(t, 30*time.Second, "f2's first fitness report", func() (bool, string) {
-		return getNode(t, "f2").Annotations[holdfastv1.AnnotationFitness] != "", ""
-	})
-	slow := func() {
-		b, _ := json.Marshal(holdfastv1.Fitness{FsyncP99Micros: 400_000, FsyncSamples: 100, At: metav1.NewTime(shifted.Now())})
-		if err := role.PatchAnnotations(ctx, plugin, "f2", map[string]*string{holdfastv1.AnnotationFitness: new(string(b))}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	slow()
-	time.Sleep(3 * time.Second) // passes see it unfit
-	shifted.Advance(61 * time.Second)
-	slow()
+	waitFitnessReports(t, "f2")
 	var p holdfastv1.VoterPolicy
-	eventually(t, 30*time.Second, "proposedSwap naming f2", func() (bool, string) {
+	keepUnfit(t, "f2", 400_000, "proposedSwap naming f2", func() (bool, string) {
 		if err := env.Client.Get(ctx, client.ObjectKey{Name: holdfastv1.VoterPolicyName}, &p); err != nil {
 			return false, err.Error()
 		}
@@ -393,4 +378,51 @@ func TestAnUnfitVoterIsOnlyProposedUnderDryRun(t *testing.T) {
 	if n := getNode(t, "f2"); n.Spec.Unschedulable || n.Labels[holdfastv1.LabelDesiredRole] != "" {
 		t.Errorf("f2 was changed")
 	}
+}
+
+// waitFitnessReports waits for the node plugins' own first fitness probes,
+// so a report a test writes is not overwritten by one.
+func waitFitnessReports(t testing.TB, nodes ...string) {
+	t.Helper()
+	for _, n := range nodes {
+		eventually(t, 30*time.Second, n+"'s first fitness report", func() (bool, string) {
+			return getNode(t, n).Annotations[holdfastv1.AnnotationFitness] != "", ""
+		})
+	}
+}
+
+// reportFitness writes node's fitness report as its node plugin's probe
+// does (holdfast-node bound to the node, through the webhook), taken now on
+// the controller's clock.
+func reportFitness(t testing.TB, node string, fsyncMicros int64) {
+	t.Helper()
+	plugin := clientAs(t, nodePluginUser, map[string][]string{serviceaccount.NodeNameKey: {node}})
+	b, _ := json.Marshal(holdfastv1.Fitness{FsyncP99Micros: fsyncMicros, FsyncSamples: 100, At: metav1.NewTime(shifted.Now())})
+	if err := role.PatchAnnotations(context.Background(), plugin, node, map[string]*string{holdfastv1.AnnotationFitness: new(string(b))}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// keepUnfit reports node's fsync p99 at fsyncMicros again and again while
+// the controller's clock moves on 25s after each report (so the reports
+// span the policy's window without waiting for it), until cond holds.
+func keepUnfit(t testing.TB, node string, fsyncMicros int64, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	last := ""
+	for time.Now().Before(deadline) {
+		reportFitness(t, node, fsyncMicros)
+		// The report's Node change starts a pass; give it time to see it.
+		inner := time.Now().Add(1500 * time.Millisecond)
+		for time.Now().Before(inner) {
+			ok, s := cond()
+			if ok {
+				return
+			}
+			last = s
+			time.Sleep(100 * time.Millisecond)
+		}
+		shifted.Advance(25 * time.Second)
+	}
+	t.Fatalf("%s: not within 90s of %s reported unfit; last: %s", what, node, last)
 }

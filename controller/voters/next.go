@@ -51,6 +51,9 @@ const (
 	ReasonUnfit                 = "VoterUnfit"
 	ReasonVoterCount            = "VoterCountOffTarget"
 	ReasonLeftover              = "Leftover"
+	ReasonEtcdUnhealthy         = "EtcdUnhealthy"
+	ReasonNoUnfitVoter          = "NoUnfitVoter"
+	ReasonSwapInProgress        = "SwapInProgress"
 )
 
 // Outcomes recorded in a swap's history.
@@ -404,7 +407,7 @@ func stepPromote(o *Observation, c *Cluster, s *holdfastv1.VoterSwap) Decision {
 				fmt.Sprintf("node %s has no %s annotation and no InternalIP: its peer URL is unknown", in, holdfastv1.AnnotationEtcdPeerURL))
 		}
 		if !c.Healthy() {
-			return wait(s, "EtcdUnhealthy", "the learner is added to a healthy cluster only: "+strings.Join(c.Problems, "; "))
+			return wait(s, ReasonEtcdUnhealthy, "the learner is added to a healthy cluster only: "+strings.Join(c.Problems, "; "))
 		}
 		return act(&Action{Kind: AddLearner, Swap: s.Name, Node: in, PeerURL: peer, Endpoints: answering(c, ""),
 			Reason: ReasonLearnerAdded, Then: &Change{Deadline: at(o.Now.Add(t.learnerStall + t.opTimeout)),
@@ -830,7 +833,7 @@ func leftovers(o *Observation) (Decision, bool) {
 func nextIdle(o *Observation, c *Cluster) Decision {
 	t := timesOf(o.Policy)
 	if !c.Reached || !c.Healthy() {
-		return withdraw(o, Decision{WaitReason: "EtcdUnhealthy", Waiting: "no automatic decision while etcd is not healthy"})
+		return withdraw(o, Decision{WaitReason: ReasonEtcdUnhealthy, Waiting: "no automatic decision while etcd is not healthy"})
 	}
 	if len(c.Voters) != t.target {
 		return withdraw(o, Decision{WaitReason: ReasonVoterCount, Waiting: fmt.Sprintf(
@@ -860,9 +863,13 @@ func nextIdle(o *Observation, c *Cluster) Decision {
 }
 
 // withdraw clears a dry-run proposal that no longer stands.
+// The decision keeps what it waits for (VoterPolicy's AutomaticSwap
+// condition says it).
 func withdraw(o *Observation, d Decision) Decision {
 	if o.Policy.Status.ProposedSwap != nil {
-		return act(&Action{Kind: Withdraw, Reason: ReasonDryRun, Message: "proposal withdrawn: " + d.Waiting})
+		w := act(&Action{Kind: Withdraw, Reason: ReasonDryRun, Message: "proposal withdrawn: " + d.Waiting})
+		w.Waiting, w.WaitReason = d.Waiting, d.WaitReason
+		return w
 	}
 	return d
 }

@@ -747,3 +747,62 @@ func TestNextIdleAndDecisions(t *testing.T) {
 		}, want{kind: ClearRoleStep, node: "n5"}},
 	})
 }
+
+// TestAutomaticConditionSaysWhyNoSwapIsMade: VoterPolicy's AutomaticSwap
+// condition for each automatic decision, and no change on a pass that makes
+// none.
+func TestAutomaticConditionSaysWhyNoSwapIsMade(t *testing.T) {
+	unfit := func(o *Observation) {
+		fitness(o.Nodes["n2"], 40_000, t0.Add(-time.Minute))
+		o.UnfitSince["n2"] = t0.Add(-11 * time.Minute)
+	}
+	cases := []struct {
+		name   string
+		mutate func(*Observation)
+		status metav1.ConditionStatus
+		reason string
+		says   string
+		none   bool
+	}{
+		{"a voter unfit for the window is swapped out", unfit, metav1.ConditionTrue, ReasonUnfit, "n2 unfit for the window 10m0s", false},
+		{"the cooldown holds an unfit voter back", func(o *Observation) {
+			unfit(o)
+			o.Policy.Status.LastSwap = &holdfastv1.SwapOutcome{Name: "s0", Phase: holdfastv1.SwapSucceeded, FinishedAt: &metav1.Time{Time: t0.Add(-10 * time.Minute)}}
+		}, metav1.ConditionFalse, ReasonCooldown, "n2 is unfit (fsync p99 40ms over 10ms) but the cooldown runs until 2026-03-01T12:50:00Z", false},
+		{"the cooldown, a stale proposal withdrawn: the reason stays", func(o *Observation) {
+			unfit(o)
+			o.Policy.Status.LastSwap = &holdfastv1.SwapOutcome{Name: "s0", Phase: holdfastv1.SwapSucceeded, FinishedAt: &metav1.Time{Time: t0.Add(-10 * time.Minute)}}
+			o.Policy.Status.ProposedSwap = &holdfastv1.ProposedSwap{Outgoing: "n2", At: metav1.NewTime(t0.Add(-time.Hour))}
+		}, metav1.ConditionFalse, ReasonCooldown, "but the cooldown runs until", false},
+		{"dry run proposes", func(o *Observation) {
+			o.Policy.Spec.DryRun = new(true)
+			unfit(o)
+		}, metav1.ConditionFalse, ReasonDryRun, "proposed (dry run): n2 unfit", false},
+		{"a swap in progress", func(o *Observation) {
+			running(o, holdfastv1.StepPromote)
+			unfit(o)
+		}, metav1.ConditionFalse, ReasonSwapInProgress, "VoterSwap s1 is in progress", false},
+		{"every voter fit", nil, metav1.ConditionFalse, ReasonNoUnfitVoter, "no voter has been unfit for a whole fitness window (10m0s)", false},
+		{"a pass tidying a leftover decides nothing", func(o *Observation) {
+			cordon(o.Nodes["n5"], "old-swap")
+		}, "", "", "", true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			o := fixture()
+			if tc.mutate != nil {
+				tc.mutate(o)
+			}
+			c, ok := AutomaticCondition(o, Next(o))
+			if tc.none {
+				if ok {
+					t.Fatalf("condition %+v, want none", c)
+				}
+				return
+			}
+			if !ok || c.Type != holdfastv1.ConditionAutomaticSwap || c.Status != tc.status || c.Reason != tc.reason || !strings.Contains(c.Message, tc.says) {
+				t.Fatalf("condition %+v (ok %v), want %s %s saying %q", c, ok, tc.status, tc.reason, tc.says)
+			}
+		})
+	}
+}

@@ -141,3 +141,44 @@ func lastFinished(swaps []holdfastv1.VoterSwap) *holdfastv1.VoterSwap {
 	}
 	return last
 }
+
+// AutomaticCondition is VoterPolicy's AutomaticSwap condition for this
+// pass's decision: True when it creates an automatic swap, False with the
+// reason none is made (a swap in progress, the cooldown, the gates, dry run,
+// etcd unhealthy, the voter count off target, no voter unfit for a whole
+// window). ok is false when the pass made no automatic decision (it tidies
+// leftovers or frees the Lease): the condition stays as it was.
+func AutomaticCondition(o *Observation, d Decision) (metav1.Condition, bool) {
+	c := metav1.Condition{Type: holdfastv1.ConditionAutomaticSwap, Status: metav1.ConditionFalse, ObservedGeneration: o.Policy.Generation}
+	s := runningSwap(o.Swaps)
+	if s == nil {
+		s = pendingSwap(o.Swaps)
+	}
+	a := d.Action
+	switch {
+	case s != nil:
+		c.Reason, c.Message = ReasonSwapInProgress, fmt.Sprintf("VoterSwap %s is in progress: no automatic decision until it finishes", s.Name)
+	case a != nil && a.Kind == CreateSwap:
+		c.Status, c.Reason, c.Message = metav1.ConditionTrue, ReasonUnfit, a.Message
+	case a != nil && a.Kind == Propose:
+		c.Reason, c.Message = ReasonDryRun, "proposed (dry run): "+a.Message
+	case a != nil && a.Kind != Withdraw:
+		return c, false
+	case d.WaitReason != "":
+		c.Reason, c.Message = d.WaitReason, d.Waiting
+	default:
+		c.Reason, c.Message = ReasonNoUnfitVoter, fmt.Sprintf("no voter has been unfit for a whole fitness window (%v)", timesOf(o.Policy).window)
+	}
+	return c, true
+}
+
+// heldBack reports whether an AutomaticSwap reason means a voter is unfit,
+// or automatic swaps are off, and nothing is done about it now: worth a
+// Warning Event when it starts.
+func heldBack(reason string) bool {
+	switch reason {
+	case ReasonCooldown, ReasonGatesFailed, ReasonEtcdUnhealthy, ReasonVoterCount:
+		return true
+	}
+	return false
+}

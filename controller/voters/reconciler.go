@@ -131,6 +131,9 @@ func (r *Reconciler) Pass(ctx context.Context) (time.Duration, error) {
 		return 0, err
 	}
 	d := Next(o)
+	if err := r.recordAutomatic(ctx, o, d); err != nil {
+		return 0, err
+	}
 	swap := findSwap(o.Swaps, d.Swap)
 	r.exportDeadlines(o.Swaps)
 	every := r.IdleEvery
@@ -290,6 +293,32 @@ func (r *Reconciler) recordPolicy(ctx context.Context, o *Observation, c *Cluste
 		return fmt.Errorf("recording VoterPolicy status: %w", err)
 	}
 	o.Policy = p
+	return nil
+}
+
+// recordAutomatic writes VoterPolicy's AutomaticSwap condition when this
+// pass's decision changes it, with a Warning Event when an unfit voter or
+// automatic swaps start being held back (a created swap or a proposal has
+// its own Event).
+func (r *Reconciler) recordAutomatic(ctx context.Context, o *Observation, d Decision) error {
+	cond, ok := AutomaticCondition(o, d)
+	if !ok {
+		return nil
+	}
+	cond.Message = truncate(cond.Message, 32000)
+	old := meta.FindStatusCondition(o.Policy.Status.Conditions, cond.Type)
+	if old != nil && old.Status == cond.Status && old.Reason == cond.Reason && old.Message == cond.Message {
+		return nil
+	}
+	p := o.Policy.DeepCopy()
+	setCondition(&p.Status.Conditions, cond, metav1.NewTime(o.Now))
+	if err := r.Client.Status().Update(ctx, p); err != nil {
+		return fmt.Errorf("recording VoterPolicy condition %s: %w", cond.Type, err)
+	}
+	o.Policy = p
+	if r.Recorder != nil && heldBack(cond.Reason) && (old == nil || old.Reason != cond.Reason) {
+		r.Recorder.Eventf(p, nil, corev1.EventTypeWarning, cond.Reason, holdfastv1.ConditionAutomaticSwap, "%s", truncate(cond.Message, 1000))
+	}
 	return nil
 }
 

@@ -15,6 +15,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
@@ -149,6 +150,120 @@ func TestFullSwapWithRealEtcd(t *testing.T) {
 	if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: releaseNS, Name: voters.CandidatePodName(name2)}, pod); err == nil {
 		t.Errorf("candidate pod left behind: %s", pod.Name)
 	}
+}
+
+// TestAnUnfitVoterIsSwappedAutomaticallyAndTheCooldownHolds: with dryRun
+// off, voter u2's fitness reports (written as its node plugin's probe
+// writes them) stay over the fsync threshold for VoterPolicy's window; the
+// controller creates an Automatic VoterSwap by itself and carries it out
+// (the scheduler's pick bound by the test) on real etcd with the writer
+// putting and reading back throughout: three voters by etcd's vote, u2's
+// member gone, no failed or lost write. Then voter u3 goes unfit inside the
+// cooldown: no swap, and VoterPolicy says why (condition AutomaticSwap
+// Cooldown, a Warning Event naming u3).
+func TestAnUnfitVoterIsSwappedAutomaticallyAndTheCooldownHolds(t *testing.T) {
+	c := newCluster(t, []string{"u1", "u2", "u3"}, []string{"u4", "u5"})
+	c.policy(t, func(p *holdfastv1.VoterPolicy) {
+		p.Spec.CooldownSeconds = 3600
+		// The candidate pod's age is judged on the controller's clock,
+		// which earlier tests moved ahead of the apiserver's: an automatic
+		// swap's wait for its candidate must outlast that offset.
+		p.Spec.OperationTimeoutSeconds = 3600
+		// Thresholds no real probe on this machine crosses: only the
+		// reports the test writes are unfit.
+		p.Spec.Fitness = holdfastv1.FitnessThresholds{WindowSeconds: 60, MaxFsyncMillis: 1000, MaxPeerRTTMillis: 1000}
+	})
+	startController(t, ctrlOpts{})
+	waitHealthyStatus(t, "u1", "u2", "u3")
+	waitFitnessReports(t, "u1", "u2", "u3")
+	ctx := context.Background()
+	cli := c.client("u1", "u3")
+	_, _, clusterID := etcdMembers(t, cli)
+	w := startWriter(cli)
+
+	var auto holdfastv1.VoterSwap
+	keepUnfit(t, "u2", 4_000_000, "an automatic VoterSwap for u2", func() (bool, string) {
+		var swaps holdfastv1.VoterSwapList
+		if err := env.Client.List(ctx, &swaps); err != nil {
+			return false, err.Error()
+		}
+		for _, s := range swaps.Items {
+			auto = s
+			return true, ""
+		}
+		return false, "no VoterSwap; AutomaticSwap " + automaticCondition(t)
+	})
+	if auto.Spec.Origin != holdfastv1.SwapAutomatic || auto.Spec.Outgoing != "u2" || auto.Spec.Incoming != "" ||
+		!strings.Contains(auto.Spec.Reason, "u2 unfit for the window 1m0s: fsync p99 4s over 1s") {
+		t.Fatalf("the controller created %s: %+v, want an automatic swap of u2 saying why", auto.Name, auto.Spec)
+	}
+	bindCandidate(t, auto.Name, "u4")
+	s := waitPhase(t, auto.Name, holdfastv1.SwapSucceeded, 3*time.Minute)
+	w.check(t)
+	t.Logf("automatic swap %s took %v; history:\n%s", s.Status.SwapID, s.Status.FinishedAt.Sub(s.Status.StartedAt.Time).Round(time.Millisecond), history(s))
+	v, learners, id := etcdMembers(t, cli)
+	if !slices.Equal(v, []string{"u1", "u3", "u4"}) || len(learners) > 0 || id != clusterID {
+		t.Fatalf("after the automatic swap: voters %v learners %v cluster %x, want u1 u3 u4, none, %x", v, learners, id, clusterID)
+	}
+	if !hostDataMovedAside(c.hosts["u2"]) {
+		t.Error("u2's member data was not moved aside")
+	}
+	waitHealthyStatus(t, "u1", "u3", "u4")
+
+	// u3 goes unfit for a whole window inside the cooldown: held back, and
+	// said so.
+	keepUnfit(t, "u3", 4_000_000, "AutomaticSwap Cooldown naming u3", func() (bool, string) {
+		got := automaticCondition(t)
+		return strings.HasPrefix(got, "False Cooldown: u3 is unfit (fsync p99 4s over 1s) but the cooldown runs until"), got
+	})
+	eventually(t, 10*time.Second, "a Warning Event Cooldown on VoterPolicy naming u3", func() (bool, string) {
+		var evs eventsv1.EventList
+		if err := env.Client.List(ctx, &evs); err != nil {
+			return false, err.Error()
+		}
+		var seen []string
+		for _, e := range evs.Items {
+			if e.Regarding.Kind == "VoterPolicy" {
+				seen = append(seen, e.Type+" "+e.Reason+": "+e.Note)
+				if e.Type == corev1.EventTypeWarning && e.Reason == voters.ReasonCooldown && strings.Contains(e.Note, "u3 is unfit") {
+					return true, ""
+				}
+			}
+		}
+		return false, strings.Join(seen, "; ")
+	})
+	// Passes go on seeing it; none starts a swap.
+	time.Sleep(3 * time.Second)
+	var swaps holdfastv1.VoterSwapList
+	if err := env.Client.List(ctx, &swaps); err != nil {
+		t.Fatal(err)
+	}
+	if len(swaps.Items) != 1 {
+		for _, s := range swaps.Items {
+			t.Errorf("VoterSwap %s (%s, %s out) during the cooldown", s.Name, s.Spec.Origin, s.Spec.Outgoing)
+		}
+	}
+	if h := rules.SwapLeaseHolder(getLease(t)); h != "" {
+		t.Errorf("the swap Lease is held by %s during the cooldown", h)
+	}
+	for _, n := range []string{"u3", "u5"} {
+		if node := getNode(t, n); node.Spec.Unschedulable || node.Labels[holdfastv1.LabelDesiredRole] != "" {
+			t.Errorf("%s was changed during the cooldown", n)
+		}
+	}
+	if v, _, _ := etcdMembers(t, cli); !slices.Equal(v, []string{"u1", "u3", "u4"}) {
+		t.Errorf("voters %v changed during the cooldown", v)
+	}
+}
+
+// automaticCondition is VoterPolicy's AutomaticSwap condition as
+// "<status> <reason>: <message>".
+func automaticCondition(t testing.TB) string {
+	p := &holdfastv1.VoterPolicy{}
+	if err := env.Client.Get(context.Background(), client.ObjectKey{Name: holdfastv1.VoterPolicyName}, p); err != nil {
+		t.Fatal(err)
+	}
+	return describeCond(meta.FindStatusCondition(p.Status.Conditions, holdfastv1.ConditionAutomaticSwap))
 }
 
 // lockedBuffer is an io.Writer safe for the controller's goroutines.
