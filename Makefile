@@ -67,6 +67,10 @@ test: k8s-bin node-deps cri-bin cni-bin $(CONTROLLER_GEN) ## Run everything CI r
 test-e2e: k8s-bin node-deps cri-bin cni-bin ## Run everything make test runs plus the long drills (build tag e2e): the matrix on real kubelets, the voter swap drills
 	$(GO) test -tags integration,e2e -timeout 90m $(GO_TEST_FLAGS) ./...
 
+.PHONY: bench
+bench: k8s-bin node-deps cri-bin ## Run the component benchmarks (not the e2e ones) with the commands docs/benchmarks.md quotes; BENCH_ONLY=<regexp> picks some
+	hack/bench.sh
+
 .PHONY: bench-e2e
 bench-e2e: k8s-bin node-deps cri-bin cni-bin ## Run the e2e benchmarks on real kubelets (results in docs/benchmarks.md)
 	$(GO) test -tags integration,e2e -timeout 60m -run '^$$' -bench . -benchtime 3x -v $(GO_TEST_FLAGS) ./test/e2e/

@@ -86,7 +86,7 @@ type controllerOptions struct {
 	standDown  time.Duration
 }
 
-func ensureNamespace(t *testing.T, name string) {
+func ensureNamespace(t testing.TB, name string) {
 	t.Helper()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
 	if err := env.Client.Create(context.Background(), ns); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -95,7 +95,7 @@ func ensureNamespace(t *testing.T, name string) {
 }
 
 // startController runs the units role in this process until the test ends.
-func startController(t *testing.T, o controllerOptions) *controller {
+func startController(t testing.TB, o controllerOptions) *controller {
 	t.Helper()
 	ensureNamespace(t, electionNamespace)
 	if o.identity == "" {
@@ -137,7 +137,7 @@ func (c *controller) stop() {
 }
 
 // auditLines reads the controller's audit trail.
-func (c *controller) auditLines(t *testing.T) []audit.Record {
+func (c *controller) auditLines(t testing.TB) []audit.Record {
 	t.Helper()
 	f, err := os.Open(c.auditPath)
 	if err != nil {
@@ -170,7 +170,7 @@ func auditReasons(recs []audit.Record, unit string) []string {
 }
 
 // eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+func eventually(t testing.TB, timeout time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	last := ""
@@ -188,7 +188,7 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() (b
 }
 
 // node creates a Ready node with labels.
-func node(t *testing.T, name string, labels map[string]string) {
+func node(t testing.TB, name string, labels map[string]string) {
 	t.Helper()
 	ctx := context.Background()
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
@@ -207,7 +207,7 @@ func node(t *testing.T, name string, labels map[string]string) {
 	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), n) })
 }
 
-func getUnit(t *testing.T, key types.NamespacedName) *holdfastv1.Unit {
+func getUnit(t testing.TB, key types.NamespacedName) *holdfastv1.Unit {
 	t.Helper()
 	var u holdfastv1.Unit
 	if err := env.Client.Get(context.Background(), key, &u); err != nil {
@@ -216,7 +216,7 @@ func getUnit(t *testing.T, key types.NamespacedName) *holdfastv1.Unit {
 	return &u
 }
 
-func runtimePod(t *testing.T, u *holdfastv1.Unit, epoch int64) *corev1.Pod {
+func runtimePod(t testing.TB, u *holdfastv1.Unit, epoch int64) *corev1.Pod {
 	t.Helper()
 	var p corev1.Pod
 	if err := env.Client.Get(context.Background(), types.NamespacedName{Namespace: u.Namespace, Name: units.PodName(u.Name, epoch)}, &p); err != nil {
@@ -228,7 +228,7 @@ func runtimePod(t *testing.T, u *holdfastv1.Unit, epoch int64) *corev1.Pod {
 // schedule plays holdfast-scheduler: PreBind records the node in the
 // binding with an optimistic-concurrency write (only for the pod's epoch),
 // then the pod is bound through the binding subresource.
-func schedule(t *testing.T, key types.NamespacedName, epoch int64, nodeName string) {
+func schedule(t testing.TB, key types.NamespacedName, epoch int64, nodeName string) {
 	t.Helper()
 	ctx := context.Background()
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
@@ -258,7 +258,7 @@ func schedule(t *testing.T, key types.NamespacedName, epoch int64, nodeName stri
 }
 
 // kubeletReports plays the kubelet: the pod is running at ip, ready or not.
-func kubeletReports(t *testing.T, ns, name, ip string, ready bool, restarts int32) {
+func kubeletReports(t testing.TB, ns, name, ip string, ready bool, restarts int32) {
 	t.Helper()
 	ctx := context.Background()
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
@@ -288,7 +288,7 @@ func kubeletReports(t *testing.T, ns, name, ip string, ready bool, restarts int3
 }
 
 // events lists the Events regarding the unit, oldest first.
-func events(t *testing.T, u *holdfastv1.Unit) []eventsv1.Event {
+func events(t testing.TB, u *holdfastv1.Unit) []eventsv1.Event {
 	t.Helper()
 	var list eventsv1.EventList
 	if err := env.Client.List(context.Background(), &list, client.InNamespace(u.Namespace)); err != nil {

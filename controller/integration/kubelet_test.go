@@ -52,7 +52,7 @@ func loopbackIP() string {
 // cut node's kubelet hears and does nothing; a broken node reports the pod's
 // IP but never starts the container (an image that cannot be pulled).
 type kubelet struct {
-	t      *testing.T
+	t      testing.TB
 	ns     string
 	binary string
 	dir    string
@@ -83,7 +83,7 @@ type runtimeProc struct {
 	logPath string
 }
 
-func newKubelet(t *testing.T, ns string) *kubelet {
+func newKubelet(t testing.TB, ns string) *kubelet {
 	k := &kubelet{t: t, ns: ns, binary: unitRuntimeBinary, dir: t.TempDir(),
 		nodes: map[string]*simNode{}, procs: map[string]*runtimeProc{}, stop: make(chan struct{}), done: make(chan struct{})}
 	go k.run()

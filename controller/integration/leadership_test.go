@@ -22,7 +22,7 @@ import (
 	"github.com/holdfast-io/holdfast/controller/leadership"
 )
 
-func electionLease(t *testing.T, id string) *coordinationv1.Lease {
+func electionLease(t testing.TB, id string) *coordinationv1.Lease {
 	t.Helper()
 	var l coordinationv1.Lease
 	if err := env.Client.Get(context.Background(), types.NamespacedName{Namespace: electionNamespace, Name: id}, &l); err != nil {
@@ -74,7 +74,7 @@ type connCounter struct {
 	count atomic.Int64
 }
 
-func newConnCounter(t *testing.T) *connCounter {
+func newConnCounter(t testing.TB) *connCounter {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

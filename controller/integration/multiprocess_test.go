@@ -30,7 +30,7 @@ type controllerProcess struct {
 	logPath  string
 }
 
-func startControllerProcess(t *testing.T, ns, electionID, identity string) *controllerProcess {
+func startControllerProcess(t testing.TB, ns, electionID, identity string) *controllerProcess {
 	t.Helper()
 	ensureNamespace(t, electionNamespace)
 	dir := t.TempDir()

@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -12,25 +13,40 @@ import (
 	"github.com/holdfast-io/holdfast/test/e2e/scenario"
 )
 
-// benchRuns numbers the benchmark's runs (the testing package runs it with
-// b.N = 1 first), so every iteration's namespace is new.
+// benchRuns numbers the benchmark's runs (the testing package runs each
+// sub-benchmark with b.N = 1 first), so every iteration's namespace is new.
 var benchRuns int
 
 // BenchmarkNodeCutFailover measures, per iteration, a unit's failover on
 // real kubelets from its primary's link going down to the standby's runtime
 // holding the lease (the controller's LeaseReestablished Event), for a 10s
-// lease (hold bound 5s, margin 5s). It reports the seconds and their ratio
-// to lease + hold bound, the yardstick (goal: median <= 1.15x plus
-// the runtime's start-up). Each iteration is a fresh unit in its own
-// namespace; run with -benchtime=Nx.
+// lease (the least the API admits; hold bound 5s, margin 5s) and a 30s lease
+// (hold bound 15s, margin 15s). Each iteration also times the standby's
+// start-up: from the Rebound Event (the new epoch's pod created) to
+// LeaseReestablished (its runtime took the lease), which holds scheduling,
+// the container start on the kubelet and the grantor's first grants.
+//
+// The goal is median failover <= 1.15 x (lease + hold bound) +
+// start-up; the benchmark reports the median failover, the median start-up
+// and that bound computed with the median start-up. Each iteration is a
+// fresh unit in its own namespace; run with -benchtime=Nx. The b.N = 1 run
+// the testing package makes first also waits out the new grantor leader's
+// hold-off when it comes straight after the cluster's start; read the
+// b.N = N run.
 func BenchmarkNodeCutFailover(b *testing.B) {
+	for _, leaseSeconds := range []int32{10, 30} {
+		b.Run(fmt.Sprintf("lease=%ds", leaseSeconds), func(b *testing.B) { benchNodeCut(b, leaseSeconds) })
+	}
+}
+
+func benchNodeCut(b *testing.B, leaseSeconds int32) {
 	benchRuns++
-	const leaseSeconds = 10
-	lease := leaseSeconds * time.Second
-	var total time.Duration
+	lease := time.Duration(leaseSeconds) * time.Second
+	yard := lease + holdfastv1.HoldBound(lease)
+	var took, startup []time.Duration
 	for i := 0; i < b.N; i++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-		u, err := world.CreateUnit(ctx, scenario.UnitOptions{Namespace: fmt.Sprintf("bench-cut-%d-%d", benchRuns, i), Name: "kiln",
+		u, err := world.CreateUnit(ctx, scenario.UnitOptions{Namespace: fmt.Sprintf("bench-cut-%d-%d-%d", leaseSeconds, benchRuns, i), Name: "kiln",
 			LeaseSeconds: leaseSeconds, Primary: world.NodeNames[0], Targets: world.NodeNames[1:]})
 		if err != nil {
 			b.Fatal(err)
@@ -55,23 +71,41 @@ func BenchmarkNodeCutFailover(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		var took time.Duration
+		var rebound, held time.Time
 		for _, e := range evs {
-			if e.Reason == evLeaseReestablished {
-				took = e.EventTime.Sub(cutAt)
+			switch e.Reason {
+			case evRebound:
+				rebound = e.EventTime.Time
+			case evLeaseReestablished:
+				held = e.EventTime.Time
 			}
 		}
-		if took <= 0 {
-			b.Fatalf("no %s Event after the cut", evLeaseReestablished)
+		if held.IsZero() || rebound.IsZero() || !held.After(cutAt) || held.Before(rebound) {
+			b.Fatalf("want %s then %s after the cut at %v, got %v and %v", evRebound, evLeaseReestablished, cutAt, rebound, held)
 		}
-		b.Logf("failover %d: %.2fs (%.2fx lease + hold bound)", i, took.Seconds(), took.Seconds()/(lease+holdfastv1.HoldBound(lease)).Seconds())
-		total += took
+		d, s := held.Sub(cutAt), held.Sub(rebound)
+		b.Logf("lease %ds, failover %d: %.2fs (%.2fx lease + hold bound), start-up %.2fs, expiry to re-bind and the rest %.2fs",
+			leaseSeconds, i, d.Seconds(), d.Seconds()/yard.Seconds(), s.Seconds(), (d - s).Seconds())
+		took, startup = append(took, d), append(startup, s)
 		if err := u.Delete(ctx); err != nil {
 			b.Fatal(err)
 		}
 		cancel()
 	}
-	mean := total / time.Duration(b.N)
-	b.ReportMetric(mean.Seconds(), "s/failover")
-	b.ReportMetric(mean.Seconds()/(lease+holdfastv1.HoldBound(lease)).Seconds(), "x(lease+hold)")
+	medTook, medStart := median(took), median(startup)
+	goal := time.Duration(1.15*float64(yard)) + medStart
+	b.ReportMetric(medTook.Seconds(), "s-median-failover")
+	b.ReportMetric(slices.Max(took).Seconds(), "s-max-failover")
+	b.ReportMetric(medTook.Seconds()/yard.Seconds(), "x(lease+hold)")
+	b.ReportMetric(medStart.Seconds(), "s-median-startup")
+	b.ReportMetric(goal.Seconds(), "s-goal")
+	b.Logf("lease %ds over %d iterations: median failover %.2fs against the goal 1.15 x %v + median start-up %.2fs = %.2fs: met=%v",
+		leaseSeconds, b.N, medTook.Seconds(), yard, medStart.Seconds(), goal.Seconds(), medTook <= goal)
+}
+
+// median of ds (the lower middle one for an even count).
+func median(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[(len(s)-1)/2]
 }
