@@ -139,7 +139,7 @@ func benchPod(ns, name, schedulerName string, labels map[string]string) *corev1.
 // benchBatch creates, in a fresh namespace with no scheduler running, the
 // units and the same 1000 pods for schedulerName, then starts a scheduler
 // with both profiles and times it from its start until every pod is bound.
-func benchBatch(b *testing.B, profiles []schedconfig.KubeSchedulerProfile, schedulerName string) time.Duration {
+func benchBatch(b *testing.B, profiles []schedconfig.KubeSchedulerProfile, schedulerName string) (time.Duration, int) {
 	b.Helper()
 	ctx := context.Background()
 	cs := kubernetes.NewForConfigOrDie(restConfig(benchQPS))
@@ -171,11 +171,23 @@ func benchBatch(b *testing.B, profiles []schedconfig.KubeSchedulerProfile, sched
 		b.Fatalf("creating units: %v", err)
 	}
 	// Every tenth pod is a runtime, so they are spread through the queue.
+	// HOLDFAST_BENCH_PODS=ordinary or =runtime creates one kind only, to
+	// tell which kind of pod a profile's cost comes from.
+	mix := os.Getenv("HOLDFAST_BENCH_PODS")
 	total := benchOrdinaryPods + benchUnits
 	every := total / benchUnits
-	err = parallel(total, func(i int) error {
+	isRuntime := func(i int) bool { return i%every == every-1 }
+	var indices []int
+	for i := range total {
+		if mix == "" || (mix == "runtime") == isRuntime(i) {
+			indices = append(indices, i)
+		}
+	}
+	total = len(indices)
+	err = parallel(total, func(j int) error {
+		i := indices[j]
 		pod := benchPod(ns, fmt.Sprintf("pod-%d", i), schedulerName, map[string]string{"app": fmt.Sprintf("app-%d", i%20)})
-		if i%every == every-1 {
+		if isRuntime(i) {
 			u := i / every
 			unit := fmt.Sprintf("unit-%d", u)
 			pod = benchPod(ns, units.PodName(unit, 1), schedulerName, map[string]string{holdfastv1.LabelUnit: unit, holdfastv1.LabelEpoch: "1"})
@@ -194,9 +206,21 @@ func benchBatch(b *testing.B, profiles []schedconfig.KubeSchedulerProfile, sched
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	factory := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithNamespace(ns))
+	// When each pod was seen bound, by kind, from the scheduler's start: the
+	// tail tells whether a profile is slower throughout or only at the end.
+	var startNanos atomic.Int64
+	var boundAtMu sync.Mutex
+	boundAt := map[bool][]time.Duration{}
 	note := func(obj any) {
 		if pod, ok := obj.(*corev1.Pod); ok && pod.Spec.NodeName != "" {
-			if _, seen := bound.LoadOrStore(pod.Name, true); !seen && boundCount.Add(1) == int64(total) {
+			if _, seen := bound.LoadOrStore(pod.Name, true); seen {
+				return
+			}
+			_, runtime := pod.Labels[holdfastv1.LabelUnit]
+			boundAtMu.Lock()
+			boundAt[runtime] = append(boundAt[runtime], time.Duration(time.Now().UnixNano()-startNanos.Load()))
+			boundAtMu.Unlock()
+			if boundCount.Add(1) == int64(total) {
 				close(allBound)
 			}
 		}
@@ -215,8 +239,13 @@ func benchBatch(b *testing.B, profiles []schedconfig.KubeSchedulerProfile, sched
 	}
 	defer s.stop()
 	before := schedulerSeconds(b)
+	cpuBefore, err := cpuTimes()
+	if err != nil {
+		b.Fatal(err)
+	}
 	b.StartTimer()
 	start := time.Now()
+	startNanos.Store(start.UnixNano())
 	s.run()
 	select {
 	case <-allBound:
@@ -226,6 +255,25 @@ func benchBatch(b *testing.B, profiles []schedconfig.KubeSchedulerProfile, sched
 	elapsed := time.Since(start)
 	b.StopTimer()
 	after := schedulerSeconds(b)
+	cpuAfter, err := cpuTimes()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var cpu []string
+	for _, k := range slices.Sorted(maps.Keys(cpuAfter)) {
+		cpu = append(cpu, fmt.Sprintf("%s %.2fs", k, cpuAfter[k]-cpuBefore[k]))
+	}
+	benchLog(b, "%s CPU time while scheduling: %s", schedulerName, strings.Join(cpu, ", "))
+	boundAtMu.Lock()
+	for _, runtime := range []bool{false, true} {
+		if at := boundAt[runtime]; len(at) > 0 {
+			slices.Sort(at)
+			kind := map[bool]string{false: "ordinary", true: "runtime"}[runtime]
+			benchLog(b, "%s %s pods bound at: 50%% %v, 90%% %v, last %v", schedulerName, kind,
+				at[len(at)/2].Round(time.Millisecond), at[len(at)*9/10].Round(time.Millisecond), at[len(at)-1].Round(time.Millisecond))
+		}
+	}
+	boundAtMu.Unlock()
 	var spent []string
 	for _, k := range slices.Sorted(maps.Keys(after)) {
 		if d := after[k] - before[k]; d > 0.001 && strings.HasSuffix(k, "/"+schedulerName) {
@@ -234,10 +282,10 @@ func benchBatch(b *testing.B, profiles []schedconfig.KubeSchedulerProfile, sched
 	}
 	benchLog(b, "%s scheduler time: %s", schedulerName, strings.Join(spent, ", "))
 
-	if schedulerName == holdfastv1.SchedulerName {
+	if schedulerName == holdfastv1.SchedulerName && mix != "ordinary" {
 		checkBenchPlacements(b, cs, ns)
 	}
-	return elapsed
+	return elapsed, total
 }
 
 // schedulerSeconds sums, per extension point and profile, the time the
@@ -327,22 +375,26 @@ func BenchmarkSchedulingThroughput(b *testing.B) {
 	profiles := append([]schedconfig.KubeSchedulerProfile{defaultProfile(b)}, shippedConfig(b).Profiles...)
 
 	var took = map[string]time.Duration{}
+	pods := 0
 	var pairRatios []float64
 	order := []string{corev1.DefaultSchedulerName, holdfastv1.SchedulerName}
 	for i := range b.N {
 		pair := map[string]time.Duration{}
 		for j := range order {
 			name := order[(i+j)%2]
-			d := benchBatch(b, profiles, name)
+			d, n := benchBatch(b, profiles, name)
 			took[name] += d
 			pair[name] = d
-			benchLog(b, "iteration %d/%d: %s bound %d pods in %v", i+1, b.N, name, benchOrdinaryPods+benchUnits, d.Round(time.Millisecond))
+			pods += n
+			benchLog(b, "iteration %d/%d: %s bound %d pods in %v", i+1, b.N, name, n, d.Round(time.Millisecond))
 		}
-		pairRatios = append(pairRatios, pair[corev1.DefaultSchedulerName].Seconds()/pair[holdfastv1.SchedulerName].Seconds())
+		ratio := pair[corev1.DefaultSchedulerName].Seconds() / pair[holdfastv1.SchedulerName].Seconds()
+		pairRatios = append(pairRatios, ratio)
+		benchLog(b, "pair %d/%d: holdfast/default %.3f", i+1, b.N, ratio)
 	}
-	pods := float64(b.N * (benchOrdinaryPods + benchUnits))
-	defaultRate := pods / took[corev1.DefaultSchedulerName].Seconds()
-	holdfastRate := pods / took[holdfastv1.SchedulerName].Seconds()
+	perProfile := float64(pods / 2)
+	defaultRate := perProfile / took[corev1.DefaultSchedulerName].Seconds()
+	holdfastRate := perProfile / took[holdfastv1.SchedulerName].Seconds()
 	slices.Sort(pairRatios)
 	b.ReportMetric(defaultRate, "default-pods/s")
 	b.ReportMetric(holdfastRate, "holdfast-pods/s")

@@ -16,7 +16,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -27,6 +26,7 @@ import (
 	configv1 "github.com/holdfast-io/holdfast/scheduler-plugin/apis/config/v1"
 	"github.com/holdfast-io/holdfast/scheduler-plugin/apis/config/validation"
 	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/holdfastclient"
+	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/pluginargs"
 	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/runtimepod"
 )
 
@@ -80,26 +80,10 @@ func newPlugin(h fwk.Handle, args *config.StandbyColocationArgs, units client.Re
 	return &StandbyColocation{handle: h, args: args, units: units}
 }
 
-func getArgs(obj runtime.Object) (*config.StandbyColocationArgs, error) {
-	var args *config.StandbyColocationArgs
-	switch a := obj.(type) {
-	case nil:
-		var v configv1.StandbyColocationArgs
-		configv1.SetDefaults_StandbyColocationArgs(&v)
-		args = &config.StandbyColocationArgs{}
-		if err := configv1.Convert_v1_StandbyColocationArgs_To_config_StandbyColocationArgs(&v, args, nil); err != nil {
-			return nil, err
-		}
-	case *config.StandbyColocationArgs:
-		args = a
-	default:
-		return nil, fmt.Errorf("want args of type StandbyColocationArgs, got %T", obj)
-	}
-	if err := validation.ValidateStandbyColocationArgs(field.NewPath("pluginConfig").Key(Name).Child("args"), args); err != nil {
-		return nil, err
-	}
-	return args, nil
-}
+// getArgs reads the plugin's args (pluginargs: one rule for the three
+// plugins).
+var getArgs = pluginargs.For(Name, configv1.SetDefaults_StandbyColocationArgs,
+	configv1.Convert_v1_StandbyColocationArgs_To_config_StandbyColocationArgs, validation.ValidateStandbyColocationArgs)
 
 // Name returns the plugin's name.
 func (pl *StandbyColocation) Name() string { return Name }

@@ -26,7 +26,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
-	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/util/retry"
 	v1helper "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/klog/v2"
@@ -39,6 +38,7 @@ import (
 	configv1 "github.com/holdfast-io/holdfast/scheduler-plugin/apis/config/v1"
 	"github.com/holdfast-io/holdfast/scheduler-plugin/apis/config/validation"
 	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/holdfastclient"
+	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/pluginargs"
 	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/runtimepod"
 	"github.com/holdfast-io/holdfast/webhook/rules"
 )
@@ -100,28 +100,10 @@ func newPlugin(h fwk.Handle, args *config.UnitPlacementArgs, units client.Reader
 	return &UnitPlacement{handle: h, args: args, units: units, live: live, clock: clk}
 }
 
-func getArgs(obj runtime.Object) (*config.UnitPlacementArgs, error) {
-	var args *config.UnitPlacementArgs
-	switch a := obj.(type) {
-	case nil:
-		// No pluginConfig at all (the scheduler's loader always supplies
-		// the defaults; a framework built by hand may not).
-		var v configv1.UnitPlacementArgs
-		configv1.SetDefaults_UnitPlacementArgs(&v)
-		args = &config.UnitPlacementArgs{}
-		if err := configv1.Convert_v1_UnitPlacementArgs_To_config_UnitPlacementArgs(&v, args, nil); err != nil {
-			return nil, err
-		}
-	case *config.UnitPlacementArgs:
-		args = a
-	default:
-		return nil, fmt.Errorf("want args of type UnitPlacementArgs, got %T", obj)
-	}
-	if err := validation.ValidateUnitPlacementArgs(field.NewPath("pluginConfig").Key(Name).Child("args"), args); err != nil {
-		return nil, err
-	}
-	return args, nil
-}
+// getArgs reads the plugin's args (pluginargs: one rule for the three
+// plugins).
+var getArgs = pluginargs.For(Name, configv1.SetDefaults_UnitPlacementArgs,
+	configv1.Convert_v1_UnitPlacementArgs_To_config_UnitPlacementArgs, validation.ValidateUnitPlacementArgs)
 
 // Name returns the plugin's name.
 func (pl *UnitPlacement) Name() string { return Name }

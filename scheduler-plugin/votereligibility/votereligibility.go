@@ -16,10 +16,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/utils/clock"
@@ -30,6 +28,7 @@ import (
 	configv1 "github.com/holdfast-io/holdfast/scheduler-plugin/apis/config/v1"
 	"github.com/holdfast-io/holdfast/scheduler-plugin/apis/config/validation"
 	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/holdfastclient"
+	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/pluginargs"
 	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/requeue"
 )
 
@@ -80,13 +79,14 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	// A changed VoterPolicy (members, cluster ID, selector) requeues the
 	// waiting candidates from the informer the plugin reads.
 	logger := klog.FromContext(ctx)
-	activator, err := requeue.New(h)
+	activator, err := requeue.New(h, holdfastv1.LabelRole, func(pod *corev1.Pod) (string, bool) {
+		return holdfastv1.RoleVoterCandidate, isCandidate(pod)
+	})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", Name, err)
 	}
-	candidates := labels.SelectorFromSet(labels.Set{holdfastv1.LabelRole: holdfastv1.RoleVoterCandidate})
 	if err := clients.OnChange(ctx, &holdfastv1.VoterPolicy{}, func(client.Object) {
-		activator.Activate(logger, metav1.NamespaceAll, candidates)
+		activator.Activate(logger, holdfastv1.RoleVoterCandidate)
 	}); err != nil {
 		return nil, fmt.Errorf("%s: %w", Name, err)
 	}
@@ -97,26 +97,10 @@ func newPlugin(args *config.VoterEligibilityArgs, policies client.Reader, clk cl
 	return &VoterEligibility{args: args, policies: policies, clock: clk}
 }
 
-func getArgs(obj runtime.Object) (*config.VoterEligibilityArgs, error) {
-	var args *config.VoterEligibilityArgs
-	switch a := obj.(type) {
-	case nil:
-		var v configv1.VoterEligibilityArgs
-		configv1.SetDefaults_VoterEligibilityArgs(&v)
-		args = &config.VoterEligibilityArgs{}
-		if err := configv1.Convert_v1_VoterEligibilityArgs_To_config_VoterEligibilityArgs(&v, args, nil); err != nil {
-			return nil, err
-		}
-	case *config.VoterEligibilityArgs:
-		args = a
-	default:
-		return nil, fmt.Errorf("want args of type VoterEligibilityArgs, got %T", obj)
-	}
-	if err := validation.ValidateVoterEligibilityArgs(field.NewPath("pluginConfig").Key(Name).Child("args"), args); err != nil {
-		return nil, err
-	}
-	return args, nil
-}
+// getArgs reads the plugin's args (pluginargs: one rule for the three
+// plugins).
+var getArgs = pluginargs.For(Name, configv1.SetDefaults_VoterEligibilityArgs,
+	configv1.Convert_v1_VoterEligibilityArgs_To_config_VoterEligibilityArgs, validation.ValidateVoterEligibilityArgs)
 
 // Name returns the plugin's name.
 func (pl *VoterEligibility) Name() string { return Name }

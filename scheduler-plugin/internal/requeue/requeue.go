@@ -13,8 +13,6 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/labels"
-	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -23,42 +21,55 @@ import (
 // Activator moves the unbound pods that wait on a changed object back to
 // the active queue.
 type Activator struct {
-	pods      corelisters.PodLister
+	index     string
+	pods      cache.Indexer
 	activator fwk.PodActivator
 }
 
-// New is an Activator over the scheduler's pod informer and queue. It
-// indexes that informer by namespace (before it starts, from a plugin's
-// New), so that finding a unit's pods does not scan every pod.
-func New(h fwk.Handle) (*Activator, error) {
-	pods := h.SharedInformerFactory().Core().V1().Pods()
-	informer := pods.Informer()
-	if _, ok := informer.GetIndexer().GetIndexers()[cache.NamespaceIndex]; !ok {
-		if err := informer.AddIndexers(cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}); err != nil {
-			return nil, fmt.Errorf("indexing pods by namespace: %w", err)
+// New is an Activator over the scheduler's pod informer and queue that
+// finds the pods waiting on an object by key: key(pod) names the object a
+// pod waits on (ok false for a pod that waits on none). The key is an index
+// of that informer, added before it starts (from a plugin's New), so that
+// a change costs a lookup of the pods that wait on it, not a scan of every
+// pod (a Unit changes at least once per binding, when PreBind records it).
+// Plugins that share an index name share the index.
+func New(h fwk.Handle, index string, key func(*corev1.Pod) (string, bool)) (*Activator, error) {
+	informer := h.SharedInformerFactory().Core().V1().Pods().Informer()
+	if _, ok := informer.GetIndexer().GetIndexers()[index]; !ok {
+		err := informer.AddIndexers(cache.Indexers{index: func(obj any) ([]string, error) {
+			pod, ok := obj.(*corev1.Pod)
+			if !ok {
+				return nil, nil
+			}
+			if k, ok := key(pod); ok {
+				return []string{k}, nil
+			}
+			return nil, nil
+		}})
+		if err != nil {
+			return nil, fmt.Errorf("indexing pods by %s: %w", index, err)
 		}
 	}
-	return &Activator{pods: pods.Lister(), activator: h}, nil
+	return &Activator{index: index, pods: informer.GetIndexer(), activator: h}, nil
 }
 
-// Activate requeues the unbound pods in namespace (all namespaces when
-// empty) that selector matches. A pod in a scheduling cycle right now is
-// retried when that cycle ends.
-func (a *Activator) Activate(logger klog.Logger, namespace string, selector labels.Selector) {
-	pods, err := a.pods.Pods(namespace).List(selector)
+// Activate requeues the unbound pods whose key is key. A pod in a
+// scheduling cycle right now is retried when that cycle ends.
+func (a *Activator) Activate(logger klog.Logger, key string) {
+	objs, err := a.pods.ByIndex(a.index, key)
 	if err != nil {
-		logger.Error(err, "Listing pods to requeue", "namespace", namespace, "selector", selector.String())
+		logger.Error(err, "Listing pods to requeue", "index", a.index, "key", key)
 		return
 	}
 	pending := map[string]*corev1.Pod{}
-	for _, pod := range pods {
-		if pod.Spec.NodeName == "" {
+	for _, obj := range objs {
+		if pod, ok := obj.(*corev1.Pod); ok && pod.Spec.NodeName == "" {
 			pending[pod.Namespace+"/"+pod.Name] = pod
 		}
 	}
 	if len(pending) == 0 {
 		return
 	}
-	logger.V(4).Info("Requeueing pods after a holdfast object changed", "pods", len(pending), "namespace", namespace, "selector", selector.String())
+	logger.V(4).Info("Requeueing pods after a holdfast object changed", "pods", len(pending), "index", a.index, "key", key)
 	a.activator.Activate(logger, pending)
 }

@@ -7,7 +7,6 @@ import (
 	"context"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -42,11 +41,14 @@ func Display(unit types.NamespacedName, fromNamespace string) string {
 // from the informer the plugins read, so the retry sees the change.
 func RequeueOnUnitChange(ctx context.Context, h fwk.Handle, clients *holdfastclient.Clients) error {
 	logger := klog.FromContext(ctx)
-	activator, err := requeue.New(h)
+	activator, err := requeue.New(h, holdfastv1.LabelUnit, func(pod *corev1.Pod) (string, bool) {
+		key, ok := Unit(pod)
+		return key.String(), ok
+	})
 	if err != nil {
 		return err
 	}
 	return clients.OnChange(ctx, &holdfastv1.Unit{}, func(u client.Object) {
-		activator.Activate(logger, u.GetNamespace(), labels.SelectorFromSet(labels.Set{holdfastv1.LabelUnit: u.GetName()}))
+		activator.Activate(logger, client.ObjectKeyFromObject(u).String())
 	})
 }

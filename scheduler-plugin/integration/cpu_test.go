@@ -1,0 +1,64 @@
+//go:build integration
+
+package integration
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// clockTicks is USER_HZ, the unit of /proc/<pid>/stat's CPU times (100 on
+// every Linux the project runs on).
+const clockTicks = 100
+
+// cpuTimes is the CPU time, in seconds, that this test process (the
+// scheduler in process, the benchmark's clients) and its child processes
+// (envtest's kube-apiserver and etcd) have used, by command name. Wall time
+// on a shared 2-core machine moves with the other engineers' load; CPU time
+// spent per batch moves much less, so it is the evidence of where a
+// profile costs more.
+func cpuTimes() (map[string]float64, error) {
+	self := os.Getpid()
+	out := map[string]float64{}
+	stats, err := filepath.Glob("/proc/[0-9]*/stat")
+	if err != nil {
+		return nil, err
+	}
+	for _, path := range stats {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			continue // the process has gone
+		}
+		// pid (comm) state ppid ... utime stime: fields 14 and 15; comm may
+		// hold spaces, so count from its closing parenthesis.
+		s := string(data)
+		open, closing := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+		if open < 0 || closing < open {
+			continue
+		}
+		comm := s[open+1 : closing]
+		fields := strings.Fields(s[closing+1:])
+		if len(fields) < 13 {
+			continue
+		}
+		pid, _ := strconv.Atoi(strings.TrimSpace(s[:open]))
+		ppid, _ := strconv.Atoi(fields[1])
+		if pid != self && ppid != self {
+			continue
+		}
+		utime, err1 := strconv.ParseFloat(fields[11], 64)
+		stime, err2 := strconv.ParseFloat(fields[12], 64)
+		if err1 != nil || err2 != nil {
+			return nil, fmt.Errorf("parsing %s: %q", path, s)
+		}
+		name := comm
+		if pid == self {
+			name = "test+scheduler"
+		}
+		out[name] += (utime + stime) / clockTicks
+	}
+	return out, nil
+}
