@@ -458,6 +458,9 @@ type ctrlOpts struct {
 	crashAfter func(voters.Action) bool
 	// audit receives the audit trail's lines (JSON).
 	audit io.Writer
+	// shipped runs the passes at the shipped intervals (2s with a swap,
+	// 15s without) and the shipped Lease duration, for a benchmark.
+	shipped bool
 }
 
 func startController(t testing.TB, o ctrlOpts) *controller {
@@ -483,6 +486,9 @@ func startController(t testing.TB, o ctrlOpts) *controller {
 		},
 		SnapshotDir: t.TempDir(), CandidateNamespace: releaseNS,
 		RunningEvery: 200 * time.Millisecond, IdleEvery: time.Second,
+	}
+	if o.shipped {
+		r.RunningEvery, r.IdleEvery, r.Settings.LeaseDuration = 0, 0, voters.DefaultSettings().LeaseDuration
 	}
 	if o.audit != nil {
 		r.Audit = audit.New(o.audit, "voters", shifted)
@@ -693,9 +699,20 @@ type writer struct {
 	failed    int
 	longest   time.Duration
 	longestAt time.Time
-	stop      chan struct{}
-	done      chan struct{}
+	// stalls are the writes that took over stallOver, for a benchmark to
+	// place in the swap's steps.
+	stalls []stall
+	stop   chan struct{}
+	done   chan struct{}
 }
+
+// stall is one write (put and read back) that took took, from at.
+type stall struct {
+	at   time.Time
+	took time.Duration
+}
+
+const stallOver = 100 * time.Millisecond
 
 func startWriter(cli *clientv3.Client) *writer {
 	w := &writer{cli: cli, stop: make(chan struct{}), done: make(chan struct{})}
@@ -742,6 +759,9 @@ func (w *writer) run() {
 		}
 		if took > w.longest {
 			w.longest, w.longestAt = took, start
+		}
+		if took > stallOver {
+			w.stalls = append(w.stalls, stall{at: start, took: took})
 		}
 		w.mu.Unlock()
 	}

@@ -53,7 +53,11 @@ func benchNodeCut(b *testing.B, leaseSeconds int32) {
 		}
 		b1, err := u.WaitHeld(ctx, 1, 3*time.Minute)
 		if err != nil {
-			b.Fatal(err)
+			pod, perr := u.RuntimePod(ctx, 1)
+			if pod != nil {
+				b.Fatalf("%v; runtime pod of epoch 1: node %q, phase %s, conditions %+v", err, pod.Spec.NodeName, pod.Status.Phase, pod.Status.Conditions)
+			}
+			b.Fatalf("%v; runtime pod of epoch 1: none (%v)", err, perr)
 		}
 		node := world.Nodes[b1.Node]
 		if err := node.Cut(); err != nil {
