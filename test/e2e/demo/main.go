@@ -1,12 +1,12 @@
 // Command demo is `make demo`: it starts holdfast on a local cluster of real
 // kubelets (test/cluster: four nodes each in its own network and mount
-// namespace, the apiserver's etcd members running on three of them as
-// their systemd's server unit), creates a Failover unit driving a simulated
+// namespace, the apiserver's etcd members running on edge-b..d as their
+// systemd's server unit), creates a Failover unit driving a simulated
 // Modbus device, cuts the primary node's link, and prints the failover's
 // timeline as the cluster recorded it: the unit's Events, the device's own
 // write log and the node plugin's fence audit. Then holdfast-controller
-// --role voters swaps the failed node out of the etcd voters for the
-// standby, and the demo prints the swap's steps and what a writer saw. It
+// --role voters swaps edge-a, back from its cut, into the etcd voters for
+// edge-d, and the demo prints the swap's steps and what a writer saw. It
 // then leaves the cluster up, prints how to reach it, and removes
 // everything on Ctrl-C.
 //
@@ -71,8 +71,8 @@ func run() error {
 		fmt.Fprintf(os.Stderr, "demo: the failover did not complete: %v\n", err)
 	}
 	fmt.Println()
-	// The node that failed leaves the voters for the standby.
-	if err := swap(ctx, w, w.NodeNames[0], demoVoters.Standbys[0], logf); err != nil {
+	// The node that failed is back: it takes edge-d's place among the voters.
+	if err := swap(ctx, w, "edge-d", demoVoters.Standbys[0], logf); err != nil {
 		fmt.Fprintf(os.Stderr, "demo: the voter swap did not complete: %v\n", err)
 	}
 	fmt.Println()

@@ -12,11 +12,15 @@ import (
 	"github.com/holdfast-io/holdfast/test/e2e/scenario"
 )
 
-// The demo's etcd: the apiserver's own members on three nodes, and a
-// voter-eligible standby.
+// The demo's etcd: the apiserver's own members on edge-b, edge-c and
+// edge-d, and edge-a (the unit's primary, whose link the failover cuts) a
+// voter-eligible standby: a cut member would stall the apiserver's etcd
+// client for the whole failover. After the failover edge-a is back and is
+// swapped in for edge-d, which hosts no runtime (a drained runtime pod
+// would be a second failover).
 var (
 	demoNodes    = []string{"edge-a", "edge-b", "edge-c", "edge-d"}
-	demoVoters   = &scenario.VotersOptions{Voters: []string{"edge-a", "edge-b", "edge-c"}, Standbys: []string{"edge-d"}}
+	demoVoters   = &scenario.VotersOptions{Voters: []string{"edge-b", "edge-c", "edge-d"}, Standbys: []string{"edge-a"}}
 	demoStandbys = []string{"edge-b", "edge-c"}
 )
 
@@ -41,7 +45,7 @@ func swap(ctx context.Context, w *scenario.World, out, in string, logf func(stri
 	writer := scenario.StartEtcdWriter(cli, "/holdfast-demo/")
 	quorum := scenario.StartQuorumWatch(cli, 200*time.Millisecond)
 	s := &holdfastv1.VoterSwap{ObjectMeta: metav1.ObjectMeta{GenerateName: "swap-" + out + "-"},
-		Spec: holdfastv1.VoterSwapSpec{Outgoing: out, Incoming: in, Reason: "demo: " + out + " failed once", Origin: holdfastv1.SwapManual}}
+		Spec: holdfastv1.VoterSwapSpec{Outgoing: out, Incoming: in, Reason: "demo: " + in + " is back", Origin: holdfastv1.SwapManual}}
 	if err := w.Client.Create(ctx, s); err != nil {
 		return err
 	}
