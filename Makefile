@@ -76,7 +76,7 @@ bench-e2e: k8s-bin node-deps cri-bin cni-bin ## Run the e2e benchmarks on real k
 	$(GO) test -tags integration,e2e -timeout 60m -run '^$$' -bench . -benchtime 3x -v $(GO_TEST_FLAGS) ./test/e2e/
 
 .PHONY: demo
-demo: k8s-bin node-deps cri-bin cni-bin ## Start a local cluster of real kubelets, fail a unit over, print the timeline; Ctrl-C cleans up
+demo: k8s-bin node-deps cri-bin cni-bin ## Start a local cluster of real kubelets, fail a unit over, print the timeline, swap an etcd voter and print its steps; Ctrl-C cleans up
 	$(GO) run ./test/e2e/demo
 
 $(CONTROLLER_GEN):

@@ -73,6 +73,10 @@ var kubeletSysctls = []string{
 type NodeSpec struct {
 	Name   string
 	Labels map[string]string
+	// Etcd is the node's etcd role at start: "" (none), EtcdVoter or
+	// EtcdStandby (etcd_nodes.go). With any voter, the control plane's
+	// etcd runs on the nodes instead of the hub.
+	Etcd string
 }
 
 // Config says what to start.
@@ -224,6 +228,20 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	if c.pki, err = newPKI(filepath.Join(dir, "pki")); err != nil {
 		return c, err
 	}
+	for i, spec := range cfg.Nodes {
+		n := &Node{Name: spec.Name, IP: fmt.Sprintf("198.18.0.%d", 11+i), Netns: "hfe-" + c.ID + "-" + spec.Name,
+			Dir: filepath.Join(dir, spec.Name), c: c, index: i + 1, hubLink: fmt.Sprintf("n%d", i+1),
+			cgroupRoot: "/hfe-" + c.ID + "-" + spec.Name}
+		n.CRIEndpoint = "unix://" + filepath.Join(n.Dir, "containerd.sock")
+		c.Nodes[spec.Name] = n
+		c.NodeNames = append(c.NodeNames, spec.Name)
+		if err := c.nodeCredentials(n); err != nil {
+			return c, err
+		}
+	}
+	if err := c.startEtcdHosts(ctx, cfg.Nodes); err != nil {
+		return c, err
+	}
 	if err := c.startControlPlane(ctx, cfg.EtcdMembers); err != nil {
 		return c, err
 	}
@@ -235,17 +253,6 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	c.images, err = buildImages(root, imgDir, cfg.Images)
 	if err != nil {
 		return c, err
-	}
-	for i, spec := range cfg.Nodes {
-		n := &Node{Name: spec.Name, IP: fmt.Sprintf("198.18.0.%d", 11+i), Netns: "hfe-" + c.ID + "-" + spec.Name,
-			Dir: filepath.Join(dir, spec.Name), c: c, index: i + 1, hubLink: fmt.Sprintf("n%d", i+1),
-			cgroupRoot: "/hfe-" + c.ID + "-" + spec.Name}
-		n.CRIEndpoint = "unix://" + filepath.Join(n.Dir, "containerd.sock")
-		c.Nodes[spec.Name] = n
-		c.NodeNames = append(c.NodeNames, spec.Name)
-		if err := c.nodeCredentials(n); err != nil {
-			return c, err
-		}
 	}
 	// Nodes start one after another: each start is a few seconds and
 	// starting them together only makes two cores thrash.
@@ -438,6 +445,12 @@ func (c *Cluster) Stop() error {
 	}
 	for _, p := range core {
 		p.Stop(20 * time.Second)
+	}
+	// Members on the nodes go after the apiserver, as the hub's do.
+	for _, name := range slices.Backward(c.NodeNames) {
+		if h := c.Nodes[name].Host; h != nil {
+			h.close()
+		}
 	}
 	return errors.Join(append(errs, c.cleanup())...)
 }

@@ -14,23 +14,16 @@ import (
 func etcdClientURL(i int) string { return fmt.Sprintf("http://127.0.0.1:%d", 2379+10*i) }
 func etcdPeerURL(i int) string   { return fmt.Sprintf("http://127.0.0.1:%d", 2380+10*i) }
 
-// EtcdEndpoints are the control plane's etcd client URLs (inside the hub).
-func (c *Cluster) EtcdEndpoints() []string {
-	var out []string
-	for _, p := range c.procs {
-		if strings.HasPrefix(p.Name, "etcd-") {
-			var i int
-			_, _ = fmt.Sscanf(p.Name, "etcd-%d", &i)
-			out = append(out, etcdClientURL(i))
-		}
-	}
-	return out
-}
-
-func (c *Cluster) addProc(p *proc) {
+// addProc records p for Stop; false once Stop has begun (p is then not
+// recorded and must be stopped by the caller).
+func (c *Cluster) addProc(p *proc) bool {
 	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped {
+		return false
+	}
 	c.procs = append(c.procs, p)
-	c.mu.Unlock()
+	return true
 }
 
 // StartInHub starts a process in the hub's network namespace, with its log
@@ -40,7 +33,10 @@ func (c *Cluster) StartInHub(name string, env []string, argv ...string) (*Proces
 	if err != nil {
 		return nil, err
 	}
-	c.addProc(p)
+	if !c.addProc(p) {
+		p.Stop(5 * time.Second)
+		return nil, fmt.Errorf("%s: the cluster is stopping", name)
+	}
 	return &Process{p}, nil
 }
 
@@ -69,6 +65,10 @@ func (c *Cluster) startControlPlane(ctx context.Context, members int) error {
 	if members < 1 {
 		members = 1
 	}
+	// Members on the nodes (etcd_nodes.go) replace the hub's.
+	if eps := c.EtcdEndpoints(); len(eps) > 0 {
+		members = 0
+	}
 	var cluster []string
 	for i := 0; i < members; i++ {
 		cluster = append(cluster, fmt.Sprintf("e%d=%s", i, etcdPeerURL(i)))
@@ -88,6 +88,9 @@ func (c *Cluster) startControlPlane(ctx context.Context, members int) error {
 		}
 		endpoints = append(endpoints, etcdClientURL(i))
 	}
+	if members == 0 {
+		endpoints = c.EtcdEndpoints()
+	}
 	serving, err := c.pki.issue("kube-apiserver", "kube-apiserver", nil,
 		HubIP, "127.0.0.1", "198.19.255.1", "kubernetes", "kubernetes.default", "kubernetes.default.svc")
 	if err != nil {
@@ -105,7 +108,11 @@ func (c *Cluster) startControlPlane(ctx context.Context, members int) error {
 	if err != nil {
 		return err
 	}
-	c.logf("starting etcd (%d) and kube-apiserver", members)
+	if members > 0 {
+		c.logf("starting etcd (%d) and kube-apiserver", members)
+	} else {
+		c.logf("starting kube-apiserver on the nodes' etcd %v", endpoints)
+	}
 	api, err := c.StartInHub("kube-apiserver", nil, filepath.Join(c.bins.K8s, "kube-apiserver"),
 		"--etcd-servers", strings.Join(endpoints, ","),
 		"--bind-address", "0.0.0.0", "--advertise-address", HubIP, "--secure-port", fmt.Sprint(APIServerPort),

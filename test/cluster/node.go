@@ -41,6 +41,10 @@ type Node struct {
 	mountNS    uint64
 	containerd *proc
 	kubelet    *proc
+	networkUp  bool
+	// Host is the node's host half for an etcd member (systemd double and
+	// member), nil on a node that never hosts one (etcd_nodes.go).
+	Host *Host
 }
 
 const containerdConfig = `version = 3
@@ -146,19 +150,8 @@ func (n *Node) start(ctx context.Context) error {
 		}
 	}
 	c := n.c
-	// Network: a veth pair from the hub's bridge to the node's eth0.
-	if err := run("ip", "netns", "add", n.Netns); err != nil {
-		return err
-	}
-	c.netns = append(c.netns, n.Netns)
-	for _, argv := range [][]string{
-		{"ip", "-n", c.HubNetns, "link", "add", n.hubLink, "type", "veth", "peer", "name", "eth0", "netns", n.Netns},
-		{"ip", "-n", c.HubNetns, "link", "set", n.hubLink, "master", hubBridge, "up"},
-		{"ip", "-n", n.Netns, "addr", "add", n.IP + "/24", "dev", "eth0"},
-		{"ip", "-n", n.Netns, "link", "set", "eth0", "up"},
-		{"ip", "-n", n.Netns, "link", "set", "lo", "up"},
-	} {
-		if err := run(argv...); err != nil {
+	if !n.networkUp {
+		if err := n.network(); err != nil {
 			return err
 		}
 	}
@@ -225,6 +218,30 @@ func (n *Node) start(ctx context.Context) error {
 		}
 	}
 	return n.startKubelet()
+}
+
+// network makes the node's network namespace: a veth pair from the hub's
+// bridge to the node's eth0. An etcd member on the node (etcd_nodes.go)
+// needs it before the control plane starts, so it runs apart from start.
+func (n *Node) network() error {
+	c := n.c
+	if err := run("ip", "netns", "add", n.Netns); err != nil {
+		return err
+	}
+	c.netns = append(c.netns, n.Netns)
+	for _, argv := range [][]string{
+		{"ip", "-n", c.HubNetns, "link", "add", n.hubLink, "type", "veth", "peer", "name", "eth0", "netns", n.Netns},
+		{"ip", "-n", c.HubNetns, "link", "set", n.hubLink, "master", hubBridge, "up"},
+		{"ip", "-n", n.Netns, "addr", "add", n.IP + "/24", "dev", "eth0"},
+		{"ip", "-n", n.Netns, "link", "set", "eth0", "up"},
+		{"ip", "-n", n.Netns, "link", "set", "lo", "up"},
+	} {
+		if err := run(argv...); err != nil {
+			return err
+		}
+	}
+	n.networkUp = true
+	return nil
 }
 
 // enter is argv run in the node's network and mount namespaces.

@@ -1,10 +1,14 @@
 // Command demo is `make demo`: it starts holdfast on a local cluster of real
-// kubelets (test/cluster: three etcd members, three nodes each in its own
-// network and mount namespace), creates a Failover unit driving a simulated
+// kubelets (test/cluster: four nodes each in its own network and mount
+// namespace, the apiserver's etcd members running on edge-b..d as their
+// systemd's server unit), creates a Failover unit driving a simulated
 // Modbus device, cuts the primary node's link, and prints the failover's
 // timeline as the cluster recorded it: the unit's Events, the device's own
-// write log and the node plugin's fence audit. It then leaves the cluster
-// up, prints how to reach it, and removes everything on Ctrl-C.
+// write log and the node plugin's fence audit. Then holdfast-controller
+// --role voters swaps edge-a, back from its cut, into the etcd voters for
+// edge-d, and the demo prints the swap's steps and what a writer saw. It
+// then leaves the cluster up, prints how to reach it, and removes
+// everything on Ctrl-C.
 //
 // It needs root (namespaces, cgroups) and the binaries of make k8s-bin
 // cri-bin cni-bin.
@@ -49,7 +53,7 @@ func run() error {
 		fmt.Printf("[%6.1fs] %s\n", time.Since(start).Seconds(), fmt.Sprintf(f, a...))
 	}
 	upCtx, cancel := context.WithTimeout(ctx, 15*time.Minute)
-	w, err := scenario.Up(upCtx, scenario.Options{Nodes: scenario.DefaultNodes, EtcdMembers: 3, Logf: logf})
+	w, err := scenario.Up(upCtx, scenario.Options{Nodes: demoNodes, Voters: demoVoters, Logf: logf})
 	cancel()
 	if err != nil {
 		return err
@@ -67,7 +71,10 @@ func run() error {
 		fmt.Fprintf(os.Stderr, "demo: the failover did not complete: %v\n", err)
 	}
 	fmt.Println()
-	fmt.Println("Voter swap: waits for the voters role (issue 8), which is not on main yet.")
+	// The node that failed is back: it takes edge-d's place among the voters.
+	if err := swap(ctx, w, "edge-d", demoVoters.Standbys[0], logf); err != nil {
+		fmt.Fprintf(os.Stderr, "demo: the voter swap did not complete: %v\n", err)
+	}
 	fmt.Println()
 	fmt.Printf("The cluster stays up. Its apiserver lives in network namespace %s:\n", w.HubNetns)
 	fmt.Printf("  ip netns exec %s kubectl --kubeconfig %s get units -A\n", w.HubNetns, w.Kubeconfig)
@@ -80,11 +87,11 @@ func failover(ctx context.Context, w *scenario.World, logf func(string, ...any))
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
 	u, err := w.CreateUnit(ctx, scenario.UnitOptions{Namespace: "demo", Name: "kiln", LeaseSeconds: 10,
-		Primary: w.NodeNames[0], Targets: w.NodeNames[1:]})
+		Primary: w.NodeNames[0], Targets: demoStandbys})
 	if err != nil {
 		return err
 	}
-	logf("created Failover unit demo/kiln (lease 10s), primary %s, standbys %v", w.NodeNames[0], w.NodeNames[1:])
+	logf("created Failover unit demo/kiln (lease 10s), primary %s, standbys %v", w.NodeNames[0], demoStandbys)
 	b1, err := u.WaitHeld(ctx, 1, 3*time.Minute)
 	if err != nil {
 		return err

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -44,9 +45,15 @@ type NodePlugin struct {
 	Pod     string
 	bus     *dbusdouble.Bus
 	systemd *dbusdouble.Manager
+	// hostOwned: the node's host half (an etcd member's node) owns bus
+	// and systemd, and the cluster stops them after the apiserver.
+	hostOwned bool
 }
 
 func (p *NodePlugin) close() {
+	if p.hostOwned {
+		return
+	}
 	if p.systemd != nil {
 		p.systemd.Close()
 	}
@@ -73,6 +80,10 @@ func (w *World) startNodePlugins(ctx context.Context) error {
 			return err
 		}
 	}
+	owner, err := nodePluginDaemonSet(ctx, w.Client)
+	if err != nil {
+		return err
+	}
 	for _, name := range w.NodeNames {
 		n := w.Nodes[name]
 		p := &NodePlugin{Node: name, Pod: "holdfast-node-" + name}
@@ -85,14 +96,23 @@ func (w *World) startNodePlugins(ctx context.Context) error {
 			}
 		}
 		var err error
-		if p.bus, err = dbusdouble.StartBus(busDir); err != nil {
-			return fmt.Errorf("node %s: dbus-daemon: %w", name, err)
+		// The etcd member's placeholder on a node that holds none.
+		etcdLocal := "http://127.0.0.1:2379"
+		if n.Host != nil {
+			p.bus, p.systemd, p.hostOwned = n.Host.Bus, n.Host.Systemd, true
+			etcdLocal = n.Host.ClientURL
+		} else {
+			if p.bus, err = dbusdouble.StartBus(busDir); err != nil {
+				return fmt.Errorf("node %s: dbus-daemon: %w", name, err)
+			}
+			if p.systemd, err = dbusdouble.Serve(p.bus, dbusdouble.Config{DropInDir: filepath.Join(dir, "systemd"),
+				Units: []dbusdouble.Unit{{Name: serverUnit}, {Name: agentUnit, Enabled: true, Active: true}}}); err != nil {
+				return fmt.Errorf("node %s: systemd double: %w", name, err)
+			}
 		}
-		if p.systemd, err = dbusdouble.Serve(p.bus, dbusdouble.Config{DropInDir: filepath.Join(dir, "systemd"),
-			Units: []dbusdouble.Unit{{Name: serverUnit}, {Name: agentUnit, Enabled: true, Active: true}}}); err != nil {
-			return fmt.Errorf("node %s: systemd double: %w", name, err)
-		}
-		if err := w.Client.Create(ctx, nodePluginPod(p.Pod, name, n.IP, dir, busDir, p.bus.Address, n.CRIEndpoint)); err != nil {
+		pod := nodePluginPod(p.Pod, name, n.IP, dir, busDir, p.bus.Address, n.CRIEndpoint, etcdLocal)
+		pod.OwnerReferences = owner
+		if err := w.Client.Create(ctx, pod); err != nil {
 			return fmt.Errorf("node %s: %w", name, err)
 		}
 	}
@@ -128,7 +148,7 @@ func podReady(p *corev1.Pod) bool {
 
 // nodePluginPod is the DaemonSet's pod for one node, named to it (there is
 // no DaemonSet controller without a kube-controller-manager).
-func nodePluginPod(name, node, ip, hostDir, busDir, busAddr, criEndpoint string) *corev1.Pod {
+func nodePluginPod(name, node, ip, hostDir, busDir, busAddr, criEndpoint, etcdLocal string) *corev1.Pod {
 	hostPath := func(n, path string) corev1.Volume {
 		return corev1.Volume{Name: n, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: path}}}
 	}
@@ -153,8 +173,7 @@ func nodePluginPod(name, node, ip, hostDir, busDir, busAddr, criEndpoint string)
 					"--server-unit=" + serverUnit, "--agent-unit=" + agentUnit,
 					"--cri-endpoint=unix:///run/containerd/containerd.sock",
 					"--systemd-bus-address=" + busAddr,
-					// No etcd member runs on these nodes yet (voter drills wait for issue 8).
-					"--etcd-local-endpoint=http://127.0.0.1:2379",
+					"--etcd-local-endpoint=" + etcdLocal,
 					fmt.Sprintf("--health-probe-bind-address=%s:%d", ip, nodePluginProbePort),
 					"--metrics-bind-address=0",
 				},
@@ -213,4 +232,27 @@ func (w *World) FenceActions(node string) ([]fence.Action, error) {
 		out = append(out, a)
 	}
 	return out, nil
+}
+
+// nodePluginDaemonSet creates holdfast-node's DaemonSet as the chart does
+// and returns the owner reference its pods carry. There is no DaemonSet
+// controller here (no kube-controller-manager), so the pods are made one per
+// node by startNodePlugins; owned by the DaemonSet, they are what a drain
+// leaves alone (the voter controller drains a swap's nodes).
+func nodePluginDaemonSet(ctx context.Context, c client.Client) ([]metav1.OwnerReference, error) {
+	labels := map[string]string{"app.kubernetes.io/name": "holdfast-node"}
+	ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Namespace: cluster.HoldfastNamespace, Name: "holdfast-node"},
+		Spec: appsv1.DaemonSetSpec{Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "holdfast-node", Image: NodePluginImage}}}}}}
+	if err := c.Create(ctx, ds); err != nil {
+		if !apierrors.IsAlreadyExists(err) {
+			return nil, err
+		}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(ds), ds); err != nil {
+			return nil, err
+		}
+	}
+	return []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "DaemonSet", Name: ds.Name, UID: ds.UID,
+		Controller: new(true), BlockOwnerDeletion: new(true)}}, nil
 }

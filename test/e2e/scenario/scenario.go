@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -34,7 +35,10 @@ type Options struct {
 	LeaseStandDown time.Duration
 	// EtcdMembers of the control plane (default 1).
 	EtcdMembers int
-	Logf        func(format string, args ...any)
+	// Voters, when set, puts the control plane's etcd on nodes and runs
+	// holdfast-controller --role voters (voters.go).
+	Voters *VotersOptions
+	Logf   func(format string, args ...any)
 }
 
 // World is a running installation.
@@ -44,9 +48,12 @@ type World struct {
 	Binder      *TestOnlyBinder
 	NodePlugins []*NodePlugin
 	Controllers []*cluster.Controller
-	logf        func(string, ...any)
-	plants      int
-	standDown   time.Duration
+	// VotersController is holdfast-controller --role voters (Options.Voters).
+	VotersController *cluster.Controller
+	votersMu         sync.Mutex
+	logf             func(string, ...any)
+	plants           int
+	standDown        time.Duration
 }
 
 // RuntimeImage is the unit runtime's image on every node.
@@ -72,7 +79,7 @@ func Up(ctx context.Context, o Options) (w *World, err error) {
 	}
 	var specs []cluster.NodeSpec
 	for _, n := range o.Nodes {
-		specs = append(specs, cluster.NodeSpec{Name: n})
+		specs = append(specs, cluster.NodeSpec{Name: n, Etcd: o.Voters.etcdRole(n)})
 	}
 	c, err := cluster.Start(ctx, cluster.Config{Nodes: specs, EtcdMembers: o.EtcdMembers, Logf: o.Logf,
 		Images: []cluster.Image{{Ref: RuntimeImage, Package: "cmd/unit-runtime"}, {Ref: NodePluginImage, Package: "cmd/holdfast-node"}}})
@@ -121,6 +128,11 @@ func Up(ctx context.Context, o Options) (w *World, err error) {
 			return w, fmt.Errorf("%s: %w", id, err)
 		}
 		w.Controllers = append(w.Controllers, ctl)
+	}
+	if o.Voters != nil {
+		if err = w.startVoters(ctx, *o.Voters); err != nil {
+			return w, fmt.Errorf("voters role: %w", err)
+		}
 	}
 	return w, nil
 }

@@ -1,0 +1,270 @@
+//go:build e2e
+
+package voters
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/test/e2e/scenario"
+	"github.com/holdfast-io/holdfast/webhook/rules"
+)
+
+func etcdClient(t *testing.T) *clientv3.Client {
+	t.Helper()
+	cli, err := world.EtcdClient(world.EtcdEndpoints()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+func members(t *testing.T, cli *clientv3.Client) (voters, learners []string, id uint64) {
+	t.Helper()
+	v, l, id, err := scenario.EtcdMembers(context.Background(), cli)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v, l, id
+}
+
+// watched is a writer and a quorum sampler running beside a drill.
+type watched struct {
+	w *scenario.EtcdWriter
+	q *scenario.QuorumWatch
+}
+
+func watch(cli *clientv3.Client, prefix string) *watched {
+	return &watched{w: scenario.StartEtcdWriter(cli, prefix), q: scenario.StartQuorumWatch(cli, 200*time.Millisecond)}
+}
+
+// check stops both and asserts: no write failed, no acknowledged write
+// lost, a voter leader at every sample. It returns the writer's report.
+func (x *watched) check(t *testing.T) scenario.WriterReport {
+	t.Helper()
+	n, bad := x.q.Stop()
+	r, err := x.w.Stop(context.Background())
+	if err != nil {
+		t.Fatalf("reading the writer's keys back: %v", err)
+	}
+	t.Logf("writer: %s", r)
+	t.Logf("quorum: %d samples, %d without a voter leader", n, len(bad))
+	if len(r.Lost) > 0 {
+		t.Errorf("acknowledged writes lost: %v", r.Lost)
+	}
+	if len(r.Failed) > 0 {
+		t.Errorf("writes never acknowledged within 10s: %v; failed attempts:\n%s", r.Failed, strings.Join(r.FailedAttempts, "\n"))
+	}
+	if r.Acked < 20 {
+		t.Errorf("only %d writes acknowledged", r.Acked)
+	}
+	if len(bad) > 0 {
+		t.Errorf("quorum: %d of %d samples without a voter leader:\n%s", len(bad), n, strings.Join(bad, "\n"))
+	}
+	if n < 5 {
+		t.Errorf("only %d quorum samples", n)
+	}
+	return r
+}
+
+func createSwap(t *testing.T, out, in string) (string, error) {
+	t.Helper()
+	s := &holdfastv1.VoterSwap{ObjectMeta: metav1.ObjectMeta{GenerateName: "swap-" + out + "-"},
+		Spec: holdfastv1.VoterSwapSpec{Outgoing: out, Incoming: in, Reason: "e2e drill", Origin: holdfastv1.SwapManual}}
+	err := world.Client.Create(context.Background(), s)
+	return s.Name, err
+}
+
+func getSwap(t *testing.T, name string) *holdfastv1.VoterSwap {
+	t.Helper()
+	s := &holdfastv1.VoterSwap{}
+	if err := world.Client.Get(context.Background(), client.ObjectKey{Name: name}, s); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func describe(s *holdfastv1.VoterSwap) string {
+	out := fmt.Sprintf("phase %s step %s outcome %s", s.Status.Phase, s.Status.Step, s.Status.Outcome)
+	if c := meta.FindStatusCondition(s.Status.Conditions, holdfastv1.ConditionProgressing); c != nil {
+		out += fmt.Sprintf("; progressing %s %s: %s", c.Status, c.Reason, c.Message)
+	}
+	return out
+}
+
+func history(s *holdfastv1.VoterSwap) string {
+	var b strings.Builder
+	for _, h := range s.Status.History {
+		fmt.Fprintf(&b, "  %s %-14s %-10s %s: %s\n", h.At.UTC().Format("15:04:05.000"), h.Step, h.Outcome, h.Reason, h.Message)
+	}
+	return b.String()
+}
+
+// nodeReports is every Node's role labels and holdfast-node report, for a
+// failure message.
+func nodeReports() string {
+	var nodes corev1.NodeList
+	if err := world.Client.List(context.Background(), &nodes); err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	for _, n := range nodes.Items {
+		_, etcdRole := n.Labels[holdfastv1.LabelEtcdRole]
+		fmt.Fprintf(&b, "  %s: desired %q etcd-label %v step %q cordoned %v tombstone %q\n    report %s\n", n.Name,
+			n.Labels[holdfastv1.LabelDesiredRole], etcdRole, n.Annotations[holdfastv1.AnnotationRoleStep],
+			n.Spec.Unschedulable, n.Annotations[holdfastv1.AnnotationTombstone], n.Annotations[holdfastv1.AnnotationActuator])
+	}
+	return b.String()
+}
+
+// waitPhase waits for the swap to finish in phase; each step it passes is
+// given to onStep (nil: none).
+func waitPhase(t *testing.T, name string, phase holdfastv1.SwapPhase, within time.Duration, onStep func(step string)) *holdfastv1.VoterSwap {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	lastStep := ""
+	for {
+		s := getSwap(t, name)
+		if string(s.Status.Step) != lastStep {
+			lastStep = string(s.Status.Step)
+			if onStep != nil {
+				onStep(lastStep)
+			}
+		}
+		if s.Status.Phase.Finished() {
+			if s.Status.Phase != phase {
+				t.Fatalf("swap %s finished %s, want %s: %s\nhistory:\n%s\nnodes:\n%s", name, s.Status.Phase, phase, describe(s), history(s), nodeReports())
+			}
+			return s
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("swap %s not %s within %v: %s\nhistory:\n%s\nnodes:\n%s\nvoters role log:\n%s", name, phase, within, describe(s), history(s),
+				nodeReports(), world.Voters().Tail(30))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func getNode(t *testing.T, name string) *corev1.Node {
+	t.Helper()
+	n := &corev1.Node{}
+	if err := world.Client.Get(context.Background(), client.ObjectKey{Name: name}, n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func swapLeaseHolder(t *testing.T) string {
+	t.Helper()
+	l := &coordinationv1.Lease{}
+	err := world.Client.Get(context.Background(), client.ObjectKey{Namespace: holdfastv1.SwapLeaseNamespace, Name: holdfastv1.SwapLeaseName}, l)
+	if client.IgnoreNotFound(err) != nil {
+		t.Fatal(err)
+	}
+	if err != nil {
+		return ""
+	}
+	return rules.SwapLeaseHolder(l)
+}
+
+func eventually(t *testing.T, within time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	last := ""
+	for time.Now().Before(deadline) {
+		ok, s := cond()
+		if ok {
+			return
+		}
+		last = s
+		time.Sleep(250 * time.Millisecond)
+	}
+	t.Fatalf("%s: not within %v; last: %s", what, within, last)
+}
+
+// swapEvents are the reasons of the Normal Events regarding the swap.
+func swapEvents(t *testing.T, name string) map[string]bool {
+	t.Helper()
+	var evs eventsv1.EventList
+	if err := world.Client.List(context.Background(), &evs); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, e := range evs.Items {
+		if e.Regarding.Kind == "VoterSwap" && e.Regarding.Name == name {
+			seen[e.Reason] = true
+		}
+	}
+	return seen
+}
+
+// metrics is the voters role's /metrics text.
+func metrics(t *testing.T) string {
+	t.Helper()
+	resp, err := world.HTTPClient().Get(world.Voters().Metrics + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// metricLine is the first sample line of name whose labels contain every
+// one of labels, "" when there is none.
+func metricLine(text, name string, labels ...string) string {
+	for _, l := range strings.Split(text, "\n") {
+		if !strings.HasPrefix(l, name+"{") && !strings.HasPrefix(l, name+" ") {
+			continue
+		}
+		ok := true
+		for _, want := range labels {
+			ok = ok && strings.Contains(l, want)
+		}
+		if ok {
+			return l
+		}
+	}
+	return ""
+}
+
+// others are the IPs of the etcd nodes but node.
+func otherEtcdIPs(node string) []string {
+	var out []string
+	for _, name := range world.NodeNames {
+		if n := world.Nodes[name]; n.Host != nil && name != node {
+			out = append(out, n.IP)
+		}
+	}
+	return out
+}
+
+// nonVoter is the etcd node that is not a voter now.
+func nonVoter(t *testing.T, voters []string) string {
+	t.Helper()
+	for _, name := range world.NodeNames {
+		if world.Nodes[name].Host != nil && !slices.Contains(voters, name) {
+			return name
+		}
+	}
+	t.Fatalf("every etcd node is a voter: %v", voters)
+	return ""
+}

@@ -1,0 +1,300 @@
+//go:build e2e
+
+package voters
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/controller/voters"
+	"github.com/holdfast-io/holdfast/test/cluster"
+)
+
+// TestFullSwapWithWritesThroughout swaps a voter of the apiserver's own
+// etcd for the standby while a writer puts a key every 50 ms: at the end
+// three voters by etcd's vote, the outgoing member gone with its data moved
+// aside and its node an agent again (server unit stopped by holdfast-node,
+// agent unit running), the swap's steps in its status, Events and metrics,
+// no failed or lost write, a voter leader at every sample, one cluster ID.
+func TestFullSwapWithWritesThroughout(t *testing.T) {
+	start := time.Now()
+	ctx := context.Background()
+	cli := etcdClient(t)
+	before, learners, clusterID := members(t, cli)
+	if len(before) != 3 || len(learners) > 0 {
+		t.Fatalf("start: voters %v learners %v", before, learners)
+	}
+	out, in := before[0], nonVoter(t, before)
+	if err := world.WaitVotersHealthy(ctx, time.Minute, before...); err != nil {
+		t.Fatal(err)
+	}
+	x := watch(cli, "/holdfast-writer/full-swap/")
+	name, err := createSwap(t, out, in)
+	if err != nil {
+		t.Fatalf("creating the swap %s -> %s: %v", out, in, err)
+	}
+	var seen []string
+	s := waitPhase(t, name, holdfastv1.SwapSucceeded, 5*time.Minute, func(step string) {
+		t.Logf("%s step %s", time.Now().UTC().Format("15:04:05.000"), step)
+		seen = append(seen, step)
+	})
+	r := x.check(t)
+	took := s.Status.FinishedAt.Sub(s.Status.StartedAt.Time)
+	t.Logf("swap %s: %s -> %s in %v, longest write stall %v; history:\n%s", s.Status.SwapID, out, in, took.Round(time.Millisecond),
+		r.Longest.Round(time.Millisecond), history(s))
+
+	// etcd's own vote.
+	after, learners, id := members(t, cli)
+	want := slices.Sorted(slices.Values(append(slices.DeleteFunc(slices.Clone(before), func(n string) bool { return n == out }), in)))
+	if !slices.Equal(after, want) || len(learners) > 0 || id != clusterID {
+		t.Fatalf("after the swap: voters %v learners %v cluster %x; want %v, none, %x", after, learners, id, want, clusterID)
+	}
+	// The host half, as holdfast-node left it.
+	h := world.Nodes[out].Host
+	if !h.DataMovedAside() {
+		t.Errorf("%s's member data was not moved aside", out)
+	}
+	if role, _ := h.State.Role(); role != holdfastv1.RoleAgent {
+		t.Errorf("%s's role file says %q, want agent", out, role)
+	}
+	if st := h.Systemd.ActiveState(cluster.ServerUnit); st == "active" {
+		t.Errorf("%s's server unit is %s", out, st)
+	}
+	if st := h.Systemd.ActiveState(cluster.AgentUnit); st != "active" {
+		t.Errorf("%s's agent unit is %s", out, st)
+	}
+	if pid := h.MemberPID(); pid != 0 {
+		t.Errorf("an etcd member still runs on %s (pid %d)", out, pid)
+	}
+	if st := world.Nodes[in].Host.Systemd.ActiveState(cluster.ServerUnit); st != "active" {
+		t.Errorf("%s's server unit is %s", in, st)
+	}
+	nOut, nIn := getNode(t, out), getNode(t, in)
+	if _, ok := nOut.Labels[holdfastv1.LabelEtcdRole]; ok {
+		t.Errorf("%s keeps the etcd role label", out)
+	}
+	if _, ok := nIn.Labels[holdfastv1.LabelEtcdRole]; !ok {
+		t.Errorf("%s is a voter without the etcd role label", in)
+	}
+	if nOut.Spec.Unschedulable || nIn.Spec.Unschedulable {
+		t.Errorf("left cordoned: %s %v, %s %v", out, nOut.Spec.Unschedulable, in, nIn.Spec.Unschedulable)
+	}
+	// The status: every step of §6 in the history, in order.
+	var steps []string
+	for _, e := range s.Status.History {
+		if len(steps) == 0 || steps[len(steps)-1] != string(e.Step) {
+			steps = append(steps, string(e.Step))
+		}
+	}
+	for _, st := range []holdfastv1.SwapStep{holdfastv1.StepGates, holdfastv1.StepPromote,
+		holdfastv1.StepRegate, holdfastv1.StepStepDown, holdfastv1.StepRemoveMember, holdfastv1.StepFinishDemote, holdfastv1.StepRelease} {
+		if !slices.Contains(steps, string(st)) {
+			t.Errorf("history steps %v lack %s", steps, st)
+		}
+	}
+	// The snapshot step shows in status.snapshot (checked below), not in
+	// the history; status.step may pass it between two polls.
+	t.Logf("status steps seen: %v", seen)
+	if s.Status.Snapshot == nil || s.Status.Snapshot.SizeBytes == 0 || s.Status.Snapshot.Member == out {
+		t.Errorf("snapshot record %+v: want a verified snapshot from a voter that stays", s.Status.Snapshot)
+	}
+	if !strings.HasSuffix(s.Status.SwapID, "-"+out+"-"+in) || s.Status.IncomingMemberID == "" || s.Status.OutgoingMemberID == "" {
+		t.Errorf("status swap ID %q members %q/%q", s.Status.SwapID, s.Status.IncomingMemberID, s.Status.OutgoingMemberID)
+	}
+	eventually(t, 20*time.Second, "swap Lease released", func() (bool, string) {
+		h := swapLeaseHolder(t)
+		return h == "", "held by " + h
+	})
+	eventually(t, 20*time.Second, "Events on the swap", func() (bool, string) {
+		seen := swapEvents(t, name)
+		return seen[voters.ReasonLearnerAdded] && seen[voters.ReasonPromoted] && seen[voters.ReasonMemberRemoved], strings.Join(keys(seen), ",")
+	})
+	if err := world.WaitVotersHealthy(ctx, time.Minute, after...); err != nil {
+		t.Error(err)
+	}
+	m := metrics(t)
+	for _, want := range [][]string{
+		{"holdfast_voterswaps_finished_total", `phase="Succeeded"`},
+		{"holdfast_voters"},
+		{"holdfast_voterswap_actions_total", `result="ok"`},
+	} {
+		if metricLine(m, want[0], want[1:]...) == "" {
+			t.Errorf("metric %v missing from the voters role", want)
+		}
+	}
+	if l := metricLine(m, "holdfast_voters"); !strings.HasSuffix(l, " 3") {
+		t.Errorf("holdfast_voters: %q, want 3", l)
+	}
+	t.Logf("drill wall time %v", time.Since(start).Round(time.Second))
+}
+
+func keys(m map[string]bool) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestOutgoingVoterPausedAfterPromotionIsStillRemoved SIGSTOPs the outgoing
+// voter's etcd member once the candidate votes (the swap at Regate): the
+// voters that stay are healthy, so the member is removed anyway and its
+// node finished as an agent (holdfast-node stops the stopped process).
+func TestOutgoingVoterPausedAfterPromotionIsStillRemoved(t *testing.T) {
+	start := time.Now()
+	ctx := context.Background()
+	cli := etcdClient(t)
+	before, _, clusterID := members(t, cli)
+	if err := world.WaitVotersHealthy(ctx, 2*time.Minute, before...); err != nil {
+		t.Fatal(err)
+	}
+	out, in := before[0], nonVoter(t, before)
+	x := watch(cli, "/holdfast-writer/outgoing-paused/")
+	name, err := createSwap(t, out, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var resume func()
+	s := waitPhase(t, name, holdfastv1.SwapSucceeded, 5*time.Minute, func(step string) {
+		t.Logf("%s step %s", time.Now().UTC().Format("15:04:05.000"), step)
+		if step == string(holdfastv1.StepRegate) && resume == nil {
+			var err error
+			if resume, err = world.Nodes[out].Host.PauseMember(); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%s's etcd member SIGSTOPped", out)
+		}
+	})
+	if resume == nil {
+		t.Fatal("the swap never reached Regate with the outgoing member running")
+	}
+	resume()
+	x.check(t)
+	t.Logf("history:\n%s", history(s))
+	after, learners, id := members(t, cli)
+	want := slices.Sorted(slices.Values(append(slices.DeleteFunc(slices.Clone(before), func(n string) bool { return n == out }), in)))
+	if !slices.Equal(after, want) || len(learners) > 0 || id != clusterID {
+		t.Fatalf("after the swap: voters %v learners %v cluster %x; want %v, none, %x", after, learners, id, want, clusterID)
+	}
+	h := world.Nodes[out].Host
+	eventually(t, time.Minute, out+" an agent with its data moved aside", func() (bool, string) {
+		st := h.Systemd.ActiveState(cluster.ServerUnit)
+		return h.DataMovedAside() && st != "active" && h.MemberPID() == 0, "server unit " + st
+	})
+	if err := world.WaitVotersHealthy(ctx, time.Minute, after...); err != nil {
+		t.Error(err)
+	}
+	t.Logf("drill wall time %v", time.Since(start).Round(time.Second))
+}
+
+// TestLearnerStalledByABlockedPeerPortIsRolledBack cuts the candidate off
+// from every member's address: its learner never starts, and past the
+// learner stall time plus the operation timeout the swap rolls back, the
+// learner removed and the candidate an agent again, the members exactly as
+// before.
+func TestLearnerStalledByABlockedPeerPortIsRolledBack(t *testing.T) {
+	start := time.Now()
+	ctx := context.Background()
+	cli := etcdClient(t)
+	before, _, clusterID := members(t, cli)
+	if err := world.WaitVotersHealthy(ctx, 2*time.Minute, before...); err != nil {
+		t.Fatal(err)
+	}
+	out, in := before[0], nonVoter(t, before)
+	unblock, err := world.Nodes[in].Host.BlockPeers(otherEtcdIPs(in)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if unblock != nil {
+			_ = unblock()
+		}
+	})
+	x := watch(cli, "/holdfast-writer/learner-stalled/")
+	name, err := createSwap(t, out, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := waitPhase(t, name, holdfastv1.SwapRolledBack, 6*time.Minute, func(step string) { t.Logf("%s step %s", time.Now().UTC().Format("15:04:05.000"), step) })
+	x.check(t)
+	t.Logf("history:\n%s", history(s))
+	if err := unblock(); err != nil {
+		t.Error(err)
+	}
+	unblock = nil
+	after, learners, id := members(t, cli)
+	if !slices.Equal(after, before) || len(learners) > 0 || id != clusterID {
+		t.Fatalf("after the rollback: voters %v learners %v cluster %x; want %v, none, %x", after, learners, id, before, clusterID)
+	}
+	if !strings.Contains(history(s), voters.ReasonNotVoterByDeadline) {
+		t.Errorf("history does not say %s", voters.ReasonNotVoterByDeadline)
+	}
+	h := world.Nodes[in].Host
+	if role, _ := h.State.Role(); role != holdfastv1.RoleAgent {
+		t.Errorf("%s's role file says %q", in, role)
+	}
+	if st := h.Systemd.ActiveState(cluster.ServerUnit); st == "active" {
+		t.Errorf("%s's server unit is %s", in, st)
+	}
+	nIn, nOut := getNode(t, in), getNode(t, out)
+	if _, ok := nIn.Labels[holdfastv1.LabelEtcdRole]; ok || nIn.Spec.Unschedulable {
+		t.Errorf("%s left with the etcd label or cordoned", in)
+	}
+	if nOut.Spec.Unschedulable || nOut.Labels[holdfastv1.LabelDesiredRole] == holdfastv1.RoleAgent {
+		t.Errorf("%s was touched: cordoned %v desired role %q", out, nOut.Spec.Unschedulable, nOut.Labels[holdfastv1.LabelDesiredRole])
+	}
+	if err := world.WaitVotersHealthy(ctx, time.Minute, before...); err != nil {
+		t.Error(err)
+	}
+	t.Logf("drill wall time %v", time.Since(start).Round(time.Second))
+}
+
+// TestVotersRoleSIGKILLedAtEveryStepCompletes SIGKILLs holdfast-controller
+// --role voters as soon as the swap reaches each step and starts it again:
+// every run resumes from the swap's status and the Node annotations, and
+// the swap completes with no failed or lost write.
+func TestVotersRoleSIGKILLedAtEveryStepCompletes(t *testing.T) {
+	start := time.Now()
+	ctx := context.Background()
+	cli := etcdClient(t)
+	before, _, clusterID := members(t, cli)
+	if err := world.WaitVotersHealthy(ctx, 2*time.Minute, before...); err != nil {
+		t.Fatal(err)
+	}
+	out, in := before[0], nonVoter(t, before)
+	x := watch(cli, "/holdfast-writer/sigkill/")
+	name, err := createSwap(t, out, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var killedAt []string
+	s := waitPhase(t, name, holdfastv1.SwapSucceeded, 8*time.Minute, func(step string) {
+		if step == "" {
+			return
+		}
+		if err := world.KillVoters(ctx); err != nil {
+			t.Fatalf("SIGKILL and restart of the voters role: %v", err)
+		}
+		killedAt = append(killedAt, step)
+		t.Logf("%s step %s: voters role SIGKILLed and started again", time.Now().UTC().Format("15:04:05.000"), step)
+	})
+	x.check(t)
+	t.Logf("killed at %v; history:\n%s", killedAt, history(s))
+	if len(killedAt) < 5 {
+		t.Errorf("killed at only %v", killedAt)
+	}
+	after, learners, id := members(t, cli)
+	want := slices.Sorted(slices.Values(append(slices.DeleteFunc(slices.Clone(before), func(n string) bool { return n == out }), in)))
+	if !slices.Equal(after, want) || len(learners) > 0 || id != clusterID {
+		t.Fatalf("after the swap: voters %v learners %v cluster %x; want %v, none, %x", after, learners, id, want, clusterID)
+	}
+	if err := world.WaitVotersHealthy(ctx, time.Minute, after...); err != nil {
+		t.Error(err)
+	}
+	t.Logf("drill wall time %v", time.Since(start).Round(time.Second))
+}
