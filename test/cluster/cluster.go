@@ -135,6 +135,10 @@ type Cluster struct {
 	images   []string
 	stopped  bool
 	binaries map[string]string
+
+	// The apiserver and its argv, for RestartAPIServer.
+	apiserver     *Process
+	apiserverArgv []string
 }
 
 // FindBinaries locates the built binaries under the repository's bin/.
@@ -412,7 +416,7 @@ func (c *Cluster) waitNodeReady(ctx context.Context, n *Node, timeout time.Durat
 	if err != nil {
 		return fmt.Errorf("node %s not Ready (%s): %w; kubelet log:\n%s", n.Name, last, err, n.kubelet.tail(15))
 	}
-	return nil
+	return c.untaintReady(ctx, n.Name)
 }
 
 // Stop stops everything and removes what the cluster made. It returns an

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -113,7 +114,7 @@ func (c *Cluster) startControlPlane(ctx context.Context, members int) error {
 	} else {
 		c.logf("starting kube-apiserver on the nodes' etcd %v", endpoints)
 	}
-	api, err := c.StartInHub("kube-apiserver", nil, filepath.Join(c.bins.K8s, "kube-apiserver"),
+	c.apiserverArgv = []string{filepath.Join(c.bins.K8s, "kube-apiserver"),
 		"--etcd-servers", strings.Join(endpoints, ","),
 		"--bind-address", "0.0.0.0", "--advertise-address", HubIP, "--secure-port", fmt.Sprint(APIServerPort),
 		"--tls-cert-file", serving.Cert, "--tls-private-key-file", serving.Key,
@@ -127,10 +128,12 @@ func (c *Cluster) startControlPlane(ctx context.Context, members int) error {
 		"--kubelet-client-certificate", kubeletClient.Cert, "--kubelet-client-key", kubeletClient.Key,
 		"--kubelet-certificate-authority", c.pki.CAFile,
 		"--kubelet-preferred-address-types", "InternalIP",
-		"--profiling=false", "--v", "1")
+		"--profiling=false", "--v", "1"}
+	api, err := c.StartInHub("kube-apiserver", nil, c.apiserverArgv...)
 	if err != nil {
 		return err
 	}
+	c.apiserver = api
 	if c.Config, err = c.restConfig(c.Kubeconfig); err != nil {
 		return err
 	}
@@ -144,6 +147,18 @@ func (c *Cluster) startControlPlane(ctx context.Context, members int) error {
 	if err != nil {
 		return err
 	}
+	if err := c.waitAPIServerReady(ctx, rc, api); err != nil {
+		return err
+	}
+	if err := c.installCRDs(); err != nil {
+		return err
+	}
+	// No controller-manager: the namespaces pods run in get what it
+	// would have given them.
+	return c.EnsureNamespace(ctx, "default")
+}
+
+func (c *Cluster) waitAPIServerReady(ctx context.Context, rc *rest.RESTClient, api *Process) error {
 	if err := poll(ctx, 2*time.Minute, func() (bool, error) {
 		if api.Exited() {
 			return false, fmt.Errorf("kube-apiserver exited: %s", api.Tail(15))
@@ -153,10 +168,5 @@ func (c *Cluster) startControlPlane(ctx context.Context, members int) error {
 	}); err != nil {
 		return fmt.Errorf("kube-apiserver not ready: %w; log:\n%s", err, api.Tail(15))
 	}
-	if err := c.installCRDs(); err != nil {
-		return err
-	}
-	// No controller-manager: the namespaces pods run in get what it
-	// would have given them.
-	return c.EnsureNamespace(ctx, "default")
+	return nil
 }

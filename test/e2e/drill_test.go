@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/holdfast-io/holdfast/api/lease"
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/node-plugin/fence"
+	"github.com/holdfast-io/holdfast/test/cluster"
 	"github.com/holdfast-io/holdfast/test/devicesim"
 	"github.com/holdfast-io/holdfast/test/e2e/scenario"
 )
@@ -36,11 +38,19 @@ type drill struct {
 
 func newDrill(t *testing.T, name string, leaseSeconds int32) *drill {
 	t.Helper()
+	return newDrillWith(t, name, leaseSeconds, func(*scenario.UnitOptions) {})
+}
+
+// newDrillWith is newDrill with the unit's options changed by opt.
+func newDrillWith(t *testing.T, name string, leaseSeconds int32, opt func(*scenario.UnitOptions)) *drill {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	t.Cleanup(cancel)
 	nodes := world.NodeNames
-	u, err := world.CreateUnit(ctx, scenario.UnitOptions{Namespace: "drill-" + name, Name: "kiln", LeaseSeconds: leaseSeconds,
-		Primary: nodes[0], Targets: nodes[1:]})
+	o := scenario.UnitOptions{Namespace: "drill-" + name, Name: "kiln", LeaseSeconds: leaseSeconds,
+		Primary: nodes[0], Targets: nodes[1:]}
+	opt(&o)
+	u, err := world.CreateUnit(ctx, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,9 +83,15 @@ func (d *drill) dump() {
 	if log, err := d.u.Writes(d.ctx); err == nil {
 		d.t.Logf("device epochs: %v (%d writes)", devicesim.Epochs(log), len(log))
 	}
+	if evs, err := d.u.PodEvents(d.ctx); err == nil {
+		for _, e := range evs {
+			d.t.Logf("pod event %s %s %s by %s: %s", scenario.EventTime(e).Format(time.RFC3339Nano), e.Regarding.Name, e.Reason, e.ReportingController, e.Note)
+		}
+	}
 	for _, c := range world.Controllers {
 		d.t.Logf("%s log tail:\n%s", c.Identity, c.Tail(20))
 	}
+	d.t.Logf("holdfast-scheduler (%d restarts) log tail:\n%s", world.SchedulerRestarts(), world.SchedulerLog(30))
 }
 
 func (d *drill) held(epoch int64) *holdfastv1.RuntimeBinding {
@@ -88,6 +104,79 @@ func (d *drill) held(epoch int64) *holdfastv1.RuntimeBinding {
 		d.t.Fatal(err)
 	}
 	return b
+}
+
+// failsOverAcross holds epoch 1 on the primary, breaks its node, and
+// asserts the automatic failover from the outside: epoch 2 holds on a
+// target (never the broken node) with the expiry verdict SelfFenced, the
+// Events LeaseEstablished, LeaseExpired, Hold, Rebound, LeaseReestablished
+// in that order, the rebind and expiry metrics; once mended, the old
+// runtime is fenced then stopped (L7) and the device saw one writer at a
+// time, epoch 2 first writing at least the margin after epoch 1's last.
+func (d *drill) failsOverAcross(breakNode, mendNode func(*cluster.Node) error) (b1, b2 *holdfastv1.RuntimeBinding) {
+	d.t.Helper()
+	b1 = d.held(1)
+	node := world.Nodes[b1.Node]
+	if err := breakNode(node); err != nil {
+		d.t.Fatal(err)
+	}
+	mended := false
+	mend := func() {
+		if !mended {
+			mended = true
+			if err := mendNode(node); err != nil {
+				d.t.Error(err)
+			}
+		}
+	}
+	d.t.Cleanup(mend)
+	b2 = d.held(2)
+	if b2.Node == b1.Node {
+		d.t.Fatalf("epoch 2 bound to the broken node %s", b2.Node)
+	}
+	if !slices.Contains(world.NodeNames[1:], b2.Node) {
+		d.t.Fatalf("epoch 2 bound to %s, not a target", b2.Node)
+	}
+	if b2.Expiry == nil || b2.Expiry.Epoch != 1 || b2.Expiry.Verdict != holdfastv1.VerdictSelfFenced {
+		d.t.Fatalf("expiry record after the re-bind: %+v", b2.Expiry)
+	}
+	d.events(evLeaseEstablished, evLeaseExpired, evHold, evRebound, evLeaseReestablished)
+	d.scheduledBy(2, b2.Node)
+	d.metric("holdfast_unit_rebinds_total", map[string]string{"namespace": d.u.Key.Namespace, "unit": d.u.Key.Name, "path": "automatic"}, 1)
+	d.metric("holdfast_unit_lease_expiries_total", map[string]string{"namespace": d.u.Key.Namespace, "unit": d.u.Key.Name, "verdict": "SelfFenced"}, 1)
+
+	// Mended: the old runtime reconnects to its device fenced.
+	mend()
+	d.oldRuntimeFenced(b1.Node, 1)
+	d.staleRuntimeStopped(b1.Node, 1)
+	d.watchAfterMend()
+	d.oneWriter(1, 2)
+	return b1, b2
+}
+
+// scheduledBy waits for holdfast-scheduler's Scheduled Event placing the
+// runtime pod of epoch on node: the real scheduler, not the controller,
+// chose the node.
+func (d *drill) scheduledBy(epoch int64, node string) {
+	d.t.Helper()
+	pod := fmt.Sprintf("%s-runtime-e%d", d.u.Key.Name, epoch)
+	var seen []string
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		evs, _ := d.u.PodEvents(d.ctx)
+		seen = seen[:0]
+		for _, e := range evs {
+			if e.Regarding.Name != pod {
+				continue
+			}
+			seen = append(seen, e.ReportingController+" "+e.Reason+": "+e.Note)
+			if e.Reason == "Scheduled" && e.ReportingController == holdfastv1.SchedulerName && strings.Contains(e.Note, " to "+node) {
+				return
+			}
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	d.t.Fatalf("no Scheduled Event of %s placing %s on %s; its Events: %v", holdfastv1.SchedulerName, pod, node, seen)
 }
 
 // oneWriter asserts from the device's own log that there was one writer at a

@@ -1,7 +1,7 @@
 // Package scenario is what the drills (test/e2e) and the demo share: a
-// holdfast installation on a test/cluster cluster (the webhook, two
-// holdfast-controller --role units replicas, and the test-only binder in
-// place of holdfast-scheduler until it lands), units each driving their own simulated
+// holdfast installation on a test/cluster cluster (holdfast-webhook, two
+// holdfast-controller --role units replicas, holdfast-scheduler with the
+// shipped configuration, holdfast-node on every node), units each driving their own simulated
 // device, and the outside observations a drill asserts on and the demo
 // prints: the device's write log, the Unit's status and Events, the
 // controllers' metrics and audit trails.
@@ -13,8 +13,6 @@ import (
 	"fmt"
 	"sync"
 	"time"
-
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/test/cluster"
@@ -44,8 +42,11 @@ type Options struct {
 // World is a running installation.
 type World struct {
 	*cluster.Cluster
-	Webhook     *cluster.Process
-	Binder      *TestOnlyBinder
+	Webhook *cluster.Process
+	// Scheduler is holdfast-scheduler, built from cmd/holdfast-scheduler;
+	// kept running by a supervisor as its Deployment's restart policy
+	// would (kube-scheduler exits when it loses its election).
+	Scheduler   *cluster.Process
 	NodePlugins []*NodePlugin
 	Controllers []*cluster.Controller
 	// VotersController is holdfast-controller --role voters (Options.Voters).
@@ -54,10 +55,22 @@ type World struct {
 	logf             func(string, ...any)
 	plants           int
 	standDown        time.Duration
+
+	mu                sync.Mutex
+	schedulerRestarts int
+	stopSupervisor    chan struct{}
+	supervisorDone    chan struct{}
 }
 
 // RuntimeImage is the unit runtime's image on every node.
 const RuntimeImage = "holdfast.test/unit-runtime:e2e"
+
+// DefaultLeaseStandDown is the controllers' --lease-stand-down unless
+// Options say otherwise.
+const DefaultLeaseStandDown = 20 * time.Second
+
+// SchedulerPort is holdfast-scheduler's secure port on the hub's loopback.
+const SchedulerPort = 10259
 
 // DefaultNodes are the demo's and the drills' nodes: a primary and two
 // standbys.
@@ -75,7 +88,7 @@ func Up(ctx context.Context, o Options) (w *World, err error) {
 		o.Logf = func(string, ...any) {}
 	}
 	if o.LeaseStandDown == 0 {
-		o.LeaseStandDown = 20 * time.Second
+		o.LeaseStandDown = DefaultLeaseStandDown
 	}
 	var specs []cluster.NodeSpec
 	for _, n := range o.Nodes {
@@ -89,9 +102,7 @@ func Up(ctx context.Context, o Options) (w *World, err error) {
 	w = &World{Cluster: c, logf: o.Logf, standDown: o.LeaseStandDown}
 	defer func() {
 		if err != nil {
-			if w.Binder != nil {
-				w.Binder.Stop()
-			}
+			w.stopSupervision()
 			err = errors.Join(err, c.Stop())
 			w.stopNodePlugins()
 			w = nil
@@ -105,21 +116,11 @@ func Up(ctx context.Context, o Options) (w *World, err error) {
 	if err = w.startNodePlugins(ctx); err != nil {
 		return w, fmt.Errorf("holdfast-node: %w", err)
 	}
-	// The binder acts as holdfast-scheduler's service account: the webhook
-	// lets no one else bind a runtime pod.
-	kc, err := c.UserKubeconfig("test-only-binder", cluster.ServiceAccountUser(holdfastv1.SchedulerName), "system:masters")
-	if err != nil {
-		return w, err
+	o.Logf("starting holdfast-scheduler")
+	if w.Scheduler, err = c.StartHoldfastScheduler(ctx, holdfastv1.SchedulerName, SchedulerPort); err != nil {
+		return w, fmt.Errorf("holdfast-scheduler: %w", err)
 	}
-	cfg, err := c.RESTConfigFor(kc)
-	if err != nil {
-		return w, err
-	}
-	bc, err := client.New(cfg, client.Options{Scheme: c.Scheme})
-	if err != nil {
-		return w, err
-	}
-	w.Binder = StartTestOnlyBinder(bc, c.NodeNames, o.Logf)
+	w.superviseScheduler()
 	for i := 0; i < o.Controllers; i++ {
 		id := fmt.Sprintf("holdfast-controller-%d", i)
 		o.Logf("starting %s", id)
@@ -139,9 +140,7 @@ func Up(ctx context.Context, o Options) (w *World, err error) {
 
 // Down stops everything and reports what was left behind.
 func (w *World) Down() error {
-	if w.Binder != nil {
-		w.Binder.Stop()
-	}
+	w.stopSupervision()
 	err := w.Stop()
 	w.stopNodePlugins()
 	if left := w.Leftovers(); len(left) > 0 {
@@ -182,5 +181,86 @@ func (w *World) RestartController(ctx context.Context, i int) error {
 		return err
 	}
 	w.Controllers[i] = ctl
+	return nil
+}
+
+// superviseScheduler starts holdfast-scheduler again whenever it exits, as
+// the kubelet does for the chart's Deployment (restartPolicy Always):
+// kube-scheduler ends itself when it loses its leader election, for one when
+// the apiserver is away longer than its renew deadline.
+func (w *World) superviseScheduler() {
+	w.stopSupervisor, w.supervisorDone = make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(w.supervisorDone)
+		for {
+			select {
+			case <-w.stopSupervisor:
+				return
+			case <-time.After(500 * time.Millisecond):
+			}
+			w.mu.Lock()
+			p := w.Scheduler
+			w.mu.Unlock()
+			if !p.Exited() {
+				continue
+			}
+			w.logf("holdfast-scheduler exited (%s); starting it again", p.Tail(1))
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			np, err := w.StartHoldfastScheduler(ctx, holdfastv1.SchedulerName, SchedulerPort)
+			cancel()
+			if err != nil {
+				w.logf("holdfast-scheduler: starting again: %v", err)
+				if np == nil {
+					continue
+				}
+			}
+			w.mu.Lock()
+			w.Scheduler = np
+			w.schedulerRestarts++
+			w.mu.Unlock()
+		}
+	}()
+}
+
+// SchedulerRestarts is how often the supervisor started holdfast-scheduler
+// again.
+func (w *World) SchedulerRestarts() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.schedulerRestarts
+}
+
+// SchedulerLog is the end of holdfast-scheduler's current log.
+func (w *World) SchedulerLog(lines int) string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.Scheduler.Tail(lines)
+}
+
+func (w *World) stopSupervision() {
+	if w.stopSupervisor == nil {
+		return
+	}
+	select {
+	case <-w.stopSupervisor:
+	default:
+		close(w.stopSupervisor)
+	}
+	<-w.supervisorDone
+}
+
+// SetLeaseStandDown restarts every holdfast-controller, one at a time, with
+// --lease-stand-down=d (each is stopped with SIGTERM: a deliberate stop
+// releases its leadership at once, and the other replica takes over from
+// its cache). A new leader holds off re-binds for d + lease + margin after
+// its election.
+func (w *World) SetLeaseStandDown(ctx context.Context, d time.Duration) error {
+	w.standDown = d
+	for i, c := range w.Controllers {
+		c.Stop(30 * time.Second)
+		if err := w.RestartController(ctx, i); err != nil {
+			return err
+		}
+	}
 	return nil
 }

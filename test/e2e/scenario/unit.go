@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -25,6 +27,9 @@ type Unit struct {
 	// Register is the output register its runtime writes every scan.
 	Register uint16
 	w        *World
+	// plantName and plantIndex start its device again (StartDevice).
+	plantName  string
+	plantIndex int
 }
 
 // UnitOptions describe a unit.
@@ -38,6 +43,9 @@ type UnitOptions struct {
 	// nodeSelector); Targets are the standbys.
 	Primary string
 	Targets []string
+	// DeviceDown leaves the unit's device stopped when the Unit is created
+	// (the coupler unreachable at start-up); StartDevice starts it.
+	DeviceDown bool
 }
 
 // startupGraceSeconds is the least start-up grace a unit gets: a container
@@ -58,9 +66,13 @@ func (w *World) CreateUnit(ctx context.Context, o UnitOptions) (*Unit, error) {
 		return nil, err
 	}
 	w.plants++
-	plant, err := w.StartPlant(ctx, "plant-"+o.Namespace+"-"+o.Name, w.plants)
+	plantName, plantIndex := "plant-"+o.Namespace+"-"+o.Name, w.plants
+	plant, err := w.StartPlant(ctx, plantName, plantIndex)
 	if err != nil {
 		return nil, err
+	}
+	if o.DeviceDown {
+		plant.Stop(5 * time.Second)
 	}
 	sel := map[string]string{"plant.example/" + o.Name: "io"}
 	if err := w.LabelNode(ctx, o.Primary, sel); err != nil {
@@ -93,7 +105,22 @@ func (w *World) CreateUnit(ctx context.Context, o UnitOptions) (*Unit, error) {
 	if err := w.Client.Create(ctx, u); err != nil {
 		return nil, err
 	}
-	return &Unit{Key: client.ObjectKeyFromObject(u), Plant: plant, Register: outputRegister, w: w}, nil
+	return &Unit{Key: client.ObjectKeyFromObject(u), Plant: plant, Register: outputRegister, w: w,
+		plantName: plantName, plantIndex: plantIndex}, nil
+}
+
+// StartDevice starts the unit's device (stopped by DeviceDown) at the same
+// address.
+func (u *Unit) StartDevice(ctx context.Context) error {
+	if !u.Plant.Exited() {
+		return fmt.Errorf("unit %s: its device is running", u.Key)
+	}
+	p, err := u.w.StartPlant(ctx, u.plantName, u.plantIndex)
+	if err != nil {
+		return err
+	}
+	u.Plant = p
+	return nil
 }
 
 // Get reads the Unit.
@@ -115,6 +142,46 @@ func (u *Unit) WaitHeld(ctx context.Context, epoch int64, timeout time.Duration)
 	})
 	if err != nil {
 		return last, fmt.Errorf("unit %s: lease not Held at epoch %d within %v (binding %+v): %w", u.Key, epoch, timeout, last, err)
+	}
+	return last, nil
+}
+
+// WaitEpoch waits until the binding has reached epoch (authorised, not
+// necessarily placed or held) and returns it.
+func (u *Unit) WaitEpoch(ctx context.Context, epoch int64, timeout time.Duration) (*holdfastv1.RuntimeBinding, error) {
+	var last *holdfastv1.RuntimeBinding
+	err := poll(ctx, timeout, func() (bool, error) {
+		got, err := u.Get(ctx)
+		if err != nil {
+			return false, nil
+		}
+		last = got.Status.RuntimeBinding
+		return last != nil && last.Epoch >= epoch, nil
+	})
+	if err != nil {
+		return last, fmt.Errorf("unit %s: epoch %d not reached within %v (binding %+v): %w", u.Key, epoch, timeout, last, err)
+	}
+	return last, nil
+}
+
+// WaitCondition waits until the Unit's condition of type is True and
+// returns the Unit.
+func (u *Unit) WaitCondition(ctx context.Context, condType string, timeout time.Duration) (*holdfastv1.Unit, error) {
+	var last *holdfastv1.Unit
+	err := poll(ctx, timeout, func() (bool, error) {
+		got, err := u.Get(ctx)
+		if err != nil {
+			return false, nil
+		}
+		last = got
+		return meta.IsStatusConditionTrue(got.Status.Conditions, condType), nil
+	})
+	if err != nil {
+		var st any
+		if last != nil {
+			st = last.Status
+		}
+		return last, fmt.Errorf("unit %s: condition %s not True within %v (status %+v): %w", u.Key, condType, timeout, st, err)
 	}
 	return last, nil
 }
@@ -215,6 +282,26 @@ func (u *Unit) Events(ctx context.Context) ([]eventsv1.Event, error) {
 	sort.SliceStable(out, func(i, j int) bool { return eventTime(out[i]).Before(eventTime(out[j])) })
 	return out, nil
 }
+
+// PodEvents are the Events of the unit's runtime pods (the scheduler's
+// FailedScheduling and Scheduled, the kubelet's) in time order.
+func (u *Unit) PodEvents(ctx context.Context) ([]eventsv1.Event, error) {
+	var list eventsv1.EventList
+	if err := u.w.Client.List(ctx, &list, client.InNamespace(u.Key.Namespace)); err != nil {
+		return nil, err
+	}
+	var out []eventsv1.Event
+	for _, e := range list.Items {
+		if e.Regarding.Kind == "Pod" && strings.HasPrefix(e.Regarding.Name, u.Key.Name+"-runtime-e") {
+			out = append(out, e)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return EventTime(out[i]).Before(EventTime(out[j])) })
+	return out, nil
+}
+
+// EventTime is when an Event last happened.
+func EventTime(e eventsv1.Event) time.Time { return eventTime(e) }
 
 func eventTime(e eventsv1.Event) time.Time {
 	if !e.EventTime.IsZero() {

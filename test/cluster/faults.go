@@ -1,0 +1,98 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Faults the drills inject beyond a cut link (Node.Cut) and a stopped
+// kubelet: one direction of a node's traffic dropped, and the apiserver
+// restarted.
+
+// Direction is the way a node's traffic is dropped.
+type Direction string
+
+const (
+	// Inbound drops every packet reaching the node from the hub: its
+	// runtime never hears the grantor, while what it sends (a Modbus
+	// request on an open connection) still arrives.
+	Inbound Direction = "inbound"
+	// Outbound drops every packet the node sends to the hub: its runtime
+	// still hears the grantor on an open connection but no answer, and no
+	// request of its own, leaves the node.
+	Outbound Direction = "outbound"
+)
+
+// dropTable is the nftables table the drills own inside a node's network
+// namespace; nothing else is touched there, and nothing in the machine's
+// own namespace.
+const dropTable = "holdfast_drill"
+
+// Drop drops one direction of the node's traffic on its link to the hub,
+// with nftables inside the node's own network namespace: all of it, or,
+// with tcpPorts, only TCP to those ports of the node (Inbound) or of the
+// hub (Outbound). Loopback inside the node is untouched.
+func (n *Node) Drop(d Direction, tcpPorts ...int) error {
+	match := ""
+	if len(tcpPorts) > 0 {
+		var ps []string
+		for _, p := range tcpPorts {
+			ps = append(ps, strconv.Itoa(p))
+		}
+		match = " tcp dport { " + strings.Join(ps, ", ") + " }"
+	}
+	var rule string
+	switch d {
+	case Inbound:
+		rule = `chain in { type filter hook input priority -300; policy accept; iifname "eth0"` + match + ` drop; }`
+	case Outbound:
+		rule = `chain out { type filter hook output priority -300; policy accept; oifname "eth0"` + match + ` drop; }`
+	default:
+		return fmt.Errorf("direction %q: must be %s or %s", d, Inbound, Outbound)
+	}
+	return n.nft(fmt.Sprintf("table inet %s {\n%s\n}\n", dropTable, rule))
+}
+
+// Heal removes every drop the drills added to the node (none is no error).
+func (n *Node) Heal() error {
+	// Adding the empty table first makes the delete succeed when none exists.
+	return n.nft(fmt.Sprintf("table inet %s {}\ndelete table inet %s\n", dropTable, dropTable))
+}
+
+func (n *Node) nft(script string) error {
+	cmd := exec.Command("ip", "netns", "exec", n.Netns, "nft", "-f", "-")
+	cmd.Stdin = strings.NewReader(script)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("nft in %s: %v: %s", n.Netns, err, out)
+	}
+	return nil
+}
+
+// RestartAPIServer stops the kube-apiserver (SIGTERM, by its PID), leaves
+// it down for down, starts it again with the same flags (etcd keeps every
+// object) and waits until it is ready. Its clients reconnect on their own.
+func (c *Cluster) RestartAPIServer(ctx context.Context, down time.Duration) error {
+	c.apiserver.Stop(30 * time.Second)
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(down):
+	}
+	api, err := c.StartInHub("kube-apiserver", nil, c.apiserverArgv...)
+	if err != nil {
+		return err
+	}
+	c.apiserver = api
+	rc, err := c.restClient()
+	if err != nil {
+		return err
+	}
+	return c.waitAPIServerReady(ctx, rc, api)
+}
+
+// APIServerDown reports whether the apiserver process has ended.
+func (c *Cluster) APIServerDown() bool { return c.apiserver.Exited() }

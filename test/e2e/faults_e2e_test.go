@@ -1,0 +1,339 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/holdfast-io/holdfast/api/lease"
+	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/controller/leadership"
+	plugin "github.com/holdfast-io/holdfast/kubectl-holdfast"
+	"github.com/holdfast-io/holdfast/test/cluster"
+	"github.com/holdfast-io/holdfast/test/devicesim"
+	"github.com/holdfast-io/holdfast/test/e2e/scenario"
+)
+
+// TestAsymmetricPartitionFailsOverWithOneWriter: one direction of the
+// primary's traffic is dropped with nftables inside its own network
+// namespace, the other still flows.
+//   - inbound dropped: the runtime never hears the grantor, but what it
+//     sends still reaches the device on its open connection;
+//   - outbound dropped: a renewal can still arrive on an open connection
+//     but no acknowledgement leaves, so the grantor's acknowledged age only
+//     grows (L1: the runtime dates its lease from that age, never from the
+//     arrival, and fences no later than the grantor declares Expired).
+//
+// Either way the lease expires, the Hold is recorded, epoch 2 holds on a
+// standby after the margin, and when the direction is restored the old
+// runtime is fenced and stopped and the device saw one writer at a time.
+func TestAsymmetricPartitionFailsOverWithOneWriter(t *testing.T) {
+	for _, dir := range []cluster.Direction{cluster.Inbound, cluster.Outbound} {
+		t.Run(string(dir)+"-dropped", func(t *testing.T) {
+			d := newDrill(t, "partition-"+string(dir), 10)
+			d.failsOverAcross(func(n *cluster.Node) error { return n.Drop(dir) }, func(n *cluster.Node) error { return n.Heal() })
+		})
+	}
+}
+
+// runtimeView polls the runtime of epoch at node directly (no apiserver
+// needed) and fails the drill if it ever leaves Held or fences within dur.
+func (d *drill) runtimeView(node string, epoch int64, dur time.Duration) lease.Status {
+	d.t.Helper()
+	url := fmt.Sprintf("http://%s:9443%s", world.Nodes[node].IP, lease.Path)
+	var st lease.Status
+	var err error
+	for end := time.Now().Add(dur); time.Now().Before(end); time.Sleep(500 * time.Millisecond) {
+		if st, err = leaseStatus(world.HTTPClient(), url); err != nil {
+			d.t.Fatalf("the epoch %d runtime on %s stopped answering: %v", epoch, node, err)
+		}
+		if st.Epoch != epoch || st.Fenced || st.State != lease.Held {
+			d.t.Fatalf("the epoch %d runtime on %s left Held: %+v", epoch, node, st)
+		}
+	}
+	return st
+}
+
+// oneHolder asserts that of every node's runtime, exactly one reports
+// itself holding an unfenced lease, and that it is epoch at node.
+func (d *drill) oneHolder(epoch int64, node string) {
+	d.t.Helper()
+	var holders []string
+	for _, n := range world.NodeNames {
+		st, err := leaseStatus(world.HTTPClient(), fmt.Sprintf("http://%s:9443%s", world.Nodes[n].IP, lease.Path))
+		if err != nil {
+			continue // nothing listens there
+		}
+		if st.State == lease.Held && !st.Fenced {
+			holders = append(holders, fmt.Sprintf("%s epoch %d", n, st.Epoch))
+			if n != node || st.Epoch != epoch {
+				d.t.Fatalf("the runtime on %s holds a lease at epoch %d; want only epoch %d on %s", n, st.Epoch, epoch, node)
+			}
+		}
+	}
+	if len(holders) != 1 {
+		d.t.Fatalf("runtimes holding a lease: %v; want exactly epoch %d on %s", holders, epoch, node)
+	}
+}
+
+// TestAPIServerRestartWhileHoldingFencesNothing: the kube-apiserver stops
+// (SIGTERM), stays down 5s and is started again while epoch 1 holds; on
+// this machine it answers again about a minute after the stop. The grantor
+// loses its election (its Lease cannot be renewed) and, by L6, keeps
+// renewing what it holds through its stand-down (the shipped 90s, set for
+// this drill; the other drills run 20s), so the
+// runtime, watched directly at its node throughout, never leaves Held or
+// fences, the same incarnation goes on, the binding is epoch 1 Held
+// afterwards with no lost-lease Event, the device kept taking epoch 1's
+// writes, and only that runtime holds a lease.
+func TestAPIServerRestartWhileHoldingFencesNothing(t *testing.T) {
+	if err := world.SetLeaseStandDown(context.Background(), leadership.DefaultLeaseStandDown); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := world.SetLeaseStandDown(context.Background(), scenario.DefaultLeaseStandDown); err != nil {
+			t.Error(err)
+		}
+	})
+	d := newDrill(t, "apiserver-holding", 10)
+	b1 := d.held(1)
+	before := d.runtimeView(b1.Node, 1, time.Second)
+	restarted := make(chan error, 1)
+	stoppedAt := time.Now()
+	go func() { restarted <- world.RestartAPIServer(d.ctx, 5*time.Second) }()
+	var err error
+	for back := false; !back; {
+		d.runtimeView(b1.Node, 1, time.Second)
+		select {
+		case err = <-restarted:
+			back = true
+		default:
+		}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	backAt := time.Now()
+	t.Logf("kube-apiserver back after %v; holdfast-scheduler restarts so far: %d", backAt.Sub(stoppedAt).Round(time.Millisecond), world.SchedulerRestarts())
+	after := d.runtimeView(b1.Node, 1, 15*time.Second)
+	if after.Incarnation != before.Incarnation {
+		t.Fatalf("the runtime was replaced across the restart: %+v, was %+v", after, before)
+	}
+	d.watchHeld(1, b1.Node, 5*time.Second)
+	d.noFailoverEvents()
+	d.writesSince(1, backAt)
+	d.oneWriterSoFar()
+	d.oneHolder(1, b1.Node)
+}
+
+// TestAPIServerRestartDuringARebindEndsWithOneHolder: the primary's link is
+// cut; as soon as the controller has re-bound the unit to epoch 2 the
+// kube-apiserver stops, stays down 5s and is started again (about a minute
+// away in all here). holdfast-scheduler, which exits on losing its election,
+// is started again as its Deployment would be. The re-bind completes: the
+// unit ends held at one epoch on a standby (a replacement whose start-up
+// grace ran out while nobody could grant it may be judged StartupFailed, a
+// verdict and never a fence, DESIGN L4), the device saw one writer at a
+// time with the new epoch writing at least the margin after epoch 1's last,
+// and once the link is mended exactly one runtime in the cluster holds a
+// lease.
+func TestAPIServerRestartDuringARebindEndsWithOneHolder(t *testing.T) {
+	d := newDrill(t, "apiserver-rebind", 10)
+	b1 := d.held(1)
+	node := world.Nodes[b1.Node]
+	if err := node.Cut(); err != nil {
+		t.Fatal(err)
+	}
+	mended := false
+	t.Cleanup(func() {
+		if !mended {
+			_ = node.Mend()
+		}
+	})
+	if _, err := d.u.WaitEpoch(d.ctx, 2, 4*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	stoppedAt := time.Now()
+	if err := world.RestartAPIServer(d.ctx, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("epoch 2 authorised; kube-apiserver restarted, back after %v", time.Since(stoppedAt).Round(time.Millisecond))
+	var bn *holdfastv1.RuntimeBinding
+	if err := poll(d.ctx, 5*time.Minute, func() bool {
+		u, err := d.u.Get(d.ctx)
+		if err != nil {
+			return false
+		}
+		bn = u.Status.RuntimeBinding
+		return bn != nil && bn.Epoch >= 2 && bn.LeaseState == holdfastv1.LeaseHeld && bn.LeaseStateEpoch == bn.Epoch
+	}); err != nil {
+		t.Fatalf("no epoch after 1 holds its lease: %+v", bn)
+	}
+	t.Logf("epoch %d holds on %s; holdfast-scheduler restarts so far: %d", bn.Epoch, bn.Node, world.SchedulerRestarts())
+	if bn.Node == b1.Node || !contains(world.NodeNames[1:], bn.Node) {
+		t.Fatalf("epoch %d bound to %s, not a standby", bn.Epoch, bn.Node)
+	}
+	if err := d.u.WaitWrites(d.ctx, bn.Epoch, 5, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	reasons, _ := d.u.EventReasons(d.ctx)
+	t.Logf("unit events: %v", reasons)
+	mended = true
+	if err := node.Mend(); err != nil {
+		t.Fatal(err)
+	}
+	d.oldRuntimeFenced(b1.Node, 1)
+	d.staleRuntimeStopped(b1.Node, 1)
+	d.watchAfterMend()
+	d.oneWriter(1, bn.Epoch)
+	d.oneHolder(bn.Epoch, bn.Node)
+}
+
+// poll calls f every half second until it is true or timeout passes.
+func poll(ctx context.Context, timeout time.Duration, f func() bool) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for !f() {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+func contains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// TestManualFailoverThroughKubectlHoldfast: the primary's link is cut with
+// a 30s lease, so the binding still reads Held. A person runs the real
+// `kubectl holdfast failover` (kubectl finding the plugin on its PATH):
+// without --confirm-fenced it is refused (exit 1) with the webhook's reason
+// and the Unit is unchanged; with --confirm-fenced and --wait it proceeds
+// (exit 0): epoch 2 on the named node, origin Manual, a ManualRebind Event,
+// the manual re-bind metric. The link is mended only after the old
+// runtime's own lease and hold have run out (a confirmed fence stays a
+// fence), and the device saw one writer at a time.
+func TestManualFailoverThroughKubectlHoldfast(t *testing.T) {
+	d := newDrill(t, "manual", 30)
+	b1 := d.held(1)
+	pluginBin, err := world.Binary("cmd/kubectl-holdfast")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dirs := []string{filepath.Dir(pluginBin)}
+	target := world.NodeNames[len(world.NodeNames)-1]
+	primary := world.Nodes[b1.Node]
+	cutAt := time.Now()
+	if err := primary.Cut(); err != nil {
+		t.Fatal(err)
+	}
+	mended := false
+	t.Cleanup(func() {
+		if !mended {
+			_ = primary.Mend()
+		}
+	})
+	ns := d.u.Key.Namespace
+	r, err := world.Kubectl(d.ctx, "", dirs, "holdfast", "failover", "-n", ns, d.u.Key.Name, "--to", target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("without --confirm-fenced: exit %d\n%s%s", r.Code, r.Stdout, r.Stderr)
+	if r.Code != plugin.ExitRefused {
+		t.Fatalf("kubectl holdfast failover without --confirm-fenced: exit %d, want %d (refused)", r.Code, plugin.ExitRefused)
+	}
+	for _, want := range []string{"still holds its control lease", holdfastv1.AnnotationFailoverConfirmFenced} {
+		if !strings.Contains(r.Stderr, want) {
+			t.Fatalf("the refusal does not say %q: %s", want, r.Stderr)
+		}
+	}
+	u, err := d.u.Get(d.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := u.Annotations[holdfastv1.AnnotationFailoverTo]; ok || u.Status.RuntimeBinding.Epoch != 1 {
+		t.Fatalf("the refused request changed the unit: annotations %v, binding %+v", u.Annotations, u.Status.RuntimeBinding)
+	}
+
+	r, err = world.Kubectl(d.ctx, "", dirs, "holdfast", "failover", "-n", ns, d.u.Key.Name, "--to", target,
+		"--confirm-fenced", "link of "+b1.Node+" pulled at the switch", "--wait", "--timeout", "3m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("with --confirm-fenced: exit %d\n%s%s", r.Code, r.Stdout, r.Stderr)
+	if r.Code != plugin.ExitOK {
+		t.Fatalf("kubectl holdfast failover --confirm-fenced --wait: exit %d, want %d", r.Code, plugin.ExitOK)
+	}
+	b2 := d.held(2)
+	if b2.Node != target || b2.Origin != holdfastv1.OriginManual {
+		t.Fatalf("binding after the manual failover: %+v, want epoch 2 on %s, origin Manual", b2, target)
+	}
+	d.events(evLeaseEstablished, "ManualRebind")
+	d.metric("holdfast_unit_rebinds_total", map[string]string{"namespace": ns, "unit": d.u.Key.Name, "path": "manual"}, 1)
+
+	// The old runtime fences on its own clock: its lease and hold bound
+	// after the last acknowledged renewal (at most cutAt).
+	hold := holdfastv1.HoldBound(30 * time.Second)
+	if wait := time.Until(cutAt.Add(30*time.Second + hold + 2*time.Second)); wait > 0 {
+		time.Sleep(wait)
+	}
+	mended = true
+	if err := primary.Mend(); err != nil {
+		t.Fatal(err)
+	}
+	d.oldRuntimeFenced(b1.Node, 1)
+	d.staleRuntimeStopped(b1.Node, 1)
+	d.watchAfterMend()
+	log, err := d.u.Writes(d.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := scenario.CheckNoTwoWriters(log); err != nil {
+		t.Fatalf("two writers on the device: %v", err)
+	}
+	if by := devicesim.ByEpoch(log); len(by[2]) == 0 {
+		t.Fatalf("epoch 2 never wrote: %v", devicesim.Epochs(log))
+	}
+	d.oneHolder(2, target)
+}
+
+// TestCouplerUnreachableAtStartupHoldsTheLeaseAndWritesLater: the unit's
+// device (its Modbus coupler) is down when the runtime starts. Start-up
+// never waits on the network (L8): the runtime opens its lease endpoint and
+// takes its lease at epoch 1 all the same, and holds it, never fencing, while
+// the device stays away; nothing is written anywhere. When the device comes
+// up the failed dial, still watched, is retried and epoch 1 drives it; no
+// lease was lost on the way and the device saw one writer.
+func TestCouplerUnreachableAtStartupHoldsTheLeaseAndWritesLater(t *testing.T) {
+	d := newDrillWith(t, "coupler-down", 10, func(o *scenario.UnitOptions) { o.DeviceDown = true })
+	b1, err := d.u.WaitHeld(d.ctx, 1, 3*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.runtimeView(b1.Node, 1, 20*time.Second)
+	d.watchHeld(1, b1.Node, 3*time.Second)
+	startedAt := time.Now()
+	if err := d.u.StartDevice(d.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.u.WaitWrites(d.ctx, 1, 5, 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("epoch 1 drove the device %v after it came up", time.Since(startedAt).Round(time.Millisecond))
+	d.watchHeld(1, b1.Node, 3*time.Second)
+	d.noFailoverEvents()
+	d.oneWriterSoFar()
+}
