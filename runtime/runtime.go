@@ -16,6 +16,7 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -175,6 +176,9 @@ func New(cfg Config, log klog.Logger) (*Runtime, error) {
 		r.drivers[d.Name()] = d
 		r.metrics.DriverConnected.WithLabelValues(d.Name()).Set(0)
 	}
+	// The fence aborts every unanswered device write before it waits for
+	// them, so a fenced runtime leaves no write queued in the kernel (L3).
+	driver.AbortWritesOnFence(k, slices.Collect(maps.Values(r.drivers))...)
 	r.handler = lease.NewHandler(k, log)
 	r.handler.OnGrant = func(_ *leaseapi.Grant, out lease.Outcome) {
 		r.metrics.Grants.WithLabelValues(outcomeLabel(out)).Inc()

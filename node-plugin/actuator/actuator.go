@@ -229,8 +229,16 @@ func (a *Actuator) StepDown(ctx context.Context) error {
 // server unit masked, stopped and disabled, member data moved aside keeping
 // the newest copy, the tombstone retired beside it, drop-ins and join target
 // removed, agent unit enabled and started. Rollback is the same host work.
+//
+// It holds the host's member lock throughout (hoststate.State.Lock), so the
+// tombstone check never interleaves with it.
 func (a *Actuator) FinishDemote(ctx context.Context) error {
 	st := a.cfg.State
+	unlock, err := st.Lock()
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	if err := st.SetRole(holdfastv1.RoleAgent); err != nil {
 		return err
 	}

@@ -16,6 +16,7 @@ import (
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/node-plugin/actuator"
 	"github.com/holdfast-io/holdfast/node-plugin/hoststate"
+	"github.com/holdfast-io/holdfast/node-plugin/tombstone"
 	"github.com/holdfast-io/holdfast/test/dbusdouble"
 )
 
@@ -460,5 +461,83 @@ func mustPromote(h *host) {
 	h.t.Helper()
 	if _, err := h.act.Promote(ctx(h.t), join); err != nil {
 		h.t.Fatal(err)
+	}
+}
+
+// blockingEtcd answers the tombstone check: the local member is gone (its
+// server is being stopped) and the member list, once released, no longer
+// names it. entered is closed when the check is between reading the member
+// and writing the tombstone.
+type blockingEtcd struct {
+	entered, release chan struct{}
+	clusterID        string
+}
+
+func (e *blockingEtcd) Local(context.Context) (hoststate.Member, error) {
+	return hoststate.Member{}, errors.New("connection refused")
+}
+
+func (e *blockingEtcd) Members(context.Context) (string, []string, error) {
+	close(e.entered)
+	<-e.release
+	return e.clusterID, []string{"91bc3c398fb3c146"}, nil
+}
+
+// A tombstone check that read the member before a rollback (or
+// finish-demote) cleared it must not write its tombstone after the
+// rollback finished: the host would be an agent with a live tombstone, and
+// every later promote of it refused. The check and the rollback hold one
+// host lock; ordering hooks (no sleeps) put the rollback exactly inside
+// the check.
+func TestTombstoneCheckNeverInterleavesWithRollback(t *testing.T) {
+	h := newHost(t, true)
+	if err := h.state.SetRole(holdfastv1.RoleServer); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.state.SetMember(hoststate.Member{ID: "8e9e05c52164694d", ClusterID: "cdf818194e3a8c32"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(h.state.MemberDataDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	etcd := &blockingEtcd{entered: make(chan struct{}), release: make(chan struct{}), clusterID: "cdf818194e3a8c32"}
+	w := &tombstone.Watcher{Etcd: etcd, State: h.state, Clock: h.clock}
+	checked := make(chan error, 1)
+	go func() {
+		_, err := w.Check(ctx(t))
+		checked <- err
+	}()
+	<-etcd.entered
+
+	cfg := h.cfg
+	waiting := make(chan struct{})
+	cfg.State.OnLockWait = func() { close(waiting) }
+	act := actuator.New(h.sd, cfg)
+	rolledBack := make(chan error, 1)
+	go func() { rolledBack <- act.Rollback(ctx(t)) }()
+	select {
+	case err := <-rolledBack:
+		close(etcd.release)
+		<-checked
+		t.Fatalf("the rollback ran (err %v) while a tombstone check was between reading the member and writing the tombstone", err)
+	case <-waiting:
+	}
+	close(etcd.release)
+	if err := <-checked; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-rolledBack; err != nil {
+		t.Fatal(err)
+	}
+	ts, err := h.state.Tombstone()
+	if err != nil || ts != nil {
+		t.Fatalf("after the rollback the host holds a live tombstone %+v (err %v), want it retired", ts, err)
+	}
+	if m, err := h.state.Member(); err != nil || m != nil {
+		t.Fatalf("after the rollback the member record is %+v (err %v), want cleared", m, err)
+	}
+	// The next check finds no member and writes nothing.
+	if ok, err := (&tombstone.Watcher{Etcd: etcd, State: h.state, Clock: h.clock}).Check(ctx(t)); err != nil || ok {
+		t.Fatalf("a check after the rollback = %v, %v; want no tombstone", ok, err)
 	}
 }

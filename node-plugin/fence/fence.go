@@ -114,6 +114,17 @@ type Agent struct {
 	// unreachableSince is when the apiserver was first seen out of reach
 	// in the current outage; zero while it answers.
 	unreachableSince time.Time
+	// wedgedStopped holds the runtime pods (podKey) the watchdog stopped in
+	// the current outage. The kubelet restarts a stopped pod in a new
+	// sandbox, which starts fenced (Ungranted) and is silent until it
+	// listens; judged afresh it would be stopped, and audited, again every
+	// pass. Cleared when the apiserver answers.
+	wedgedStopped map[string]time.Time
+}
+
+// podKey names a runtime pod across its sandboxes: namespace, pod, epoch.
+func podKey(r runtimeSandbox) string {
+	return fmt.Sprintf("%s/%s@%d", r.namespace, r.sb.Labels[labelPodName], r.epoch)
 }
 
 func (a *Agent) init() {
@@ -340,6 +351,7 @@ func (a *Agent) APIServerUnreachable(unreachable bool) {
 	switch {
 	case !unreachable:
 		a.unreachableSince = time.Time{}
+		a.wedgedStopped = nil
 	case a.unreachableSince.IsZero():
 		a.unreachableSince = a.Clock.Now()
 	}
@@ -385,6 +397,15 @@ func (a *Agent) FenceWedged(ctx context.Context) ([]Action, error) {
 		if why == "" {
 			continue
 		}
+		a.mu.Lock()
+		stoppedAt, again := a.wedgedStopped[podKey(r)]
+		a.mu.Unlock()
+		// Once per outage: a pod stopped already is stopped again only when
+		// it answers, granted anew, past its deadline + hold bound and not
+		// fenced; silence or Ungranted from its restart is not a wedge.
+		if again && !(obs.answered && obs.status.RemainingMillis != nil && obs.at.After(stoppedAt)) {
+			continue
+		}
 		var bound int64
 		if u.Status.RuntimeBinding != nil {
 			bound = u.Status.RuntimeBinding.Epoch
@@ -394,6 +415,12 @@ func (a *Agent) FenceWedged(ctx context.Context) ([]Action, error) {
 			errs = append(errs, err)
 			continue
 		}
+		a.mu.Lock()
+		if a.wedgedStopped == nil {
+			a.wedgedStopped = map[string]time.Time{}
+		}
+		a.wedgedStopped[podKey(r)] = act.At
+		a.mu.Unlock()
 		actions = append(actions, *act)
 	}
 	return actions, joinErrs(errs)

@@ -3,6 +3,9 @@ package fence_test
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,6 +13,7 @@ import (
 	critesting "k8s.io/cri-api/pkg/apis/testing"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/holdfast-io/holdfast/api/lease"
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/node-plugin/fence"
 )
@@ -56,4 +60,128 @@ func TestStopFailureLeavesSandboxAndRetries(t *testing.T) {
 	if sbs, _ := cri.ListPodSandbox(context.Background(), nil); len(sbs) != 0 {
 		t.Fatalf("sandbox left after the retry: %v", sbs)
 	}
+}
+
+// leaseAnswers is the runtimes' lease endpoint: nil is a runtime that does
+// not answer (not listening yet, or wedged).
+type leaseAnswers struct{ st *lease.Status }
+
+func (l *leaseAnswers) Status(context.Context, string, int32) (*lease.Status, error) {
+	if l.st == nil {
+		return nil, errors.New("connection refused")
+	}
+	st := *l.st
+	return &st, nil
+}
+
+func runtimeSandbox(id string) *critesting.FakePodSandbox {
+	return &critesting.FakePodSandbox{PodSandboxStatus: runtimeapi.PodSandboxStatus{
+		Id: id, State: runtimeapi.PodSandboxState_SANDBOX_READY,
+		Metadata: &runtimeapi.PodSandboxMetadata{Name: "u-runtime-e1", Namespace: "plant"},
+		Labels: map[string]string{holdfastv1.LabelUnit: "u", holdfastv1.LabelEpoch: "1",
+			"io.kubernetes.pod.namespace": "plant", "io.kubernetes.pod.name": "u-runtime-e1"}}}
+}
+
+func runtimeContainer(sandbox, id string) *critesting.FakeContainer {
+	return &critesting.FakeContainer{SandboxID: sandbox, ContainerStatus: runtimeapi.ContainerStatus{
+		Id: id, State: runtimeapi.ContainerState_CONTAINER_RUNNING, Metadata: &runtimeapi.ContainerMetadata{Name: "runtime"}}}
+}
+
+// With the apiserver away, the watchdog stops a wedged runtime once per
+// outage and audits it once. The kubelet restarts the stopped pod in a new
+// sandbox, which starts fenced and is silent until it listens; ticks of
+// the watchdog (every ~4s) must not stop and audit it again and again. A
+// new outage judges it afresh, and a restart granted anew that wedges again
+// (answering past deadline + hold bound, not fenced) is stopped again.
+func TestWedgedRuntimeStoppedOncePerApiserverOutage(t *testing.T) {
+	ctx := context.Background()
+	cri := critesting.NewFakeRuntimeService()
+	cri.SetFakeSandboxes([]*critesting.FakePodSandbox{runtimeSandbox("sb1")})
+	cri.SetFakeContainers([]*critesting.FakeContainer{runtimeContainer("sb1", "c1")})
+	seconds := int32(10)
+	u := &holdfastv1.Unit{Spec: holdfastv1.UnitSpec{Availability: holdfastv1.Availability{Mode: holdfastv1.Failover, LeaseDurationSeconds: seconds}},
+		Status: holdfastv1.UnitStatus{RuntimeBinding: &holdfastv1.RuntimeBinding{Epoch: 1}}}
+	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC))
+	answers := &leaseAnswers{}
+	dir := t.TempDir()
+	agent := &fence.Agent{CRI: cri, Units: units{"plant/u": u}, Lease: answers, Clock: clk, AuditDir: dir}
+	stops := func() int {
+		n := 0
+		for _, c := range cri.GetCalls() {
+			if c == "StopContainer" {
+				n++
+			}
+		}
+		return n
+	}
+	audited := func() int {
+		b, err := os.ReadFile(filepath.Join(dir, "fence-audit.jsonl"))
+		if errors.Is(err, os.ErrNotExist) {
+			return 0
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Count(string(b), "\n")
+	}
+	tick := func(apiserverAway bool) {
+		t.Helper()
+		clk.Step(4 * time.Second)
+		agent.APIServerUnreachable(apiserverAway)
+		if err := agent.Observe(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if apiserverAway {
+			if _, err := agent.FenceWedged(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	want := func(when string, n int) {
+		t.Helper()
+		if s, a := stops(), audited(); s != n || a != n {
+			t.Fatalf("%s: %d StopContainer calls and %d audit records, want %d of each (calls %v)", when, s, a, n, cri.GetCalls())
+		}
+	}
+
+	// Outage 1: the runtime never answers; past a lease and hold bound
+	// (10s + 5s) it is stopped.
+	for range 5 {
+		tick(true)
+	}
+	want("a silent runtime past a lease and hold bound into the outage", 1)
+	// The kubelet restarts the pod in a new sandbox; it is silent, then
+	// answers Ungranted (fenced) from its restart.
+	cri.SetFakeSandboxes([]*critesting.FakePodSandbox{runtimeSandbox("sb2")})
+	cri.SetFakeContainers([]*critesting.FakeContainer{runtimeContainer("sb2", "c2")})
+	for range 5 {
+		tick(true)
+	}
+	answers.st = &lease.Status{Epoch: 1, Mode: holdfastv1.Failover, State: lease.Ungranted, Fenced: true}
+	for range 5 {
+		tick(true)
+	}
+	want("ten more ticks of the same outage after the restart", 1)
+
+	// The apiserver answers, then goes away again: a new outage judges a
+	// silent runtime afresh (restarted once more, it never answers).
+	tick(false)
+	answers.st = nil
+	cri.SetFakeSandboxes([]*critesting.FakePodSandbox{runtimeSandbox("sb3")})
+	cri.SetFakeContainers([]*critesting.FakeContainer{runtimeContainer("sb3", "c3")})
+	for range 5 {
+		tick(true)
+	}
+	want("a second outage", 2)
+
+	// Restarted again and granted anew, it wedges: it answers past its
+	// deadline + hold bound and not fenced. That is stopped again.
+	cri.SetFakeSandboxes([]*critesting.FakePodSandbox{runtimeSandbox("sb4")})
+	cri.SetFakeContainers([]*critesting.FakeContainer{runtimeContainer("sb4", "c4")})
+	tick(true)
+	want("a restart not yet answering", 2)
+	past := int64(-6000)
+	answers.st = &lease.Status{Epoch: 1, Mode: holdfastv1.Failover, State: lease.Holding, RemainingMillis: &past, HoldBoundMillis: 5000}
+	tick(true)
+	want("a restart granted anew that wedged", 3)
 }

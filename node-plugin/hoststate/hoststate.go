@@ -53,6 +53,9 @@ type Member struct {
 type State struct {
 	Dir           string
 	MemberDataDir string
+	// OnLockWait, when set, is called when Lock finds the lock held and is
+	// about to wait: an ordering hook for tests.
+	OnLockWait func()
 }
 
 // Role returns the role file's content: RoleServer, RoleAgent, or "" when

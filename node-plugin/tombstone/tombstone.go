@@ -49,8 +49,18 @@ func FormatID(id uint64) string { return strconv.FormatUint(id, 16) }
 
 // Check records the local member and writes the tombstone once it is gone
 // from its cluster's member list. It returns whether a tombstone exists.
+//
+// The whole check, from reading the member to writing the tombstone, holds
+// the host's member lock, which finish-demote and rollback hold too: a
+// check that read the member before they cleared it cannot write a
+// tombstone after they finished.
 func (w *Watcher) Check(ctx context.Context) (bool, error) {
 	st := w.State
+	unlock, err := st.Lock()
+	if err != nil {
+		return false, err
+	}
+	defer unlock()
 	if ts, err := st.Tombstone(); err != nil || ts != nil {
 		return ts != nil, err
 	}

@@ -69,11 +69,43 @@ func (e *DeviceError) Error() string { return fmt.Sprintf("device refused %s: %v
 func (e *DeviceError) Unwrap() error { return e.Err }
 
 // IsTransportError reports whether err means the connection is unusable
-// (as opposed to a device that answered with a refusal).
+// (as opposed to a device that answered with a refusal, or a write the
+// lease no longer permitted and the driver did not send).
 func IsTransportError(err error) bool {
 	if err == nil {
 		return false
 	}
 	var de *DeviceError
-	return !errors.As(err, &de) && !errors.Is(err, ErrStaleEpoch)
+	return !errors.As(err, &de) && !errors.Is(err, ErrStaleEpoch) && !errors.Is(err, lease.ErrFenced)
+}
+
+// WriteAborter is implemented by drivers whose writes can still be queued
+// in the kernel after they give up on them (a TCP send queue retransmits
+// for minutes, and a healed link delivers the write late).
+type WriteAborter interface {
+	// AbortWrites resets the connection carrying a write that has not been
+	// answered (close with SO_LINGER 0: an RST, the send queue discarded),
+	// so the write fails now and none of its bytes is sent later. It must
+	// not wait for the write.
+	AbortWrites()
+}
+
+// AbortWritesOnFence makes k abort every unanswered write of drivers at the
+// fence instant, before it waits for the writes in flight: a fenced runtime
+// leaves nothing on the wire (L3).
+func AbortWritesOnFence(k *lease.Keeper, drivers ...Driver) {
+	var as []WriteAborter
+	for _, d := range drivers {
+		if a, ok := d.(WriteAborter); ok {
+			as = append(as, a)
+		}
+	}
+	if len(as) == 0 {
+		return
+	}
+	k.OnFence(func() {
+		for _, a := range as {
+			a.AbortWrites()
+		}
+	})
 }

@@ -194,6 +194,15 @@ func (r *Reconnecting) WriteRegisters(ctx context.Context, p *lease.Permit, addr
 	return err
 }
 
+// AbortWrites aborts the wrapped driver's unanswered write, without waiting
+// for the I/O mutex the write holds; the write then fails and drops the
+// connection, and the next I/O or the monitor dials again.
+func (r *Reconnecting) AbortWrites() {
+	if a, ok := r.inner.(WriteAborter); ok {
+		a.AbortWrites()
+	}
+}
+
 // Close retires the driver: it waits for a dial in flight, closes the
 // connection, stops the monitor, and refuses every later dial.
 func (r *Reconnecting) Close() error {

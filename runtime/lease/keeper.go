@@ -104,6 +104,7 @@ type Permit struct {
 	epoch   int64
 	kind    WriteKind
 	release func()
+	valid   func(WriteKind) bool
 }
 
 // Epoch is the binding epoch the write carries (L7).
@@ -111,6 +112,14 @@ func (p *Permit) Epoch() int64 { return p.epoch }
 
 // Kind is what the write is for.
 func (p *Permit) Kind() WriteKind { return p.kind }
+
+// Valid reports whether the lease, read on the clock now, still permits
+// this write. A driver asks just before its bytes go on the wire, so a
+// write that waited behind a dial or another request past the fence is
+// never sent (the fence does not wait for a write that has not started).
+func (p *Permit) Valid() bool {
+	return p.release != nil && (p.valid == nil || p.valid(p.kind))
+}
 
 // Release ends the permit. It is safe to call more than once.
 func (p *Permit) Release() {
@@ -187,6 +196,10 @@ type Keeper struct {
 	changed  chan struct{} // closed and replaced on every transition
 	kick     chan struct{} // wakes Run when the deadline moved
 	watchers []func(Transition)
+	// fencing are called once per fence, at its instant and before the
+	// fence waits for the writes in flight; fenceCalled says they were.
+	fencing     []func()
+	fenceCalled bool
 
 	// The anchors this Keeper issues name instants as offsets from born on
 	// its clock, tagged with life and sealed with key, so one from another
@@ -326,7 +339,13 @@ func (k *Keeper) Acquire(kind WriteKind) (*Permit, error) {
 		k.writes.RUnlock()
 		return nil, &RefusedError{State: s, Kind: kind}
 	}
-	return &Permit{epoch: k.cfg.Epoch, kind: kind, release: k.writes.RUnlock}, nil
+	return &Permit{epoch: k.cfg.Epoch, kind: kind, release: k.writes.RUnlock, valid: k.permitsNow}, nil
+}
+
+func (k *Keeper) permitsNow(kind WriteKind) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return permits(k.stateAt(k.clock.Now()), kind)
 }
 
 // Grant applies one renewal that arrived at arrival (read on the Keeper's
@@ -418,6 +437,9 @@ func (k *Keeper) setLocked(s leaseapi.State, now time.Time) *Transition {
 	tr := &Transition{From: k.reported, To: s, Epoch: k.cfg.Epoch, Remaining: k.deadline.Sub(now),
 		Grantor: k.last.grantor, Seq: k.last.seq}
 	k.reported = s
+	if !fenced(s) {
+		k.fenceCalled = false
+	}
 	close(k.changed)
 	k.changed = make(chan struct{})
 	return tr
@@ -443,7 +465,17 @@ func (k *Keeper) observe(wait bool) {
 		k.notify(*tr)
 		return
 	}
+	var hooks []func()
+	if !k.fenceCalled && !fenced(k.reported) {
+		k.fenceCalled = true
+		hooks = slices.Clone(k.fencing)
+	}
 	k.mu.Unlock()
+	// The writes in flight are cut short before the fence waits for them,
+	// so nothing permitted before the fence reaches the device after it.
+	for _, f := range hooks {
+		f()
+	}
 
 	if wait {
 		k.writes.Lock()
@@ -487,6 +519,17 @@ func (k *Keeper) notify(tr Transition) {
 	for _, w := range ws {
 		w(tr)
 	}
+}
+
+// OnFence registers f to be called once per fence, at the fence instant
+// and before the Keeper waits for the writes in flight: a driver aborts its
+// connection there (driver.AbortWritesOnFence) so that no permitted write
+// still queued in the kernel reaches the device once the runtime is
+// fenced. f must not block on a write in flight.
+func (k *Keeper) OnFence(f func()) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.fencing = append(k.fencing, f)
 }
 
 // Changed returns a channel closed at the next change of the reported state.

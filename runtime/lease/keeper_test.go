@@ -324,3 +324,57 @@ func TestAReversePartitionFencesOnTheReportedAge(t *testing.T) {
 		}
 	}
 }
+
+// L3: at the fence instant the Keeper calls its fence hooks before it
+// waits for the writes in flight (a driver aborts them there, so the wait
+// ends at once and nothing permitted reaches the device later), and it
+// calls them once per fence, however often the state is read.
+func TestFenceHooksRunOnceBeforeTheFenceWaitsForTheWriteInFlight(t *testing.T) {
+	k, clk := newKeeper(t, holdfastv1.Failover)
+	k.Grant(grant(k, 3, 1, 10*time.Second, age(0)), clk.Now())
+	p, err := k.Acquire(WriteControl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := make(chan struct{}, 10)
+	k.OnFence(func() {
+		calls <- struct{}{}
+		p.Release() // the aborted write returns
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go k.Run(ctx)
+	waitForWaiter(t, clk)
+	clk.Step(10 * time.Second)
+	waitForWaiter(t, clk)
+	if len(calls) != 0 {
+		t.Fatal("the fence hooks ran at the deadline, want at deadline + hold bound")
+	}
+	clk.Step(5 * time.Second)
+	select {
+	case <-calls:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the fence hooks did not run at the fence while a write was in flight")
+	}
+	for k.State() != leaseapi.Fenced {
+		<-k.Changed()
+	}
+	for range 3 {
+		k.Status()
+	}
+	if len(calls) != 0 {
+		t.Fatalf("the fence hooks ran %d more times in one fence, want once", len(calls))
+	}
+	// A later grant un-fences; the next fence calls them again.
+	k.Grant(grant(k, 3, 2, 10*time.Second, age(0)), clk.Now())
+	if p, err = k.Acquire(WriteControl); err != nil {
+		t.Fatal(err)
+	}
+	waitForWaiter(t, clk)
+	clk.Step(15 * time.Second)
+	select {
+	case <-calls:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the fence hooks did not run at the second fence")
+	}
+}

@@ -7,17 +7,28 @@
 // refuses every later write on a connection whose epoch is behind. The
 // driver reads the block back after a refused write to tell a stale epoch
 // (ErrStaleEpoch) from any other refusal.
+//
+// Nothing late (L3): a write the device has not answered is never left in
+// the kernel. A write that fails on the transport (a timeout on a cut link)
+// and every unanswered write at the fence (AbortWrites) reset the
+// connection with SO_LINGER 0, which discards the socket's send queue; a
+// graceful close would leave TCP retransmitting the write until the link
+// heals, minutes after the fence. A write whose permit lapsed while it
+// waited is not sent at all.
 package modbus
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	mb "github.com/simonvetter/modbus"
 
@@ -108,9 +119,15 @@ func ParseURL(name, raw string) (Config, error) {
 type Driver struct {
 	cfg Config
 
-	mu       sync.Mutex
+	mu       sync.Mutex // one request at a time
 	client   *mb.ModbusClient
 	declared int64 // the epoch declared on this connection; 0 = none
+
+	// cmu guards the socket and whether a write is on it apart from mu, so
+	// AbortWrites never waits behind the write it aborts.
+	cmu     sync.Mutex
+	conn    *net.TCPConn
+	writing bool
 }
 
 // New returns a driver for cfg; it dials nothing until Connect.
@@ -147,6 +164,11 @@ func (d *Driver) Connect(context.Context) error {
 	if err := c.Open(); err != nil {
 		return fmt.Errorf("modbus %s: dial: %w", d.cfg.Address, err)
 	}
+	conn, err := socketOf(c)
+	if err != nil {
+		_ = c.Close()
+		return fmt.Errorf("modbus %s: %w", d.cfg.Address, err)
+	}
 	probe, n := d.cfg.ProbeRegister, uint16(1)
 	if d.cfg.EpochRegister != nil {
 		probe, n = *d.cfg.EpochRegister, 4
@@ -156,10 +178,74 @@ func (d *Driver) Connect(context.Context) error {
 		return fmt.Errorf("modbus %s: device did not answer: %w", d.cfg.Address, err)
 	}
 	d.client, d.declared = c, 0
+	d.cmu.Lock()
+	d.conn = conn
+	d.cmu.Unlock()
 	return nil
 }
 
-// Close closes the connection.
+// socketOf is the TCP socket under c. simonvetter/modbus v1.6.4 dials
+// inside Open, offers no dialer hook, does not expose the connection, and
+// closes gracefully; to abort a write (SO_LINGER 0) the driver reads the
+// socket out of the client. TestASocketIsReachableToAbort holds the
+// layout, and Connect fails rather than run a connection it cannot abort.
+func socketOf(c *mb.ModbusClient) (*net.TCPConn, error) {
+	errLayout := errors.New("cannot reach the client's TCP socket to abort it (simonvetter/modbus layout changed)")
+	tr := reflect.ValueOf(c).Elem().FieldByName("transport")
+	if !tr.IsValid() || tr.Kind() != reflect.Interface || tr.IsNil() || tr.Elem().Kind() != reflect.Pointer {
+		return nil, errLayout
+	}
+	sock := tr.Elem().Elem().FieldByName("socket")
+	if !sock.IsValid() || sock.Kind() != reflect.Interface {
+		return nil, errLayout
+	}
+	sock = reflect.NewAt(sock.Type(), unsafe.Pointer(sock.UnsafeAddr())).Elem()
+	conn, ok := sock.Interface().(*net.TCPConn)
+	if !ok {
+		return nil, errLayout
+	}
+	return conn, nil
+}
+
+// abort resets conn: SO_LINGER 0 makes close send an RST and discard the
+// send queue, so nothing queued is retransmitted later.
+func abort(conn *net.TCPConn) {
+	_ = conn.SetLinger(0)
+	_ = conn.Close()
+}
+
+// AbortWrites resets the connection when a write is on it that the device
+// has not answered; the write returns an error at once. The fence calls it
+// (driver.AbortWritesOnFence). A connection with no write on it is left
+// alone: reads go on after the fence.
+func (d *Driver) AbortWrites() {
+	d.cmu.Lock()
+	defer d.cmu.Unlock()
+	if d.writing && d.conn != nil {
+		abort(d.conn)
+		d.conn = nil
+	}
+}
+
+// abortLocked resets the connection and forgets it. Callers hold mu.
+func (d *Driver) abortLocked() {
+	d.cmu.Lock()
+	if d.conn != nil {
+		abort(d.conn)
+		d.conn = nil
+	}
+	d.cmu.Unlock()
+	d.client, d.declared = nil, 0
+}
+
+func (d *Driver) setWriting(w bool) {
+	d.cmu.Lock()
+	d.writing = w
+	d.cmu.Unlock()
+}
+
+// Close closes the connection. Every write has been answered or aborted by
+// then, so a graceful close leaves no write behind.
 func (d *Driver) Close() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -168,6 +254,9 @@ func (d *Driver) Close() error {
 	}
 	err := d.client.Close()
 	d.client, d.declared = nil, 0
+	d.cmu.Lock()
+	d.conn = nil
+	d.cmu.Unlock()
 	return err
 }
 
@@ -190,16 +279,33 @@ func (d *Driver) WriteRegisters(_ context.Context, p *lease.Permit, addr uint16,
 	if d.client == nil {
 		return driver.ErrNotConnected
 	}
+	d.setWriting(true)
+	defer d.setWriting(false)
 	if d.cfg.EpochRegister != nil && d.declared != p.Epoch() {
-		if err := d.client.WriteRegisters(*d.cfg.EpochRegister, EncodeEpoch(p.Epoch())); err != nil {
-			return d.refusal("declare epoch", p.Epoch(), err)
+		if err := d.send(p, "declare epoch", *d.cfg.EpochRegister, EncodeEpoch(p.Epoch())); err != nil {
+			return err
 		}
 		d.declared = p.Epoch()
 	}
-	if err := d.client.WriteRegisters(addr, values); err != nil {
-		return d.refusal("write", p.Epoch(), err)
+	return d.send(p, "write", addr, values)
+}
+
+// send puts one write request on the wire if the permit still holds, and
+// resets the connection when the request fails on the transport: an
+// unanswered write is never left queued behind (L3).
+func (d *Driver) send(p *lease.Permit, op string, addr uint16, values []uint16) error {
+	if !p.Valid() {
+		return fmt.Errorf("modbus %s at epoch %d: %w", op, p.Epoch(), lease.ErrFenced)
 	}
-	return nil
+	err := d.client.WriteRegisters(addr, values)
+	if err == nil {
+		return nil
+	}
+	if isTransport(err) {
+		d.abortLocked()
+		return wrap(op, err)
+	}
+	return d.refusal(op, p.Epoch(), err)
 }
 
 // refusal turns a refused write into ErrStaleEpoch when the device's

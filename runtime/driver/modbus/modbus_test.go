@@ -7,9 +7,16 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/klog/v2/ktesting"
+	testingclock "k8s.io/utils/clock/testing"
+
+	leaseapi "github.com/holdfast-io/holdfast/api/lease"
+	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+
 	"github.com/holdfast-io/holdfast/runtime/driver"
 	"github.com/holdfast-io/holdfast/runtime/driver/modbus"
 	"github.com/holdfast-io/holdfast/runtime/internal/testutil"
+	"github.com/holdfast-io/holdfast/runtime/lease"
 	"github.com/holdfast-io/holdfast/test/devicesim"
 )
 
@@ -113,5 +120,70 @@ func TestModbusParseURLNamesEveryBadParameter(t *testing.T) {
 	cfg, err := modbus.ParseURL("x", "modbus://127.0.0.1:5020")
 	if err != nil || cfg.EpochRegister != nil || cfg.UnitID != 1 || cfg.Timeout != modbus.DefaultTimeout {
 		t.Errorf("defaults = %+v, %v", cfg, err)
+	}
+}
+
+// L3: a write whose permit lapsed while it waited (behind a dial, or a read
+// on a dead link) is not put on the wire: the fence does not wait for a
+// write that has not started, so the driver asks the lease just before
+// sending.
+func TestHoldThenFence_AWriteThatWaitedPastTheFenceIsNotSent(t *testing.T) {
+	sim, err := devicesim.Start(devicesim.Config{Address: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sim.Close()
+	d := connect(t, sim.Addr())
+	clk := testingclock.NewFakeClock(time.Now())
+	k := grantedKeeper(t, clk, 3, 10*time.Second)
+	p, err := k.Acquire(lease.WriteControl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Release()
+	clk.Step(15 * time.Second) // past deadline + hold bound while the write waited
+	err = d.WriteRegisters(context.Background(), p, 100, []uint16{7})
+	if !errors.Is(err, lease.ErrFenced) || driver.IsTransportError(err) {
+		t.Fatalf("a write whose permit lapsed = %v, want ErrFenced and not a transport error", err)
+	}
+	if log := sim.Writes(); len(log) != 0 {
+		t.Fatalf("the device logged %+v, want nothing", log)
+	}
+}
+
+// grantedKeeper is a Failover keeper at epoch, granted a lease of duration
+// now through the wire protocol's two steps (an anchor, then a grant that
+// echoes it with an acknowledged age).
+func grantedKeeper(t *testing.T, clk *testingclock.FakeClock, epoch int64, duration time.Duration) *lease.Keeper {
+	t.Helper()
+	k, err := lease.NewKeeper(lease.Config{Unit: "plant/kiln-1", Epoch: epoch, Mode: holdfastv1.Failover,
+		LeaseDuration: duration, Clock: clk}, ktesting.NewLogger(t, ktesting.NewConfig()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &leaseapi.Grant{Unit: "plant/kiln-1", Epoch: epoch, DurationMillis: duration.Milliseconds(), Grantor: "g", Seq: 1}
+	_, reply := k.Grant(g, clk.Now())
+	zero := int64(0)
+	g2 := *g
+	g2.Seq, g2.AckAgeMillis, g2.Anchor = 2, &zero, reply.Anchor
+	if out, _ := k.Grant(&g2, clk.Now()); out != lease.Extended {
+		t.Fatalf("grant: %v, want Extended", out)
+	}
+	return k
+}
+
+func writeErr(k *lease.Keeper, d driver.Driver, addr, v uint16) error {
+	p, err := k.Acquire(lease.WriteControl)
+	if err != nil {
+		return err
+	}
+	defer p.Release()
+	return d.WriteRegisters(context.Background(), p, addr, []uint16{v})
+}
+
+func write(t *testing.T, k *lease.Keeper, d driver.Driver, addr, v uint16) {
+	t.Helper()
+	if err := writeErr(k, d, addr, v); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -1,0 +1,43 @@
+package hoststate
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+)
+
+// LockFile under Dir is flocked by Lock.
+const LockFile = ".lock"
+
+// Lock takes the host's member lock and returns its release. The tombstone
+// check (read the member, ask etcd, write the tombstone) and finish-demote /
+// rollback (move the data aside, retire the tombstone, clear the member)
+// each hold it from start to end, so a check that read the member before a
+// finish-demote can never write its tombstone after it (a live tombstone
+// on a host finished to an agent refuses every later promote). It is an
+// flock on Dir/.lock, so it also holds across two holdfast-node processes
+// on one host (a DaemonSet rollout with surge).
+func (s State) Lock() (func(), error) {
+	if err := os.MkdirAll(s.Dir, 0o755); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(filepath.Join(s.Dir, LockFile), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+	if errors.Is(err, unix.EWOULDBLOCK) {
+		if s.OnLockWait != nil {
+			s.OnLockWait()
+		}
+		err = unix.Flock(int(f.Fd()), unix.LOCK_EX)
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("locking %s: %w", f.Name(), err)
+	}
+	return func() { _ = f.Close() }, nil // closing the descriptor releases the flock
+}
