@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
+
 	"github.com/holdfast-io/holdfast/api/lease"
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/controller/leadership"
@@ -206,6 +208,166 @@ func poll(ctx context.Context, timeout time.Duration, f func() bool) error {
 		}
 	}
 	return nil
+}
+
+// TestEveryStandbyFailingSuspendsFailover: the primary's link is cut and
+// both standbys run their runtimes but the grantor cannot reach them (their
+// lease port dropped inbound). Each is tried once and misses its start-up
+// grace (StartupFailed, never a fence); with every free standby tried the
+// controller suspends (L5): FailoverSuspended True (AllTargetsTried), a
+// BudgetExhausted Event, holdfast_unit_budget_exhausted 1, and no epoch 4.
+// No writer touches the device after epoch 1's fence, not even when the
+// primary's link comes back. Suspension never stops recovery: once the
+// standbys are reachable the current runtime's first acknowledged renewal
+// clears it.
+func TestEveryStandbyFailingSuspendsFailover(t *testing.T) {
+	d := newDrill(t, "suspension", 10)
+	b1 := d.held(1)
+	standbys := world.NodeNames[1:]
+	for _, n := range standbys {
+		if err := world.Nodes[n].Drop(cluster.Inbound, 9443); err != nil {
+			t.Fatal(err)
+		}
+	}
+	healStandbys := func() {
+		for _, n := range standbys {
+			if err := world.Nodes[n].Heal(); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	t.Cleanup(healStandbys)
+	primary := world.Nodes[b1.Node]
+	cutAt := time.Now()
+	if err := primary.Cut(); err != nil {
+		t.Fatal(err)
+	}
+	mended := false
+	t.Cleanup(func() {
+		if !mended {
+			_ = primary.Mend()
+		}
+	})
+
+	last := int64(len(standbys) + 1)
+	u, err := d.u.WaitCondition(d.ctx, holdfastv1.ConditionFailoverSuspended, 5*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := meta.FindStatusCondition(u.Status.Conditions, holdfastv1.ConditionFailoverSuspended)
+	if c.Reason != holdfastv1.ReasonAllTargetsTried {
+		t.Fatalf("FailoverSuspended: %+v", c)
+	}
+	bd := u.Status.RuntimeBinding
+	if bd.Epoch != last {
+		t.Fatalf("suspended at epoch %d, want %d (each of %v tried once): %+v", bd.Epoch, last, standbys, bd)
+	}
+	for _, n := range standbys {
+		if !contains(bd.UnsettledRebinds, n) {
+			t.Fatalf("unsettledRebinds %v lacks the tried standby %s", bd.UnsettledRebinds, n)
+		}
+	}
+	d.events(evLeaseEstablished, evLeaseExpired, evHold, evRebound, evLeaseExpired, evRebound, evLeaseExpired, "BudgetExhausted")
+	d.metric("holdfast_unit_budget_exhausted", map[string]string{"namespace": d.u.Key.Namespace, "unit": d.u.Key.Name}, 1)
+	d.metric("holdfast_unit_budget_exhaustions_total", map[string]string{"namespace": d.u.Key.Namespace, "unit": d.u.Key.Name}, 1)
+	d.metric("holdfast_unit_lease_expiries_total", map[string]string{"namespace": d.u.Key.Namespace, "unit": d.u.Key.Name, "verdict": "StartupFailed"}, float64(len(standbys)))
+
+	// Suspended, nothing more is re-bound; the fenced epoch 1 runtime
+	// comes back to its device and must not write.
+	mended = true
+	if err := primary.Mend(); err != nil {
+		t.Fatal(err)
+	}
+	d.oldRuntimeFenced(b1.Node, 1)
+	d.watchAfterMend()
+	if u, err = d.u.Get(d.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if u.Status.RuntimeBinding.Epoch != last {
+		t.Fatalf("re-bound while suspended: %+v", u.Status.RuntimeBinding)
+	}
+	fence := b1ExpiryFence(t, d, last)
+	log, err := d.u.Writes(d.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := scenario.CheckNoTwoWriters(log); err != nil {
+		t.Fatal(err)
+	}
+	// A request epoch 1 sent before the cut, while it held its lease, may
+	// be delivered by TCP when the link comes back; with no higher epoch
+	// ever written the device's owner-epoch block accepts it. That is a
+	// late delivery, not a writer: allowed only on a connection the device
+	// saw before the cut, one request per connection. A stale runtime that
+	// dialled again, or went on writing, fails the drill.
+	firstSeen := map[string]time.Time{}
+	lateOn := map[string]map[time.Time]bool{}
+	for _, w := range log {
+		if _, ok := firstSeen[w.Peer]; !ok {
+			firstSeen[w.Peer] = w.Time
+		}
+		if !w.Accepted {
+			continue
+		}
+		if w.Epoch != 1 {
+			t.Fatalf("the device took a write of epoch %d while the unit was suspended: register %d at %s", w.Epoch, w.Register, w.Time.Format(time.RFC3339Nano))
+		}
+		if !w.Time.After(fence) {
+			continue
+		}
+		if !firstSeen[w.Peer].Before(cutAt) {
+			t.Fatalf("epoch 1 wrote register %d at %s after its fence (%s) on a connection first seen at %s, after the cut: the fenced runtime dialled again",
+				w.Register, w.Time.Format(time.RFC3339Nano), fence.Format(time.RFC3339Nano), firstSeen[w.Peer].Format(time.RFC3339Nano))
+		}
+		if lateOn[w.Peer] == nil {
+			lateOn[w.Peer] = map[time.Time]bool{}
+		}
+		lateOn[w.Peer][w.Time] = true
+		if len(lateOn[w.Peer]) > 1 {
+			t.Fatalf("epoch 1 wrote again at %s from %s after its fence (%s): more than one late request on a connection, the fenced runtime went on writing",
+				w.Time.Format(time.RFC3339Nano), w.Peer, fence.Format(time.RFC3339Nano))
+		}
+		t.Logf("late delivery accepted by the device (no higher epoch had written): epoch 1 register %d value %d at %s from %s, sent before the cut",
+			w.Register, w.Value, w.Time.Format(time.RFC3339Nano), w.Peer)
+	}
+
+	// Recovery: the standbys become reachable; the current pod's first
+	// acknowledged renewal lifts the suspension.
+	healStandbys()
+	d.held(last)
+	if u, err = d.u.Get(d.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if c := meta.FindStatusCondition(u.Status.Conditions, holdfastv1.ConditionFailoverSuspended); c == nil || c.Status != "False" {
+		t.Fatalf("FailoverSuspended after the runtime took its lease: %+v", c)
+	}
+	d.metric("holdfast_unit_lease_established_total", map[string]string{"namespace": d.u.Key.Namespace, "unit": d.u.Key.Name}, 2)
+	d.oneWriter(1, last)
+}
+
+// b1ExpiryFence is when epoch 1's runtime had certainly fenced: its
+// lease's expiry as the grantor recorded it plus the hold bound (L1, L3).
+func b1ExpiryFence(t *testing.T, d *drill, epoch int64) time.Time {
+	t.Helper()
+	var lost time.Time
+	evs, err := d.u.Events(d.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range evs {
+		if e.Reason == evLeaseExpired && strings.Contains(e.Note, "epoch 1 ") {
+			lost = scenario.EventTime(e)
+			break
+		}
+	}
+	if lost.IsZero() {
+		t.Fatalf("no LeaseExpired Event for epoch 1")
+	}
+	u, err := d.u.Get(d.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lost.Add(u.Spec.Availability.HoldBound())
 }
 
 func contains(s []string, v string) bool {
