@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -319,6 +320,11 @@ type QuorumWatch struct {
 	mu      sync.Mutex
 	samples int
 	bad     []string
+	// last is the membership of the last member list read, used when the
+	// client's pinned endpoint is a paused member: its TCP connection stays
+	// up, so the balancer does not move off it and MemberList times out
+	// although the other voters have quorum.
+	last []*etcdserverpb.Member
 }
 
 // StartQuorumWatch starts sampling.
@@ -355,17 +361,24 @@ func (q *QuorumWatch) sample() string {
 	// what shows quorum.
 	ml, err := q.cli.MemberList(ctx, clientv3.WithSerializable())
 	cancel()
-	if err != nil {
+	members := q.last
+	switch {
+	case err == nil:
+		members, q.last = ml.Members, ml.Members
+	case members == nil:
 		return "member list: " + err.Error()
 	}
 	voters := map[uint64]string{}
-	for _, m := range ml.Members {
+	for _, m := range members {
 		if !m.IsLearner {
 			voters[m.ID] = m.Name
 		}
 	}
 	var whys []string
-	for _, m := range ml.Members {
+	if err != nil {
+		whys = append(whys, "member list (the last one read is used): "+err.Error())
+	}
+	for _, m := range members {
 		if m.IsLearner || len(m.ClientURLs) == 0 {
 			continue
 		}
