@@ -396,7 +396,7 @@ func (c *Cluster) LabelNode(ctx context.Context, name string, labels map[string]
 
 func (c *Cluster) waitNodeReady(ctx context.Context, n *Node, timeout time.Duration) error {
 	var last string
-	err := poll(ctx, timeout, func() (bool, error) {
+	err := Poll(ctx, timeout, func() (bool, error) {
 		if n.kubelet.Exited() {
 			return false, fmt.Errorf("the kubelet of %s exited: %s", n.Name, n.kubelet.tail(15))
 		}
@@ -480,8 +480,9 @@ func (c *Cluster) cleanup() error {
 	return errors.Join(errs...)
 }
 
-// poll calls f until it returns true or an error, or timeout passes.
-func poll(ctx context.Context, timeout time.Duration, f func() (bool, error)) error {
+// Poll calls f until it returns true or an error, or timeout passes (every
+// 200ms). test/e2e/scenario uses it too.
+func Poll(ctx context.Context, timeout time.Duration, f func() (bool, error)) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	for {

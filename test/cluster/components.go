@@ -43,7 +43,7 @@ func (c *Cluster) EnsureNamespace(ctx context.Context, name string) error {
 // waitHTTP waits until url (inside the hub) answers 200.
 func (c *Cluster) waitHTTP(ctx context.Context, p *Process, url string, timeout time.Duration) error {
 	hc := c.HTTPClient()
-	return poll(ctx, timeout, func() (bool, error) {
+	return Poll(ctx, timeout, func() (bool, error) {
 		if p.Exited() {
 			return false, fmt.Errorf("%s exited: %s", p.p.Name, p.Tail(15))
 		}
@@ -60,7 +60,7 @@ func (c *Cluster) waitHTTP(ctx context.Context, p *Process, url string, timeout 
 func (c *Cluster) waitHTTPS(ctx context.Context, p *Process, url string, timeout time.Duration) error {
 	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: c.Dial,
 		TLSClientConfig: insecureTLS(), DisableKeepAlives: true}}
-	return poll(ctx, timeout, func() (bool, error) {
+	return Poll(ctx, timeout, func() (bool, error) {
 		if p.Exited() {
 			return false, fmt.Errorf("%s exited: %s", p.p.Name, p.Tail(15))
 		}

@@ -159,7 +159,7 @@ func (c *Cluster) startControlPlane(ctx context.Context, members int) error {
 }
 
 func (c *Cluster) waitAPIServerReady(ctx context.Context, rc *rest.RESTClient, api *Process) error {
-	if err := poll(ctx, 2*time.Minute, func() (bool, error) {
+	if err := Poll(ctx, 2*time.Minute, func() (bool, error) {
 		if api.Exited() {
 			return false, fmt.Errorf("kube-apiserver exited: %s", api.Tail(15))
 		}

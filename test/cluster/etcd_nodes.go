@@ -148,7 +148,7 @@ func (c *Cluster) startEtcdHosts(ctx context.Context, specs []NodeSpec) error {
 		return err
 	}
 	defer cli.Close()
-	return poll(ctx, 2*time.Minute, func() (bool, error) {
+	return Poll(ctx, 2*time.Minute, func() (bool, error) {
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
 		_, err := cli.Get(rctx, "health")

@@ -79,7 +79,7 @@ func (c *Cluster) StartPlant(ctx context.Context, name string, index int) (*Plan
 		return nil, err
 	}
 	hc := c.HTTPClient()
-	return p, poll(ctx, 30*time.Second, func() (bool, error) {
+	return p, Poll(ctx, 30*time.Second, func() (bool, error) {
 		if p.Exited() {
 			return false, fmt.Errorf("device-simulator exited: %s", p.Tail(10))
 		}
@@ -150,7 +150,7 @@ func (c *Cluster) StartWebhook(ctx context.Context) (*Process, error) {
 	}
 	// Register only once it answers: failurePolicy is Fail.
 	hc := c.HTTPClient()
-	if err := poll(ctx, 60*time.Second, func() (bool, error) {
+	if err := Poll(ctx, 60*time.Second, func() (bool, error) {
 		if p.Exited() {
 			return false, fmt.Errorf("holdfast-webhook exited: %s", p.Tail(10))
 		}

@@ -168,7 +168,7 @@ func (n *Node) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := poll(ctx, 10*time.Second, func() (bool, error) {
+	if err := Poll(ctx, 10*time.Second, func() (bool, error) {
 		if holder.Exited() {
 			return false, fmt.Errorf("the namespace holder of %s exited: %s", n.Name, holder.tail(5))
 		}
@@ -204,7 +204,7 @@ func (n *Node) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := poll(ctx, 60*time.Second, func() (bool, error) {
+	if err := Poll(ctx, 60*time.Second, func() (bool, error) {
 		if n.containerd.Exited() {
 			return false, fmt.Errorf("containerd on %s exited: %s", n.Name, n.containerd.tail(10))
 		}

@@ -196,18 +196,9 @@ func TestAPIServerRestartDuringARebindEndsWithOneHolder(t *testing.T) {
 	d.oneHolder(bn.Epoch, bn.Node)
 }
 
-// poll calls f every half second until it is true or timeout passes.
+// poll is cluster.Poll for a condition that cannot fail.
 func poll(ctx context.Context, timeout time.Duration, f func() bool) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	for !f() {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
-	return nil
+	return cluster.Poll(ctx, timeout, func() (bool, error) { return f(), nil })
 }
 
 // TestEveryStandbyFailingSuspendsFailover: the primary's link is cut and

@@ -118,7 +118,7 @@ func (w *World) startNodePlugins(ctx context.Context) error {
 	}
 	for _, p := range w.NodePlugins {
 		var pod corev1.Pod
-		err := poll(ctx, 2*time.Minute, func() (bool, error) {
+		err := cluster.Poll(ctx, 2*time.Minute, func() (bool, error) {
 			if err := w.Client.Get(ctx, client.ObjectKey{Namespace: cluster.HoldfastNamespace, Name: p.Pod}, &pod); err != nil {
 				return false, nil
 			}

@@ -149,26 +149,6 @@ func (w *World) Down() error {
 	return err
 }
 
-// poll calls f until it is true, returns an error, or timeout passes.
-func poll(ctx context.Context, timeout time.Duration, f func() (bool, error)) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	for {
-		ok, err := f()
-		if err != nil {
-			return err
-		}
-		if ok {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
-}
-
 // RestartController starts the i-th holdfast-controller again (after a
 // drill killed it), with the same identity and ports.
 func (w *World) RestartController(ctx context.Context, i int) error {

@@ -132,7 +132,7 @@ func (u *Unit) Get(ctx context.Context) (*holdfastv1.Unit, error) {
 // WaitHeld waits until the binding at epoch holds its lease and returns it.
 func (u *Unit) WaitHeld(ctx context.Context, epoch int64, timeout time.Duration) (*holdfastv1.RuntimeBinding, error) {
 	var last *holdfastv1.RuntimeBinding
-	err := poll(ctx, timeout, func() (bool, error) {
+	err := cluster.Poll(ctx, timeout, func() (bool, error) {
 		got, err := u.Get(ctx)
 		if err != nil {
 			return false, nil
@@ -150,7 +150,7 @@ func (u *Unit) WaitHeld(ctx context.Context, epoch int64, timeout time.Duration)
 // necessarily placed or held) and returns it.
 func (u *Unit) WaitEpoch(ctx context.Context, epoch int64, timeout time.Duration) (*holdfastv1.RuntimeBinding, error) {
 	var last *holdfastv1.RuntimeBinding
-	err := poll(ctx, timeout, func() (bool, error) {
+	err := cluster.Poll(ctx, timeout, func() (bool, error) {
 		got, err := u.Get(ctx)
 		if err != nil {
 			return false, nil
@@ -168,7 +168,7 @@ func (u *Unit) WaitEpoch(ctx context.Context, epoch int64, timeout time.Duration
 // returns the Unit.
 func (u *Unit) WaitCondition(ctx context.Context, condType string, timeout time.Duration) (*holdfastv1.Unit, error) {
 	var last *holdfastv1.Unit
-	err := poll(ctx, timeout, func() (bool, error) {
+	err := cluster.Poll(ctx, timeout, func() (bool, error) {
 		got, err := u.Get(ctx)
 		if err != nil {
 			return false, nil
@@ -194,7 +194,7 @@ func (u *Unit) Writes(ctx context.Context) ([]devicesim.Write, error) {
 // WaitWrites waits until epoch has had n writes accepted.
 func (u *Unit) WaitWrites(ctx context.Context, epoch int64, n int, timeout time.Duration) error {
 	var last []int64
-	err := poll(ctx, timeout, func() (bool, error) {
+	err := cluster.Poll(ctx, timeout, func() (bool, error) {
 		log, err := u.Writes(ctx)
 		if err != nil {
 			return false, nil
@@ -342,7 +342,7 @@ func (u *Unit) Delete(ctx context.Context) error {
 		return err
 	}
 	sel := client.MatchingLabels{holdfastv1.LabelUnit: u.Key.Name}
-	err := poll(ctx, 2*time.Minute, func() (bool, error) {
+	err := cluster.Poll(ctx, 2*time.Minute, func() (bool, error) {
 		var pods corev1.PodList
 		if err := u.w.Client.List(ctx, &pods, client.InNamespace(u.Key.Namespace), sel); err != nil {
 			return false, nil

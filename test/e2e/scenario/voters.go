@@ -118,7 +118,7 @@ func (w *World) Voters() *cluster.Controller {
 func (w *World) KillVoters(ctx context.Context) error {
 	old := w.Voters()
 	old.Kill()
-	return poll(ctx, 2*time.Minute, func() (bool, error) {
+	return cluster.Poll(ctx, 2*time.Minute, func() (bool, error) {
 		v := w.Voters()
 		return v != old && !v.Exited(), nil
 	})
@@ -153,7 +153,7 @@ func (w *World) startVotersController(ctx context.Context) error {
 func (w *World) WaitVotersHealthy(ctx context.Context, within time.Duration, voters ...string) error {
 	want := slices.Sorted(slices.Values(voters))
 	var last string
-	err := poll(ctx, within, func() (bool, error) {
+	err := cluster.Poll(ctx, within, func() (bool, error) {
 		p := &holdfastv1.VoterPolicy{}
 		if err := w.Client.Get(ctx, client.ObjectKey{Name: holdfastv1.VoterPolicyName}, p); err != nil {
 			last = err.Error()
