@@ -17,7 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/utils/clock"
+	clocktesting "k8s.io/utils/clock/testing"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -48,7 +48,15 @@ type plugin struct {
 	// stop ends this node's holdfast-node (its manager), as a reboot
 	// does before the plugin's pod runs again; idempotent.
 	stop func()
+	// tombstoneClock paces the tombstone watcher (nil without one): each
+	// step of tombstoneEvery is one check, so no test waits on its ticker.
+	tombstoneClock *clocktesting.FakeClock
 }
+
+const tombstoneEvery = 5 * time.Second
+
+// tombstoneCheck lets the watcher run one more check.
+func (p *plugin) tombstoneCheck() { p.tombstoneClock.Step(tombstoneEvery) }
 
 func startPlugin(t *testing.T, node string, units func(state hoststate.State, cond func(string) []string) []dbusdouble.Unit, etcd tombstone.Etcd) *plugin {
 	t.Helper()
@@ -92,8 +100,10 @@ func startPlugin(t *testing.T, node string, units func(state hoststate.State, co
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
+	var clk *clocktesting.FakeClock
 	if etcd != nil {
-		if err := mgr.Add(&tombstone.Watcher{Etcd: etcd, State: state, Clock: clock.RealClock{}, Every: 200 * time.Millisecond}); err != nil {
+		clk = clocktesting.NewFakeClock(time.Now())
+		if err := mgr.Add(&tombstone.Watcher{Etcd: etcd, State: state, Clock: clk, Every: tombstoneEvery}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -108,7 +118,7 @@ func startPlugin(t *testing.T, node string, units func(state hoststate.State, co
 	var once sync.Once
 	stop := func() { once.Do(func() { cancel(); <-done }) }
 	t.Cleanup(stop)
-	return &plugin{node: node, mgr: m, sd: sd, state: state, stop: stop}
+	return &plugin{node: node, mgr: m, sd: sd, state: state, stop: stop, tombstoneClock: clk}
 }
 
 // ctrlConfig lets several test managers register a controller of the same
@@ -372,6 +382,7 @@ func TestPromoteStepDownFinishDemoteWithRealEtcd(t *testing.T) {
 		}
 	}
 	eventually(t, "local member recorded", func() (bool, error) {
+		p.tombstoneCheck()
 		m, err := p.state.Member()
 		return m != nil && m.ID == tombstone.FormatID(added.Member.ID), err
 	})
@@ -399,6 +410,7 @@ func TestPromoteStepDownFinishDemoteWithRealEtcd(t *testing.T) {
 	})
 	var ts *holdfastv1.Tombstone
 	eventually(t, "tombstone written", func() (bool, error) {
+		p.tombstoneCheck()
 		var err error
 		ts, err = p.state.Tombstone()
 		return ts != nil, err

@@ -96,6 +96,14 @@ type observation struct {
 	status    lease.Status
 	answered  bool
 	firstSeen time.Time
+	// polled is when the runtime was last asked, answered or not: it
+	// still answers when its last answer is from its last poll.
+	polled time.Time
+}
+
+// answersNow says whether the runtime answered its last poll.
+func (o observation) answersNow() bool {
+	return o.answered && !o.at.Before(o.polled)
 }
 
 // Agent is the fence agent.
@@ -317,6 +325,7 @@ func (a *Agent) Observe(ctx context.Context) error {
 			o = &observation{firstSeen: now}
 			a.seen[r.sb.Id] = o
 		}
+		o.polled = now
 		if err == nil && st.Epoch == r.epoch {
 			o.at, o.status, o.answered = now, *st, true
 		}
@@ -439,12 +448,11 @@ func wedged(now, outage time.Time, o observation, u *holdfastv1.Unit) string {
 	if !o.answered || hold <= 0 {
 		hold = u.Spec.Availability.HoldBound()
 	}
-	answeredNow := o.answered && o.at.Equal(now)
 	switch {
 	case o.answered && o.status.RemainingMillis != nil:
 		deadline := o.at.Add(time.Duration(*o.status.RemainingMillis) * time.Millisecond)
 		if now.After(deadline.Add(hold)) {
-			if answeredNow {
+			if o.answersNow() {
 				return fmt.Sprintf("lease past its deadline by %s, more than the hold bound %s, and not fenced (state %s)",
 					now.Sub(deadline).Round(time.Millisecond), hold, o.status.State)
 			}

@@ -185,3 +185,53 @@ func TestWedgedRuntimeStoppedOncePerApiserverOutage(t *testing.T) {
 	tick(true)
 	want("a restart granted anew that wedged", 3)
 }
+
+// The watchdog's message says whether a wedged runtime still answers (its
+// lease is past deadline + hold bound and it says it is not fenced) or has
+// stopped answering. A pass takes time: the clock moves between the poll
+// and the judgement, as it does on a real clock.
+func TestWedgedMessageSaysWhetherTheRuntimeStillAnswers(t *testing.T) {
+	ctx := context.Background()
+	u := &holdfastv1.Unit{Spec: holdfastv1.UnitSpec{Availability: holdfastv1.Availability{Mode: holdfastv1.Failover, LeaseDurationSeconds: 10}},
+		Status: holdfastv1.UnitStatus{RuntimeBinding: &holdfastv1.RuntimeBinding{Epoch: 1}}}
+	remaining := func(ms int64) *lease.Status {
+		return &lease.Status{Epoch: 1, Mode: holdfastv1.Failover, State: lease.Holding, RemainingMillis: &ms, HoldBoundMillis: 5000}
+	}
+	for _, tc := range []struct {
+		name string
+		// answers before and at the last poll (nil: no answer).
+		before, last *lease.Status
+		want         string
+	}{
+		{name: "still answering", before: remaining(1000), last: remaining(-6000),
+			want: "lease past its deadline by 6.05s, more than the hold bound 5s, and not fenced (state Holding)"},
+		{name: "stopped answering", before: remaining(1000), last: nil,
+			want: "runtime stopped answering; its lease deadline passed 9.05s ago, more than the hold bound 5s"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cri := critesting.NewFakeRuntimeService()
+			cri.SetFakeSandboxes([]*critesting.FakePodSandbox{runtimeSandbox("sb1")})
+			cri.SetFakeContainers([]*critesting.FakeContainer{runtimeContainer("sb1", "c1")})
+			clk := clocktesting.NewFakeClock(time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC))
+			answers := &leaseAnswers{st: tc.before}
+			agent := &fence.Agent{CRI: cri, Units: units{"plant/u": u}, Lease: answers, Clock: clk}
+			agent.APIServerUnreachable(true)
+			if err := agent.Observe(ctx); err != nil {
+				t.Fatal(err)
+			}
+			clk.Step(10 * time.Second)
+			answers.st = tc.last
+			if err := agent.Observe(ctx); err != nil {
+				t.Fatal(err)
+			}
+			clk.Step(50 * time.Millisecond)
+			acts, err := agent.FenceWedged(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(acts) != 1 || acts[0].Message != tc.want {
+				t.Fatalf("actions %+v, want one with message %q", acts, tc.want)
+			}
+		})
+	}
+}

@@ -39,7 +39,8 @@ type Etcd interface {
 type Watcher struct {
 	Etcd  Etcd
 	State hoststate.State
-	Clock clock.PassiveClock
+	// Clock stamps the tombstone and paces the checks.
+	Clock clock.WithTicker
 	// Every is the check interval.
 	Every time.Duration
 }
@@ -109,7 +110,7 @@ func (w *Watcher) Start(ctx context.Context) error {
 	if w.Every == 0 {
 		w.Every = 5 * time.Second
 	}
-	t := time.NewTicker(w.Every)
+	t := w.Clock.NewTicker(w.Every)
 	defer t.Stop()
 	for {
 		if _, err := w.Check(ctx); err != nil {
@@ -118,7 +119,7 @@ func (w *Watcher) Start(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-t.C:
+		case <-t.C():
 		}
 	}
 }
