@@ -4,12 +4,10 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"net/http"
 	"os"
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -23,7 +21,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
@@ -116,13 +113,7 @@ func runUnits(ctx context.Context, c *Common) int {
 		HealthAddr: c.HealthAddr, MetricsAddr: c.MetricsAddr, AuditPath: c.AuditPath,
 		WatchNamespace: o.watchNS,
 	})
-	if err != nil {
-		klog.ErrorS(err, "The units role stopped", "ending", ending)
-	}
-	if ending == leadership.Released && err == nil {
-		return 0
-	}
-	return 1
+	return exitCode("units", ending, err)
 }
 
 func restConfig(kubeconfig string) (*rest.Config, error) {
@@ -221,23 +212,13 @@ func RunUnits(ctx context.Context, cfg *rest.Config, uc UnitsConfig) (leadership
 		return leadership.Exited, err
 	}
 
-	serveCtx, stopServing := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopServing()
-	health, err := leadership.ServeHealth(serveCtx, uc.HealthAddr, nil)
+	srv, err := serve(ctx, uc.HealthAddr, uc.MetricsAddr, uc.Started)
 	if err != nil {
 		return leadership.Exited, err
 	}
-	metricsAddr, err := leadership.ServeHealth(serveCtx, uc.MetricsAddr, map[string]http.Handler{
-		"/metrics": promhttp.HandlerFor(metrics.Registry, promhttp.HandlerOpts{}),
-	})
-	if err != nil {
-		return leadership.Exited, fmt.Errorf("--metrics-bind-address: %w", err)
-	}
-	if uc.Started != nil {
-		uc.Started(health, metricsAddr)
-	}
+	defer srv.stop()
 	klog.InfoS("Starting the units role", "identity", uc.Identity, "election", uc.Namespace+"/"+uc.ElectionID,
-		"lease", lease, "renewDeadline", renew, "retryPeriod", retry, "standDown", uc.StandDown, "health", health, "metrics", metricsAddr)
+		"lease", lease, "renewDeadline", renew, "retryPeriod", retry, "standDown", uc.StandDown, "health", srv.health, "metrics", srv.metrics)
 	return leadership.Run(ctx, mgr, g, leadership.RunOptions{
 		StandDown: uc.StandDown, Clock: clk, Gate: gate, Audit: trail, Actor: actor,
 	})

@@ -5,17 +5,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net/http"
 	"os"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/holdfast-io/holdfast/controller/audit"
@@ -146,13 +143,7 @@ func runVoters(ctx context.Context, c *Common) int {
 		return 1
 	}
 	ending, err := RunVoters(ctx, cfg, vc)
-	if err != nil {
-		klog.ErrorS(err, "The voters role stopped", "ending", ending)
-	}
-	if ending == leadership.Released && err == nil {
-		return 0
-	}
-	return 1
+	return exitCode("voters", ending, err)
 }
 
 // noLoops: the voter controller renews nothing on behalf of others, so a
@@ -218,23 +209,13 @@ func RunVoters(ctx context.Context, cfg *rest.Config, vc VotersConfig) (leadersh
 		return leadership.Exited, err
 	}
 
-	serveCtx, stopServing := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopServing()
-	health, err := leadership.ServeHealth(serveCtx, vc.HealthAddr, nil)
+	srv, err := serve(ctx, vc.HealthAddr, vc.MetricsAddr, vc.Started)
 	if err != nil {
 		return leadership.Exited, err
 	}
-	metricsAddr, err := leadership.ServeHealth(serveCtx, vc.MetricsAddr, map[string]http.Handler{
-		"/metrics": promhttp.HandlerFor(metrics.Registry, promhttp.HandlerOpts{}),
-	})
-	if err != nil {
-		return leadership.Exited, fmt.Errorf("--metrics-bind-address: %w", err)
-	}
-	if vc.Started != nil {
-		vc.Started(health, metricsAddr)
-	}
+	defer srv.stop()
 	klog.InfoS("Starting the voters role", "identity", vc.Identity, "election", vc.Namespace+"/"+vc.ElectionID,
 		"lease", lease, "renewDeadline", renew, "retryPeriod", retry, "swapLease", vc.Settings.LeaseDuration,
-		"health", health, "metrics", metricsAddr)
+		"health", srv.health, "metrics", srv.metrics)
 	return leadership.Run(ctx, mgr, noLoops{}, leadership.RunOptions{Clock: clk, Gate: gate, Audit: trail, Actor: actor})
 }
