@@ -236,7 +236,7 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		n := &Node{Name: spec.Name, IP: fmt.Sprintf("198.18.0.%d", 11+i), Netns: "hfe-" + c.ID + "-" + spec.Name,
 			Dir: filepath.Join(dir, spec.Name), c: c, index: i + 1, hubLink: fmt.Sprintf("n%d", i+1),
 			cgroupRoot: "/hfe-" + c.ID + "-" + spec.Name}
-		n.CRIEndpoint = "unix://" + filepath.Join(n.Dir, "containerd.sock")
+		n.CRIEndpoint = n.containerdConfig().Endpoint()
 		c.Nodes[spec.Name] = n
 		c.NodeNames = append(c.NodeNames, spec.Name)
 		if err := c.nodeCredentials(n); err != nil {

@@ -15,6 +15,8 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	remote "k8s.io/cri-client/pkg"
+
+	"github.com/holdfast-io/holdfast/test/crihost"
 )
 
 // Node is one real node: a network namespace with its own address on the
@@ -47,45 +49,6 @@ type Node struct {
 	Host *Host
 }
 
-const containerdConfig = `version = 3
-root = "{{dir}}/containerd/root"
-state = "{{dir}}/containerd/state"
-disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.blockfile", "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing", "io.containerd.nri.v1.nri"]
-
-[grpc]
-  address = "{{dir}}/containerd.sock"
-
-[ttrpc]
-  address = "{{dir}}/containerd.sock.ttrpc"
-
-[debug]
-  level = "warn"
-
-[plugins.'io.containerd.cri.v1.runtime']
-  enable_selinux = false
-  disable_apparmor = true
-  restrict_oom_score_adj = true
-  netns_mounts_under_state_dir = true
-  [plugins.'io.containerd.cri.v1.runtime'.cni]
-    bin_dirs = ["{{cnibin}}"]
-    conf_dir = "{{dir}}/cni/conf"
-  [plugins.'io.containerd.cri.v1.runtime'.containerd]
-    default_runtime_name = "runc"
-    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
-        BinaryName = "{{cri}}/runc"
-        Root = "{{dir}}/containerd/runc"
-
-[plugins.'io.containerd.cri.v1.images']
-  snapshotter = "overlayfs"
-  [plugins.'io.containerd.cri.v1.images'.pinned_images]
-    sandbox = "{{pause}}"
-
-[plugins.'io.containerd.grpc.v1.cri']
-  disable_tcp_service = true
-`
-
 // The bridge network of pods that are not hostNetwork: it exists only inside
 // the node's network namespace. Its presence makes the node Ready.
 const cniConfig = `{
@@ -113,7 +76,7 @@ authentication:
   webhook: {enabled: false}
   x509: {clientCAFile: {{pki}}/ca.crt}
 authorization: {mode: AlwaysAllow}
-containerRuntimeEndpoint: unix://{{dir}}/containerd.sock
+containerRuntimeEndpoint: {{criendpoint}}
 cgroupDriver: cgroupfs
 cgroupRoot: {{cgroupRoot}}
 failCgroupV1: false
@@ -135,8 +98,7 @@ serializeImagePulls: false
 `
 
 func (n *Node) replacer() *strings.Replacer {
-	return strings.NewReplacer("{{dir}}", n.Dir, "{{cri}}", n.c.bins.CRI, "{{cnibin}}", n.c.bins.CNI,
-		"{{pause}}", PauseImage, "{{ip}}", n.IP, "{{name}}", n.Name, "{{pki}}", n.c.pki.dir,
+	return strings.NewReplacer("{{dir}}", n.Dir, "{{criendpoint}}", n.CRIEndpoint, "{{ip}}", n.IP, "{{name}}", n.Name, "{{pki}}", n.c.pki.dir,
 		"{{cgroupRoot}}", n.cgroupRoot, "{{podcidr}}", fmt.Sprintf("198.19.%d.0/24", n.index))
 }
 
@@ -144,7 +106,7 @@ func (n *Node) replacer() *strings.Replacer {
 // with the images, and the kubelet.
 func (n *Node) start(ctx context.Context) error {
 	for _, d := range []string{"var/lib/kubelet", "var/lib/cni", "var/log/pods", "var/log/containers",
-		"containerd", "cni/conf", "cni/ipam", "logs"} {
+		"cni/conf", "cni/ipam", "logs"} {
 		if err := os.MkdirAll(filepath.Join(n.Dir, d), 0o755); err != nil {
 			return err
 		}
@@ -190,7 +152,6 @@ func (n *Node) start(ctx context.Context) error {
 	}
 	r := n.replacer()
 	for path, content := range map[string]string{
-		filepath.Join(n.Dir, "containerd.toml"):                     containerdConfig,
 		filepath.Join(n.Dir, "cni", "conf", "10-holdfast.conflist"): cniConfig,
 		filepath.Join(n.Dir, "kubelet.yaml"):                        kubeletConfig,
 	} {
@@ -198,20 +159,25 @@ func (n *Node) start(ctx context.Context) error {
 			return err
 		}
 	}
-	n.containerd, err = startProc(n.Name+"-containerd", filepath.Join(n.Dir, "logs", "containerd.log"),
-		[]string{"PATH=" + c.bins.CRI + ":" + os.Getenv("PATH")},
-		n.enter(filepath.Join(c.bins.CRI, "containerd"), "--config", filepath.Join(n.Dir, "containerd.toml"))...)
+	// containerd as test/crihost runs it, inside the node's namespaces.
+	argv, env, err := n.containerdConfig().Prepare()
 	if err != nil {
 		return err
 	}
-	if err := Poll(ctx, 60*time.Second, func() (bool, error) {
-		if n.containerd.Exited() {
-			return false, fmt.Errorf("containerd on %s exited: %s", n.Name, n.containerd.tail(10))
-		}
-		return n.criAnswers(ctx), nil
-	}); err != nil {
+	n.containerd, err = startProc(n.Name+"-containerd", filepath.Join(n.Dir, "logs", "containerd.log"), env, n.enter(argv...)...)
+	if err != nil {
 		return err
 	}
+	rt, err := crihost.WaitCRI(ctx, n.CRIEndpoint, 60*time.Second, func() error {
+		if n.containerd.Exited() {
+			return fmt.Errorf("containerd on %s exited: %s", n.Name, n.containerd.tail(10))
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	_ = rt.Close(ctx)
 	for _, img := range c.images {
 		if err := n.Import(img); err != nil {
 			return err
@@ -249,21 +215,16 @@ func (n *Node) enter(argv ...string) []string {
 	return append([]string{"nsenter", "--target", strconv.Itoa(n.holder.PID()), "--mount", "--net", "--"}, argv...)
 }
 
-func (n *Node) criAnswers(ctx context.Context) bool {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	rt, err := remote.NewRemoteRuntimeService(ctx, n.CRIEndpoint, 2*time.Second, noop.NewTracerProvider(), false)
-	if err != nil {
-		return false
-	}
-	defer rt.Close(ctx)
-	_, err = rt.Version(ctx, "v1")
-	return err == nil
+// containerdConfig is the node's containerd: its files under
+// <node>/containerd, the e2e CNI plugins and the node's networks.
+func (n *Node) containerdConfig() crihost.Config {
+	return crihost.Config{Dir: filepath.Join(n.Dir, "containerd"), Bin: n.c.bins.CRI, CNIBin: n.c.bins.CNI,
+		CNIConf: filepath.Join(n.Dir, "cni", "conf"), Pause: PauseImage}
 }
 
 // Import imports an image tarball into the k8s.io namespace CRI uses.
 func (n *Node) Import(tarball string) error {
-	return run(filepath.Join(n.c.bins.CRI, "ctr"), "--address", filepath.Join(n.Dir, "containerd.sock"),
+	return run(filepath.Join(n.c.bins.CRI, "ctr"), "--address", n.containerdConfig().Socket(),
 		"--namespace", "k8s.io", "images", "import", tarball)
 }
 

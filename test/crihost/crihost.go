@@ -51,6 +51,7 @@ func BinDir() (string, error) {
 	return dir, nil
 }
 
+// configTemplate is containerd's config for one Config.
 const configTemplate = `version = 3
 root = "{{dir}}/root"
 state = "{{dir}}/state"
@@ -71,8 +72,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
   restrict_oom_score_adj = true
   netns_mounts_under_state_dir = true
   [plugins.'io.containerd.cri.v1.runtime'.cni]
-    bin_dirs = ["{{dir}}/cni/bin"]
-    conf_dir = "{{dir}}/cni/conf"
+    bin_dirs = ["{{cnibin}}"]
+    conf_dir = "{{cniconf}}"
   [plugins.'io.containerd.cri.v1.runtime'.containerd]
     default_runtime_name = "runc"
     [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
@@ -84,13 +85,84 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 [plugins.'io.containerd.cri.v1.images']
   snapshotter = "overlayfs"
   [plugins.'io.containerd.cri.v1.images'.pinned_images]
-    sandbox = "` + PauseImage + `"
-  [plugins.'io.containerd.cri.v1.images'.registry]
-    config_path = "{{dir}}/certs.d"
-
+    sandbox = "{{pause}}"
+{{registry}}
 [plugins.'io.containerd.grpc.v1.cri']
   disable_tcp_service = true
 `
+
+// Config is one containerd: where it keeps its files and what it runs.
+// Host and the e2e cluster's nodes (test/cluster) start theirs from it.
+type Config struct {
+	// Dir holds its root, state, runc root, sockets and config.toml.
+	Dir string
+	// Bin holds containerd, containerd-shim-runc-v2 and runc (BinDir).
+	Bin string
+	// CNIBin and CNIConf are the CNI plugins' and networks' directories.
+	CNIBin, CNIConf string
+	// Pause is the pinned sandbox image.
+	Pause string
+	// RegistryHosts, when set, is the registry config_path (certs.d).
+	RegistryHosts string
+}
+
+// Socket is containerd's gRPC socket.
+func (c Config) Socket() string { return filepath.Join(c.Dir, "containerd.sock") }
+
+// Endpoint is the CRI endpoint, unix://<Socket>.
+func (c Config) Endpoint() string { return "unix://" + c.Socket() }
+
+// Prepare makes c's directories and writes its config.toml; it returns
+// containerd's command line and the environment it runs in (its shim and
+// runc on PATH). The caller starts it: directly, or inside a node's
+// namespaces.
+func (c Config) Prepare() (argv, env []string, err error) {
+	for _, d := range []string{c.Dir, filepath.Join(c.Dir, "root"), filepath.Join(c.Dir, "state"), filepath.Join(c.Dir, "runc"), c.CNIBin, c.CNIConf} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, nil, err
+		}
+	}
+	registry := ""
+	if c.RegistryHosts != "" {
+		if err := os.MkdirAll(c.RegistryHosts, 0o755); err != nil {
+			return nil, nil, err
+		}
+		registry = "  [plugins.'io.containerd.cri.v1.images'.registry]\n    config_path = \"" + c.RegistryHosts + "\"\n"
+	}
+	conf := strings.NewReplacer("{{dir}}", c.Dir, "{{bin}}", c.Bin, "{{cnibin}}", c.CNIBin, "{{cniconf}}", c.CNIConf,
+		"{{pause}}", c.Pause, "{{registry}}\n", registry).Replace(configTemplate)
+	path := filepath.Join(c.Dir, "config.toml")
+	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+		return nil, nil, err
+	}
+	return []string{filepath.Join(c.Bin, "containerd"), "--config", path},
+		append(os.Environ(), "PATH="+c.Bin+":"+os.Getenv("PATH")), nil
+}
+
+// WaitCRI waits, up to timeout, until the CRI service at endpoint answers
+// Version, and returns a client of it. exited says why containerd is no
+// longer running (nil while it runs): then it stops waiting.
+func WaitCRI(ctx context.Context, endpoint string, timeout time.Duration, exited func() error) (internalapi.RuntimeService, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for {
+		rt, err := remote.NewRemoteRuntimeService(ctx, endpoint, 5*time.Second, noop.NewTracerProvider(), false)
+		if err == nil {
+			if _, err = rt.Version(ctx, "v1"); err == nil {
+				return rt, nil
+			}
+			_ = rt.Close(ctx)
+		}
+		if xerr := exited(); xerr != nil {
+			return nil, xerr
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("containerd CRI did not answer within %s: %v", timeout, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
 
 // Host is a running containerd.
 type Host struct {
@@ -111,50 +183,46 @@ func Start(dir string) (*Host, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, d := range []string{"root", "state", "runc", "cni/bin", "cni/conf", "certs.d", "logs"} {
-		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
-			return nil, err
-		}
-	}
-	conf := strings.NewReplacer("{{dir}}", dir, "{{bin}}", bin).Replace(configTemplate)
-	if err := os.WriteFile(filepath.Join(dir, "config.toml"), []byte(conf), 0o644); err != nil {
-		return nil, err
-	}
-	log, err := os.Create(filepath.Join(dir, "containerd.log"))
+	cfg := Config{Dir: dir, Bin: bin, CNIBin: filepath.Join(dir, "cni", "bin"), CNIConf: filepath.Join(dir, "cni", "conf"),
+		Pause: PauseImage, RegistryHosts: filepath.Join(dir, "certs.d")}
+	argv, env, err := cfg.Prepare()
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(filepath.Join(bin, "containerd"), "--config", filepath.Join(dir, "config.toml"))
-	cmd.Env = append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"))
+	if err := os.MkdirAll(filepath.Join(dir, "logs"), 0o755); err != nil {
+		return nil, err
+	}
+	logPath := filepath.Join(dir, "containerd.log")
+	log, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	h := &Host{Dir: dir, Endpoint: "unix://" + filepath.Join(dir, "containerd.sock"), BinDir: bin, cmd: cmd, done: make(chan struct{})}
+	h := &Host{Dir: dir, Endpoint: cfg.Endpoint(), BinDir: bin, cmd: cmd, done: make(chan struct{})}
 	go func() { _ = cmd.Wait(); log.Close(); close(h.done) }()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	for {
-		rt, err := remote.NewRemoteRuntimeService(ctx, h.Endpoint, 5*time.Second, noop.NewTracerProvider(), false)
-		if err == nil {
-			if _, err = rt.Version(ctx, "v1"); err == nil {
-				h.rt = rt
-				if err := h.importPause(); err != nil {
-					h.Stop()
-					return nil, err
-				}
-				return h, nil
-			}
-		}
+	rt, err := WaitCRI(context.Background(), h.Endpoint, 60*time.Second, func() error {
 		select {
 		case <-h.done:
-			return nil, fmt.Errorf("containerd exited; see %s", filepath.Join(dir, "containerd.log"))
-		case <-ctx.Done():
-			h.Stop()
-			return nil, fmt.Errorf("containerd CRI did not answer within 60s: %v; see %s", err, filepath.Join(dir, "containerd.log"))
-		case <-time.After(100 * time.Millisecond):
+			return errors.New("containerd exited")
+		default:
+			return nil
 		}
+	})
+	if err != nil {
+		h.Stop()
+		return nil, fmt.Errorf("%w; see %s", err, logPath)
 	}
+	h.rt = rt
+	if err := h.importPause(); err != nil {
+		h.Stop()
+		return nil, err
+	}
+	return h, nil
 }
 
 // RuntimeService connects a CRI runtime client.
