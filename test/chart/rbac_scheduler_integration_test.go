@@ -130,9 +130,16 @@ func schedulerScenario(t *testing.T, bin, kubeconfig string, chartArgs []string)
 		p, _ := cs.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
 		t.Fatalf("the scheduler never recorded rs-primary in the binding of %s: %v; pod conditions %+v", u.Name, err, p.Status.Conditions)
 	}
-	p, err := cs.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
+	// PreBind records the binding before the Binding is posted: wait for
+	// the pod to be bound.
+	var p *corev1.Pod
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		var err error
+		p, err = cs.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
+		return err == nil && p.Spec.NodeName != "", err
+	})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("runtime pod %s never bound: %v", pod.Name, err)
 	}
 	if p.Spec.NodeName != "rs-primary" {
 		t.Fatalf("runtime pod bound to %q, want rs-primary", p.Spec.NodeName)
