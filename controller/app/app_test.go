@@ -50,15 +50,24 @@ func TestHelpDocumentsEveryFlagWithItsDefaultAndItsInequality(t *testing.T) {
 }
 
 func TestBadFlagsAreRefusedWithTheFlagNameAndNothingStarts(t *testing.T) {
-	for _, tc := range []struct {
-		args []string
-		want string
-	}{
+	wantRefused(t, []refusal{
 		{[]string{"--role=nope"}, `--role: "nope": must be one of units`},
 		{[]string{"--role=units", "--apiserver-read-idle-timeout=0s"}, "--apiserver-read-idle-timeout"},
 		{[]string{"--role=units", "--leader-election-lease-duration=3s"}, "--leader-election-lease-duration"},
 		{[]string{"--role=units", "--lease-stand-down=-1s"}, "--lease-stand-down"},
-	} {
+	})
+}
+
+// refusal is a command line and what its refusal must say.
+type refusal struct {
+	args []string
+	want string
+}
+
+// wantRefused runs each command line: exit 2, its output saying want.
+func wantRefused(t *testing.T, cases []refusal) {
+	t.Helper()
+	for _, tc := range cases {
 		var out, errOut bytes.Buffer
 		stderr := captureStderr(t, func() {
 			if code := Main(context.Background(), tc.args, &out, &errOut); code != 2 {

@@ -4,10 +4,17 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/holdfast-io/holdfast/controller/leadership"
 )
@@ -53,4 +60,29 @@ func exitCode(role string, ending leadership.Ending, err error) int {
 		return 0
 	}
 	return 1
+}
+
+// election is a role's leader election: its gated Lease lock and timings.
+type election struct {
+	gate                resourcelock.Interface
+	lease, renew, retry time.Duration
+}
+
+// electedManager is a role's manager: it runs its controllers only while it
+// leads, on the role's own election. On a deliberate stop the leadership is
+// handed over at once; the gate keeps it from being handed over on any
+// other stop. Probes and metrics are served apart from it (serve).
+func electedManager(cfg *rest.Config, scheme *runtime.Scheme, e election, cacheOpts cache.Options) (ctrl.Manager, error) {
+	return ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                              scheme,
+		LeaderElection:                      true,
+		LeaderElectionResourceLockInterface: e.gate,
+		LeaderElectionReleaseOnCancel:       true,
+		LeaseDuration:                       &e.lease,
+		RenewDeadline:                       &e.renew,
+		RetryPeriod:                         &e.retry,
+		HealthProbeBindAddress:              "0",
+		Metrics:                             metricsserver.Options{BindAddress: "0"},
+		Cache:                               cacheOpts,
+	})
 }

@@ -21,7 +21,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/controller/audit"
@@ -179,21 +178,7 @@ func RunUnits(ctx context.Context, cfg *rest.Config, uc UnitsConfig) (leadership
 	}
 	hasUnit, _ := labels.NewRequirement(holdfastv1.LabelUnit, selection.Exists, nil)
 	lease, renew, retry := uc.Timings.ElectionLeaseDuration, uc.Timings.ElectionRenewDeadline, uc.Timings.ElectionRetryPeriod
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                              Scheme(),
-		LeaderElection:                      true,
-		LeaderElectionResourceLockInterface: gate,
-		// On a deliberate stop the leadership is handed over at once;
-		// the gate keeps it from being handed over on any other stop.
-		LeaderElectionReleaseOnCancel: true,
-		LeaseDuration:                 &lease,
-		RenewDeadline:                 &renew,
-		RetryPeriod:                   &retry,
-		// Probes and metrics are served apart from the manager.
-		HealthProbeBindAddress: "0",
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		Cache:                  cacheOptions(uc.WatchNamespace, hasUnit),
-	})
+	mgr, err := electedManager(cfg, Scheme(), election{gate, lease, renew, retry}, cacheOptions(uc.WatchNamespace, hasUnit))
 	if err != nil {
 		return leadership.Exited, err
 	}

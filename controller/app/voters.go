@@ -13,7 +13,6 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/holdfast-io/holdfast/controller/audit"
 	"github.com/holdfast-io/holdfast/controller/leadership"
@@ -181,18 +180,7 @@ func RunVoters(ctx context.Context, cfg *rest.Config, vc VotersConfig) (leadersh
 		return leadership.Exited, err
 	}
 	lease, renew, retry := vc.LeaseDuration, vc.RenewDeadline, vc.RetryPeriod
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                              voters.Scheme(),
-		LeaderElection:                      true,
-		LeaderElectionResourceLockInterface: gate,
-		LeaderElectionReleaseOnCancel:       true,
-		LeaseDuration:                       &lease,
-		RenewDeadline:                       &renew,
-		RetryPeriod:                         &retry,
-		HealthProbeBindAddress:              "0",
-		Metrics:                             metricsserver.Options{BindAddress: "0"},
-		Cache:                               voters.CacheOptions(),
-	})
+	mgr, err := electedManager(cfg, voters.Scheme(), election{gate, lease, renew, retry}, voters.CacheOptions())
 	if err != nil {
 		return leadership.Exited, err
 	}

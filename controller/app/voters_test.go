@@ -8,10 +8,7 @@ import (
 )
 
 func TestVotersRoleRefusesBadFlagsWithTheFlagNameAndNothingStarts(t *testing.T) {
-	for _, tc := range []struct {
-		args []string
-		want string
-	}{
+	wantRefused(t, []refusal{
 		{[]string{"--role=voters", "--voters-leader-election-lease-duration=5s"}, "--voters-leader-election-lease-duration (5s) must be greater than --voters-leader-election-renew-deadline (10s)"},
 		{[]string{"--role=voters", "--voters-leader-election-retry-period=9s"}, "--voters-leader-election-renew-deadline (10s) must be greater than 1.2 x --voters-leader-election-retry-period (9s)"},
 		{[]string{"--role=voters", "--voter-swap-lease-duration=5s"}, "--voter-swap-lease-duration (5s) must be at least 3 x --voter-swap-pass-interval (2s)"},
@@ -19,17 +16,7 @@ func TestVotersRoleRefusesBadFlagsWithTheFlagNameAndNothingStarts(t *testing.T) 
 		{[]string{"--role=voters", "--etcd-peer-port=0"}, "--etcd-peer-port (0) must be between 1 and 65535"},
 		{[]string{"--role=voters", "--snapshot-dir="}, "--snapshot-dir must not be empty"},
 		{[]string{"--role=voters", "--keep-snapshots=0"}, "--keep-snapshots (0) must be at least 1"},
-	} {
-		var out, errOut bytes.Buffer
-		stderr := captureStderr(t, func() {
-			if code := Main(context.Background(), tc.args, &out, &errOut); code != 2 {
-				t.Errorf("%v: exit %d, want 2", tc.args, code)
-			}
-		})
-		if got := errOut.String() + stderr; !strings.Contains(got, tc.want) {
-			t.Errorf("%v: %q does not say %q", tc.args, got, tc.want)
-		}
-	}
+	})
 }
 
 func TestHelpListsTheVotersRole(t *testing.T) {
