@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/chart"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -87,15 +88,7 @@ var components = []component{
 // every granted verb, resource and name used (the chart grants no more).
 func TestRBACGrantsEachComponentOnlyWhatItUses(t *testing.T) {
 	ctx := context.Background()
-	root := repoRoot(t)
-	ch, err := Load(root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ms, _, err := Render(ch, map[string]any{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	root, ch, ms := renderDefaults(t)
 	installedVWC, renderedDefaults = installForComponents(t), ms
 
 	for _, c := range components {
@@ -173,6 +166,21 @@ func TestRBACGrantsEachComponentOnlyWhatItUses(t *testing.T) {
 			t.Logf("%s (%s): %d requests, %d grants all used; bootstrap roles bound: %v", sa, c.name, len(reqs), len(b.Grants), b.Foreign)
 		})
 	}
+}
+
+// renderDefaults loads the repository's chart and renders it with its
+// default values.
+func renderDefaults(t *testing.T) (root string, ch *chart.Chart, ms []Manifest) {
+	t.Helper()
+	root = repoRoot(t)
+	ch, err := Load(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ms, _, err = Render(ch, map[string]any{}); err != nil {
+		t.Fatal(err)
+	}
+	return root, ch, ms
 }
 
 // installForComponents helm-installs the chart (uninstalled at the end of

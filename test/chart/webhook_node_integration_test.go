@@ -29,15 +29,7 @@ import (
 // refused with the field and the reason.
 func TestWebhookLetsTheNodePluginWriteOnlyItsOwnNode(t *testing.T) {
 	ctx := context.Background()
-	root := repoRoot(t)
-	ch, err := Load(root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ms, _, err := Render(ch, map[string]any{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	root, _, ms := renderDefaults(t)
 	vwc := installForComponents(t)
 	bin := buildBinary(t, root, "./cmd/holdfast-webhook")
 	wh := serveChartWebhook(t, vwc, bin, serviceAccountKubeconfig(ctx, t, "holdfast-webhook"), containerArgs(t, ms, "webhook"))
