@@ -137,7 +137,7 @@ func TestL7TwoSchedulersRacingOnTwoPodsOfOneEpochBindExactlyOne(t *testing.T) {
 		rt := &u.Spec.Runtime
 		rt.HealthPort, rt.LeasePort, rt.MetricsPort = int32(20000+3*round), int32(20001+3*round), int32(20002+3*round)
 		// No pod name in the binding: two pods of epoch 1 may both
-		// claim it, and only PreBind's conditioned write decides.
+		// claim it, and only Bind's conditioned write decides.
 		p.unit(u, nil)
 		p.authoriseAnyPod(unit, holdfastv1.RuntimeBinding{Epoch: 1, Origin: holdfastv1.OriginInitial})
 
