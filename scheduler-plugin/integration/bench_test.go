@@ -243,6 +243,10 @@ func benchBatch(b *testing.B, profiles []schedconfig.KubeSchedulerProfile, sched
 	if err != nil {
 		b.Fatal(err)
 	}
+	writesBefore, err := apiserverWrites(ctx, cs)
+	if err != nil {
+		b.Fatal(err)
+	}
 	b.StartTimer()
 	start := time.Now()
 	startNanos.Store(start.UnixNano())
@@ -264,6 +268,17 @@ func benchBatch(b *testing.B, profiles []schedconfig.KubeSchedulerProfile, sched
 		cpu = append(cpu, fmt.Sprintf("%s %.2fs", k, cpuAfter[k]-cpuBefore[k]))
 	}
 	benchLog(b, "%s CPU time while scheduling: %s", schedulerName, strings.Join(cpu, ", "))
+	writesAfter, err := apiserverWrites(ctx, cs)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var writes []string
+	for _, k := range slices.Sorted(maps.Keys(writesAfter)) {
+		if n := writesAfter[k] - writesBefore[k]; n > 0 {
+			writes = append(writes, fmt.Sprintf("%s %.0f", k, n))
+		}
+	}
+	benchLog(b, "%s kube-apiserver writes while scheduling: %s", schedulerName, strings.Join(writes, ", "))
 	boundAtMu.Lock()
 	for _, runtime := range []bool{false, true} {
 		if at := boundAt[runtime]; len(at) > 0 {

@@ -3,11 +3,14 @@
 package integration
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"k8s.io/client-go/kubernetes"
 )
 
 // clockTicks is USER_HZ, the unit of /proc/<pid>/stat's CPU times (100 on
@@ -59,6 +62,48 @@ func cpuTimes() (map[string]float64, error) {
 			name = "test+scheduler"
 		}
 		out[name] += (utime + stime) / clockTicks
+	}
+	return out, nil
+}
+
+// apiserverWrites counts kube-apiserver's write requests so far, by verb and
+// resource ("PATCH pods/status"), from its own apiserver_request_total.
+// Unlike time, the count of writes a batch makes does not move with the
+// machine's load: it says what a profile asks of the apiserver.
+func apiserverWrites(ctx context.Context, cs kubernetes.Interface) (map[string]float64, error) {
+	data, err := cs.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("reading kube-apiserver's metrics: %w", err)
+	}
+	out := map[string]float64{}
+	for line := range strings.Lines(string(data)) {
+		rest, ok := strings.CutPrefix(line, "apiserver_request_total{")
+		if !ok {
+			continue
+		}
+		labelText, valueText, ok := strings.Cut(rest, "} ")
+		if !ok {
+			continue
+		}
+		labels := map[string]string{}
+		for pair := range strings.SplitSeq(labelText, ",") {
+			if k, v, ok := strings.Cut(pair, "="); ok {
+				labels[k] = strings.Trim(v, `"`)
+			}
+		}
+		switch labels["verb"] {
+		case "GET", "LIST", "WATCH", "CONNECT":
+			continue
+		}
+		value, err := strconv.ParseFloat(strings.TrimSpace(valueText), 64)
+		if err != nil {
+			return nil, fmt.Errorf("parsing %q: %w", line, err)
+		}
+		resource := labels["resource"]
+		if sub := labels["subresource"]; sub != "" {
+			resource += "/" + sub
+		}
+		out[labels["verb"]+" "+resource] += value
 	}
 	return out, nil
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
@@ -29,10 +30,33 @@ func TestFirstBindingLandsOnThePrimaryAndIsRecorded(t *testing.T) {
 	p.unit(plugintest.MakeUnit("", "boiler-1").Targets("fb-standby").Obj(), &holdfastv1.RuntimeBinding{Epoch: 1, Origin: holdfastv1.OriginInitial})
 	startHoldfastScheduler(t)
 
+	// Every write to the pod until it is bound: kube-scheduler patches a
+	// pod's nominatedNodeName before a PreBind that has work, and
+	// UnitPlacement records at Bind so that a runtime costs no such write.
+	watch, err := p.cs.CoreV1().Pods(p.ns).Watch(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watch.Stop()
 	before := time.Now().Add(-time.Second)
 	pod := p.runtimePod("boiler-1", 1, "")
 	if got := p.boundNode(pod.Name); got != "fb-primary" {
 		t.Fatalf("first binding landed on %s, want the Ready primary fb-primary", got)
+	}
+	for seen := false; !seen; {
+		select {
+		case ev := <-watch.ResultChan():
+			w, ok := ev.Object.(*corev1.Pod)
+			if !ok || w.Name != pod.Name {
+				continue
+			}
+			if w.Status.NominatedNodeName != "" {
+				t.Errorf("the pod was nominated to %s before it was bound: one more apiserver write per runtime", w.Status.NominatedNodeName)
+			}
+			seen = w.Spec.NodeName != ""
+		case <-time.After(waitTimeout):
+			t.Fatal("the pod's binding never reached the watch")
+		}
 	}
 	b := p.getUnit("boiler-1").Status.RuntimeBinding
 	if b.Node != "fb-primary" || b.Pod != pod.Name || b.Epoch != 1 || b.BoundAt == nil || b.BoundAt.Time.Before(before.Truncate(time.Second)) {
@@ -137,7 +161,7 @@ func TestL7TwoSchedulersRacingOnTwoPodsOfOneEpochBindExactlyOne(t *testing.T) {
 		rt := &u.Spec.Runtime
 		rt.HealthPort, rt.LeasePort, rt.MetricsPort = int32(20000+3*round), int32(20001+3*round), int32(20002+3*round)
 		// No pod name in the binding: two pods of epoch 1 may both
-		// claim it, and only PreBind's conditioned write decides.
+		// claim it, and only Bind's conditioned write decides.
 		p.unit(u, nil)
 		p.authoriseAnyPod(unit, holdfastv1.RuntimeBinding{Epoch: 1, Origin: holdfastv1.OriginInitial})
 

@@ -38,7 +38,10 @@ func BenchmarkPreFilter5000Nodes(b *testing.B) {
 			c := plugintest.Client(interceptor.Funcs{}, u)
 			fh, _ := plugintest.Handle(b, nil, nil)
 			args, _ := getArgs(nil)
-			pl := newPlugin(fh, args, c, c, nil)
+			pl, err := newPlugin(context.Background(), fh, args, c, c, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
 			pod := plugintest.RuntimePod(ns, "unit-3", 1).Obj()
 			b.ResetTimer()
 			for range b.N {

@@ -4,8 +4,9 @@
 // on the node being left (binding previousNode) or, on the automatic path,
 // on a standby already tried (unsettledRebinds, DESIGN §3 L5, §4), and it
 // records the chosen node in the unit's binding with an
-// optimistic-concurrency write, so that one epoch binds one pod on one node
-// however many schedulers or pods race (L7).
+// optimistic-concurrency write before it binds the pod (its Bind runs before
+// DefaultBinder), so that one epoch binds one pod on one node however many
+// schedulers or pods race (L7).
 //
 // The controller writes the binding (epoch, pod, origin, previousNode) and
 // the ledger; this plugin writes only node, pod and boundAt. A person's
@@ -30,6 +31,7 @@ import (
 	v1helper "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/defaultbinder"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -66,16 +68,19 @@ type UnitPlacement struct {
 	args   *config.UnitPlacementArgs
 	// units reads Units from the informer cache (PreFilter, PreScore).
 	units client.Reader
-	// live reads and writes Units at the apiserver (PreBind).
+	// live reads and writes Units at the apiserver (Bind).
 	live  client.Client
 	clock clock.PassiveClock
+	// binder binds a runtime pod once its node is recorded: kube-scheduler's
+	// own DefaultBinder, so that the pod is bound exactly as any other.
+	binder fwk.BindPlugin
 }
 
 var _ fwk.PreFilterPlugin = &UnitPlacement{}
 var _ fwk.FilterPlugin = &UnitPlacement{}
 var _ fwk.PreScorePlugin = &UnitPlacement{}
 var _ fwk.ScorePlugin = &UnitPlacement{}
-var _ fwk.PreBindPlugin = &UnitPlacement{}
+var _ fwk.BindPlugin = &UnitPlacement{}
 var _ fwk.EnqueueExtensions = &UnitPlacement{}
 var _ fwk.SignPlugin = &UnitPlacement{}
 
@@ -93,11 +98,15 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	if err := runtimepod.RequeueOnUnitChange(ctx, h, clients); err != nil {
 		return nil, fmt.Errorf("%s: %w", Name, err)
 	}
-	return newPlugin(h, args, clients.Cached, clients.Live, clock.RealClock{}), nil
+	return newPlugin(ctx, h, args, clients.Cached, clients.Live, clock.RealClock{})
 }
 
-func newPlugin(h fwk.Handle, args *config.UnitPlacementArgs, units client.Reader, live client.Client, clk clock.PassiveClock) *UnitPlacement {
-	return &UnitPlacement{handle: h, args: args, units: units, live: live, clock: clk}
+func newPlugin(ctx context.Context, h fwk.Handle, args *config.UnitPlacementArgs, units client.Reader, live client.Client, clk clock.PassiveClock) (*UnitPlacement, error) {
+	binder, err := defaultbinder.New(ctx, nil, h)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", Name, err)
+	}
+	return &UnitPlacement{handle: h, args: args, units: units, live: live, clock: clk, binder: binder.(fwk.BindPlugin)}, nil
 }
 
 // getArgs reads the plugin's args (pluginargs: one rule for the three
@@ -133,7 +142,7 @@ const (
 )
 
 // placement is what PreFilter learnt about the pod's unit and epoch; Filter,
-// Score and PreBind read it. It is never changed after PreFilter.
+// Score and Bind read it. It is never changed after PreFilter.
 type placement struct {
 	unit    types.NamespacedName
 	display string
@@ -143,7 +152,8 @@ type placement struct {
 	primary func(*corev1.Node) bool
 	target  func(*corev1.Node) bool
 	// boundNode is set when the binding already records this very pod's
-	// node (a bind that failed after PreBind): the pod goes there or nowhere.
+	// node (a binding that failed after the record): the pod goes there or
+	// nowhere.
 	boundNode string
 	// The unit's refusals, worded once per cycle rather than once per node.
 	notPrimary, notTarget, boundElsewhere string
@@ -454,27 +464,37 @@ func freeScore(ni fwk.NodeInfo) int64 {
 // ScoreExtensions returns nil: scores are already within 0..100.
 func (pl *UnitPlacement) ScoreExtensions() fwk.ScoreExtensions { return nil }
 
-// PreBindPreFlight takes runtime pods and skips every other pod.
-func (pl *UnitPlacement) PreBindPreFlight(_ context.Context, _ fwk.CycleState, pod *corev1.Pod, _ string) (*fwk.PreBindPreFlightResult, *fwk.Status) {
+// Bind records the runtime's node in its unit's binding and then binds the
+// pod as DefaultBinder does; it skips every other pod, which DefaultBinder
+// (after it in the profile's bind order) binds. The record is taken here
+// rather than at PreBind because kube-scheduler patches a pod's
+// status.nominatedNodeName before any PreBind that has work to do: one more
+// apiserver write per runtime, which nothing of holdfast reads.
+func (pl *UnitPlacement) Bind(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, nodeName string) *fwk.Status {
 	if _, ok := runtimepod.Unit(pod); !ok {
-		return nil, fwk.NewStatus(fwk.Skip)
+		return fwk.NewStatus(fwk.Skip)
 	}
-	return &fwk.PreBindPreFlightResult{AllowParallel: true}, nil
+	if status := pl.record(ctx, pod, nodeName); !status.IsSuccess() {
+		return status
+	}
+	return pl.binder.Bind(ctx, state, pod, nodeName)
 }
 
-// errRecheck sends PreBind round its retry loop to decide on the
+// errRecheck sends record round its retry loop to decide on the
 // apiserver's copy of the Unit.
 var errRecheck = apierrors.NewConflict(holdfastv1.GroupVersion.WithResource("units").GroupResource(), "", fmt.Errorf("re-read from the apiserver"))
 
-// PreBind records nodeName, the pod and the time in the unit's binding with
+// record writes nodeName, the pod and the time into the unit's binding with
 // an update conditioned on the Unit's resourceVersion, re-reading and
 // re-checking on every conflict: of two pods or two schedulers racing for
 // one epoch exactly one write lands, and the other finds the epoch bound and
-// fails. The ledger is the controller's: it adds the recorded node of an
-// Automatic binding to unsettledRebinds. The record is never undone, even
-// when the bind that follows fails: a bind reported as failed may have
-// landed.
-func (pl *UnitPlacement) PreBind(ctx context.Context, _ fwk.CycleState, pod *corev1.Pod, nodeName string) *fwk.Status {
+// is refused, so its pod is never bound. The ledger is the controller's: it
+// adds the recorded node of an Automatic binding to unsettledRebinds. The
+// record is never undone, even when the binding that follows fails (a bind
+// reported as failed may have landed): the pod, scheduled again, may go to
+// the recorded node only (placement.boundNode), and record accepts it there
+// without a second write.
+func (pl *UnitPlacement) record(ctx context.Context, pod *corev1.Pod, nodeName string) *fwk.Status {
 	logger := klog.FromContext(ctx)
 	key, _ := runtimepod.Unit(pod)
 	display := runtimepod.Display(key, pod.Namespace)
@@ -533,7 +553,7 @@ func (pl *UnitPlacement) PreBind(ctx context.Context, _ fwk.CycleState, pod *cor
 		return fwk.AsStatus(fmt.Errorf("recording node %s in the binding of unit %s: %w", nodeName, display, err))
 	}
 	if refusal != nil {
-		logger.V(2).Info("Runtime pod refused at PreBind", "pod", klog.KObj(pod), "unit", key, "node", nodeName, "reason", refusal.Message())
+		logger.V(2).Info("Runtime pod refused at Bind", "pod", klog.KObj(pod), "unit", key, "node", nodeName, "reason", refusal.Message())
 		return refusal
 	}
 	logger.V(2).Info("Recorded the runtime binding", "pod", klog.KObj(pod), "unit", key, "node", nodeName)

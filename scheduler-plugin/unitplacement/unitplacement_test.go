@@ -8,8 +8,12 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/sets"
+	clientsetfake "k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	st "k8s.io/kubernetes/pkg/scheduler/testing"
@@ -67,7 +71,35 @@ func defaultArgs(t *testing.T) *config.UnitPlacementArgs {
 func build(t *testing.T, c client.Client, pods ...*corev1.Pod) (*UnitPlacement, fwk.Handle) {
 	t.Helper()
 	fh, _ := plugintest.Handle(t, plant(), pods)
-	return newPlugin(fh, defaultArgs(t), c, c, testingclock.NewFakePassiveClock(now)), fh
+	return newTestPlugin(t, fh, c, c), fh
+}
+
+func newTestPlugin(t *testing.T, fh fwk.Handle, units client.Reader, live client.Client) *UnitPlacement {
+	t.Helper()
+	pl, err := newPlugin(context.Background(), fh, defaultArgs(t), units, live, testingclock.NewFakePassiveClock(now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pl
+}
+
+// bindings records the pods/binding creates that reach the framework's
+// clientset, as "pod on node"; when fail is not nil the apiserver answers
+// each with it instead.
+func bindings(fh fwk.Handle, fail error) *[]string {
+	var got []string
+	fh.ClientSet().(*clientsetfake.Clientset).PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() != "binding" {
+			return false, nil, nil
+		}
+		if fail != nil {
+			return true, nil, fail
+		}
+		b := a.(k8stesting.CreateAction).GetObject().(*corev1.Binding)
+		got = append(got, b.Name+" on "+b.Target.Name)
+		return true, b, nil
+	})
+	return &got
 }
 
 func statusString(s *fwk.Status) string {
@@ -403,7 +435,7 @@ func TestScorePrefersADedicatedStandbyThenTheLeastLoaded(t *testing.T) {
 	}
 }
 
-func TestPreScoreSkipsOtherPods(t *testing.T) {
+func TestPreScoreAndBindSkipOtherPods(t *testing.T) {
 	pl, _ := build(t, plugintest.Client(interceptor.Funcs{}))
 	state := framework.NewCycleState()
 	pod := plugintest.VoterCandidatePod("kube-system", "candidate").Obj()
@@ -413,8 +445,8 @@ func TestPreScoreSkipsOtherPods(t *testing.T) {
 	if status := pl.PreScore(context.Background(), state, pod, nil); !status.IsSkip() {
 		t.Fatalf("PreScore = %v, want Skip", status)
 	}
-	if _, status := pl.PreBindPreFlight(context.Background(), state, pod, "standby-1"); !status.IsSkip() {
-		t.Fatalf("PreBindPreFlight = %v, want Skip", status)
+	if status := pl.Bind(context.Background(), state, pod, "standby-1"); !status.IsSkip() {
+		t.Fatalf("Bind = %v, want Skip: DefaultBinder binds it", status)
 	}
 }
 
@@ -427,7 +459,7 @@ func getUnit(t *testing.T, c client.Client) *holdfastv1.Unit {
 	return &u
 }
 
-func TestPreBindRecordsTheNode(t *testing.T) {
+func TestBindRecordsTheNodeThenBindsThePod(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		binding holdfastv1.RuntimeBinding
@@ -446,15 +478,19 @@ func TestPreBindRecordsTheNode(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			unit := boiler().Authorised(tc.binding).Obj()
 			c := plugintest.Client(interceptor.Funcs{}, unit)
-			pl, _ := build(t, c)
+			pl, fh := build(t, c)
+			bound := bindings(fh, nil)
 			pod := plugintest.RuntimePod(ns, "boiler-1", tc.binding.Epoch).Obj()
-			if status := pl.PreBind(context.Background(), framework.NewCycleState(), pod, tc.node); !status.IsSuccess() {
-				t.Fatalf("PreBind = %v", status)
+			if status := pl.Bind(context.Background(), framework.NewCycleState(), pod, tc.node); !status.IsSuccess() {
+				t.Fatalf("Bind = %v", status)
 			}
 			want := tc.binding
 			want.Node, want.Pod, want.BoundAt = tc.node, pod.Name, &metav1.Time{Time: now}
 			if diff := cmp.Diff(&want, getUnit(t, c).Status.RuntimeBinding); diff != "" {
 				t.Errorf("binding (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff([]string{pod.Name + " on " + tc.node}, *bound); diff != "" {
+				t.Errorf("pods/binding (-want +got):\n%s", diff)
 			}
 		})
 	}
@@ -477,8 +513,8 @@ func countingUpdates(writes *int, before func(ctx context.Context, c client.Clie
 
 // TestL7OneEpochBindsOnePod: two pods (or two schedulers) racing for one
 // epoch: the write of the one that lost carries a stale resourceVersion,
-// conflicts, is re-read, finds the epoch bound and fails; the winner's
-// binding stands (DESIGN §3 L7, §4).
+// conflicts, is re-read, finds the epoch bound and fails, and its pod is not
+// bound; the winner's binding stands (DESIGN §3 L7, §4).
 func TestL7OneEpochBindsOnePod(t *testing.T) {
 	unit := boiler().Authorised(holdfastv1.RuntimeBinding{Epoch: 5, PreviousNode: "primary-1"}).Obj()
 	winner := holdfastv1.RuntimeBinding{Epoch: 5, PreviousNode: "primary-1", Node: "spare-1", Pod: "boiler-1-runtime-e5-a",
@@ -491,14 +527,18 @@ func TestL7OneEpochBindsOnePod(t *testing.T) {
 			t.Fatalf("the racing writer: %v", err)
 		}
 	}), unit)
-	pl, _ := build(t, c)
+	pl, fh := build(t, c)
+	bound := bindings(fh, nil)
 	loser := plugintest.RuntimePod(ns, "boiler-1", 5).Name("boiler-1-runtime-e5-b").Obj()
 
-	status := pl.PreBind(context.Background(), framework.NewCycleState(), loser, "standby-1")
+	status := pl.Bind(context.Background(), framework.NewCycleState(), loser, "standby-1")
 
 	want := refused + "epoch 5 of unit boiler-1 is already bound to node spare-1 by pod boiler-1-runtime-e5-a"
 	if got := statusString(status); got != want {
-		t.Errorf("PreBind of the losing pod = %q, want %q", got, want)
+		t.Errorf("Bind of the losing pod = %q, want %q", got, want)
+	}
+	if len(*bound) != 0 {
+		t.Errorf("pods/binding = %v, want none for the losing pod", *bound)
 	}
 	if writes != 1 {
 		t.Errorf("status writes = %d, want 1 (the loser's conflicting one; the re-read refuses)", writes)
@@ -508,7 +548,7 @@ func TestL7OneEpochBindsOnePod(t *testing.T) {
 	}
 }
 
-// TestL7OneEpochBindsOnePodWhenTheInformerLags: PreBind's first attempt
+// TestL7OneEpochBindsOnePodWhenTheInformerLags: Bind's first attempt
 // starts from the informer's copy; when that copy is behind (the epoch was
 // taken meanwhile), the write conflicts and the apiserver's copy decides.
 func TestL7OneEpochBindsOnePodWhenTheInformerLags(t *testing.T) {
@@ -523,34 +563,42 @@ func TestL7OneEpochBindsOnePodWhenTheInformerLags(t *testing.T) {
 	}
 	informer := plugintest.Client(interceptor.Funcs{}, stale)
 	fh, _ := plugintest.Handle(t, plant(), nil)
-	pl := newPlugin(fh, defaultArgs(t), informer, live, testingclock.NewFakePassiveClock(now))
+	bound := bindings(fh, nil)
+	pl := newTestPlugin(t, fh, informer, live)
 
-	status := pl.PreBind(context.Background(), framework.NewCycleState(), plugintest.RuntimePod(ns, "boiler-1", 5).Name("boiler-1-runtime-e5-b").Obj(), "standby-1")
+	status := pl.Bind(context.Background(), framework.NewCycleState(), plugintest.RuntimePod(ns, "boiler-1", 5).Name("boiler-1-runtime-e5-b").Obj(), "standby-1")
 
 	want := refused + "epoch 5 of unit boiler-1 is already bound to node spare-1 by pod boiler-1-runtime-e5-a"
 	if got := statusString(status); got != want {
-		t.Errorf("PreBind = %q, want %q", got, want)
+		t.Errorf("Bind = %q, want %q", got, want)
+	}
+	if len(*bound) != 0 {
+		t.Errorf("pods/binding = %v, want none for the losing pod", *bound)
 	}
 	if diff := cmp.Diff(&winner, getUnit(t, live).Status.RuntimeBinding); diff != "" {
 		t.Errorf("the winner's binding changed (-want +got):\n%s", diff)
 	}
 }
 
-func TestPreBindConfirmsARefusalReadFromTheInformer(t *testing.T) {
+func TestBindConfirmsARefusalReadFromTheInformer(t *testing.T) {
 	// The informer still holds epoch 4; the apiserver has authorised 5.
 	live := plugintest.Client(interceptor.Funcs{}, boiler().Authorised(holdfastv1.RuntimeBinding{Epoch: 5, PreviousNode: "primary-1"}).Obj())
 	informer := plugintest.Client(interceptor.Funcs{}, boiler().Authorised(holdfastv1.RuntimeBinding{Epoch: 4, Node: "primary-1", Pod: "boiler-1-runtime-e4"}).Obj())
 	fh, _ := plugintest.Handle(t, plant(), nil)
-	pl := newPlugin(fh, defaultArgs(t), informer, live, testingclock.NewFakePassiveClock(now))
-	if status := pl.PreBind(context.Background(), framework.NewCycleState(), plugintest.RuntimePod(ns, "boiler-1", 5).Obj(), "standby-1"); !status.IsSuccess() {
-		t.Fatalf("PreBind = %v, want the apiserver's copy to decide", status)
+	bound := bindings(fh, nil)
+	pl := newTestPlugin(t, fh, informer, live)
+	if status := pl.Bind(context.Background(), framework.NewCycleState(), plugintest.RuntimePod(ns, "boiler-1", 5).Obj(), "standby-1"); !status.IsSuccess() {
+		t.Fatalf("Bind = %v, want the apiserver's copy to decide", status)
+	}
+	if diff := cmp.Diff([]string{"boiler-1-runtime-e5 on standby-1"}, *bound); diff != "" {
+		t.Errorf("pods/binding (-want +got):\n%s", diff)
 	}
 	if b := getUnit(t, live).Status.RuntimeBinding; b.Node != "standby-1" || b.Epoch != 5 {
 		t.Errorf("binding = %+v, want epoch 5 on standby-1", b)
 	}
 }
 
-func TestPreBindRetriesAConflictWithAnUnrelatedWrite(t *testing.T) {
+func TestBindRetriesAConflictWithAnUnrelatedWrite(t *testing.T) {
 	unit := boiler().Authorised(holdfastv1.RuntimeBinding{Epoch: 1}).Obj()
 	var writes int
 	renewed := metav1.NewMicroTime(now.Add(-2 * time.Second))
@@ -561,9 +609,10 @@ func TestPreBindRetriesAConflictWithAnUnrelatedWrite(t *testing.T) {
 			t.Fatalf("the grantor's write: %v", err)
 		}
 	}), unit)
-	pl, _ := build(t, c)
-	if status := pl.PreBind(context.Background(), framework.NewCycleState(), plugintest.RuntimePod(ns, "boiler-1", 1).Obj(), "primary-1"); !status.IsSuccess() {
-		t.Fatalf("PreBind = %v", status)
+	pl, fh := build(t, c)
+	bound := bindings(fh, nil)
+	if status := pl.Bind(context.Background(), framework.NewCycleState(), plugintest.RuntimePod(ns, "boiler-1", 1).Obj(), "primary-1"); !status.IsSuccess() {
+		t.Fatalf("Bind = %v", status)
 	}
 	got := getUnit(t, c).Status.RuntimeBinding
 	if got.Node != "primary-1" || got.LastAcknowledgedRenewal == nil || !got.LastAcknowledgedRenewal.Equal(&renewed) {
@@ -572,9 +621,12 @@ func TestPreBindRetriesAConflictWithAnUnrelatedWrite(t *testing.T) {
 	if writes != 2 {
 		t.Errorf("status writes = %d, want 2 (the conflicting one and the retry)", writes)
 	}
+	if diff := cmp.Diff([]string{"boiler-1-runtime-e1 on primary-1"}, *bound); diff != "" {
+		t.Errorf("pods/binding (-want +got):\n%s", diff)
+	}
 }
 
-func TestPreBindRefusals(t *testing.T) {
+func TestBindRefusals(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		binding *holdfastv1.RuntimeBinding
@@ -617,27 +669,63 @@ func TestPreBindRefusals(t *testing.T) {
 			}
 			var writes int
 			c := plugintest.Client(countingUpdates(&writes, nil), objs...)
-			pl, _ := build(t, c)
-			if got := statusString(pl.PreBind(context.Background(), framework.NewCycleState(), tc.pod, tc.node)); got != tc.want {
-				t.Errorf("PreBind = %q, want %q", got, tc.want)
+			pl, fh := build(t, c)
+			bound := bindings(fh, nil)
+			if got := statusString(pl.Bind(context.Background(), framework.NewCycleState(), tc.pod, tc.node)); got != tc.want {
+				t.Errorf("Bind = %q, want %q", got, tc.want)
 			}
 			if writes != 0 {
-				t.Errorf("a refused PreBind wrote the Unit %d times", writes)
+				t.Errorf("a refused Bind wrote the Unit %d times", writes)
+			}
+			if len(*bound) != 0 {
+				t.Errorf("a refused Bind bound the pod: %v", *bound)
 			}
 		})
 	}
 }
 
-func TestPreBindOfARecordedBindingWritesNothing(t *testing.T) {
+// TestBindAfterACrashBindsToTheRecordedNode: the scheduler recorded the
+// node and stopped (or the binding failed) before the pod was bound; the pod,
+// scheduled again, is bound there without a second write.
+func TestBindAfterACrashBindsToTheRecordedNode(t *testing.T) {
 	binding := holdfastv1.RuntimeBinding{Epoch: 5, PreviousNode: "primary-1", Node: "spare-1", Pod: "boiler-1-runtime-e5", UnsettledRebinds: []string{"spare-1"}}
 	var writes int
 	c := plugintest.Client(countingUpdates(&writes, nil), boiler().Authorised(binding).Obj())
-	pl, _ := build(t, c)
-	if status := pl.PreBind(context.Background(), framework.NewCycleState(), plugintest.RuntimePod(ns, "boiler-1", 5).Obj(), "spare-1"); !status.IsSuccess() {
-		t.Fatalf("PreBind = %v", status)
+	pl, fh := build(t, c)
+	bound := bindings(fh, nil)
+	if status := pl.Bind(context.Background(), framework.NewCycleState(), plugintest.RuntimePod(ns, "boiler-1", 5).Obj(), "spare-1"); !status.IsSuccess() {
+		t.Fatalf("Bind = %v", status)
 	}
 	if writes != 0 {
 		t.Errorf("status writes = %d, want none: the binding already records this pod there", writes)
+	}
+	if diff := cmp.Diff([]string{"boiler-1-runtime-e5 on spare-1"}, *bound); diff != "" {
+		t.Errorf("pods/binding (-want +got):\n%s", diff)
+	}
+}
+
+// TestBindKeepsTheRecordWhenTheBindingFails: a binding reported as failed
+// may have landed, so the record stays and the pod may go nowhere else.
+func TestBindKeepsTheRecordWhenTheBindingFails(t *testing.T) {
+	c := plugintest.Client(interceptor.Funcs{}, boiler().Authorised(holdfastv1.RuntimeBinding{Epoch: 1, Origin: holdfastv1.OriginInitial}).Obj())
+	pl, fh := build(t, c)
+	bindings(fh, apierrors.NewServiceUnavailable("etcd leader changed"))
+	pod := plugintest.RuntimePod(ns, "boiler-1", 1).Obj()
+	if status := pl.Bind(context.Background(), framework.NewCycleState(), pod, "primary-1"); status.Code() != fwk.Error {
+		t.Fatalf("Bind = %v, want Error: the pod goes back to the queue", status)
+	}
+	if b := getUnit(t, c).Status.RuntimeBinding; b.Node != "primary-1" || b.Pod != pod.Name {
+		t.Errorf("binding = %+v, want the record kept: primary-1 for %s", b, pod.Name)
+	}
+	// Scheduled again, the pod is admitted on the recorded node only.
+	state := framework.NewCycleState()
+	if _, status := pl.PreFilter(context.Background(), state, pod, nil); !status.IsSuccess() {
+		t.Fatal(status)
+	}
+	for node, want := range map[string]string{"primary-1": "Success", "standby-1": refused + "epoch 1 is bound to node primary-1"} {
+		if got := statusString(pl.Filter(context.Background(), state, pod, plugintest.NodeInfo(t, fh, node))); got != want {
+			t.Errorf("Filter(%s) = %q, want %q", node, got, want)
+		}
 	}
 }
 

@@ -26,7 +26,7 @@ import (
 type Clients struct {
 	// Cached reads from informers: what Filter and Score see.
 	Cached client.Reader
-	// Live reads from and writes to the apiserver: what PreBind uses, so
+	// Live reads from and writes to the apiserver: what Bind uses, so
 	// that its optimistic-concurrency write starts from the current object.
 	Live client.Client
 

@@ -166,13 +166,15 @@ func Client(funcs interceptor.Funcs, objs ...client.Object) client.WithWatch {
 }
 
 // Handle is a scheduler framework handle over nodes and pods: a snapshot
-// for Filter and Reserve, a node informer for PreBind, and a recorder whose
+// for Filter and Reserve, a node informer for Bind, a fake clientset (its
+// reactors answer the pods/binding the binder creates), and a recorder whose
 // events the test reads.
 func Handle(t testing.TB, nodes []*corev1.Node, pods []*corev1.Pod) (fwk.Handle, *events.FakeRecorder) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	factory := informers.NewSharedInformerFactory(clientsetfake.NewClientset(), 0)
+	cs := clientsetfake.NewClientset()
+	factory := informers.NewSharedInformerFactory(cs, 0)
 	nodeStore := factory.Core().V1().Nodes().Informer().GetStore()
 	for _, n := range nodes {
 		if err := nodeStore.Add(n); err != nil {
@@ -187,6 +189,7 @@ func Handle(t testing.TB, nodes []*corev1.Node, pods []*corev1.Pod) (fwk.Handle,
 		}, holdfastv1.SchedulerName,
 		frameworkruntime.WithSnapshotSharedLister(cache.NewSnapshot(pods, nodes)),
 		frameworkruntime.WithInformerFactory(factory),
+		frameworkruntime.WithClientSet(cs),
 		frameworkruntime.WithEventRecorder(recorder),
 	)
 	if err != nil {

@@ -31,7 +31,7 @@ type Activator struct {
 // pod waits on (ok false for a pod that waits on none). The key is an index
 // of that informer, added before it starts (from a plugin's New), so that
 // a change costs a lookup of the pods that wait on it, not a scan of every
-// pod (a Unit changes at least once per binding, when PreBind records it).
+// pod (a Unit changes at least once per binding, when Bind records it).
 // Plugins that share an index name share the index.
 func New(h fwk.Handle, index string, key func(*corev1.Pod) (string, bool)) (*Activator, error) {
 	informer := h.SharedInformerFactory().Core().V1().Pods().Informer()

@@ -58,6 +58,9 @@ func TestShippedConfigLoadsAndRunsTheThreeFiltersFirst(t *testing.T) {
 	if n := len(prof.Plugins.PreFilter.Enabled); n != 0 {
 		t.Errorf("preFilter names %d plugins, want the default order: a PreFilter refusing before DynamicResources' breaks its PostFilter", n)
 	}
+	if bind := prof.Plugins.Bind.Enabled; len(bind) != 1 || bind[0].Name != "UnitPlacement" {
+		t.Errorf("bind names %v, want UnitPlacement alone (then the default DefaultBinder): a runtime's node is recorded before it is bound", bind)
+	}
 	weights := map[string]int32{}
 	for _, p := range prof.Plugins.MultiPoint.Enabled {
 		weights[p.Name] = p.Weight
