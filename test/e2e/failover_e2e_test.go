@@ -34,6 +34,7 @@ func TestRuntimeSIGSTOPFencesBeforeTheStandbyWrites(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	stoppedAt := time.Now()
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
@@ -46,6 +47,7 @@ func TestRuntimeSIGSTOPFencesBeforeTheStandbyWrites(t *testing.T) {
 	}
 	t.Cleanup(cont)
 	b2 := d.held(2)
+	d.failoverTime(stoppedAt, b2)
 	if b2.Node == b1.Node {
 		t.Fatalf("epoch 2 bound to the node being left, %s", b2.Node)
 	}
