@@ -307,6 +307,12 @@ func (c *Cluster) Dial(ctx context.Context, network, addr string) (net.Conn, err
 	return DialContextIn(netnsPath(c.HubNetns))(ctx, network, addr)
 }
 
+// ListenInHub listens on addr inside the hub (HubIP is reachable from every
+// node): a server of this process, an MQTT broker for one, serves the nodes.
+func (c *Cluster) ListenInHub(network, addr string) (net.Listener, error) {
+	return ListenIn(netnsPath(c.HubNetns), network, addr)
+}
+
 // HTTPClient is a plain HTTP client whose connections start in the hub.
 func (c *Cluster) HTTPClient() *http.Client {
 	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: c.Dial, DisableKeepAlives: true}}

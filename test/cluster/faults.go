@@ -96,3 +96,26 @@ func (c *Cluster) RestartAPIServer(ctx context.Context, down time.Duration) erro
 
 // APIServerDown reports whether the apiserver process has ended.
 func (c *Cluster) APIServerDown() bool { return c.apiserver.Exited() }
+
+// Unsent lists the node's TCP sockets to addr (host:port) that still hold
+// data the peer has not acknowledged (Send-Q above 0), one ss(8) line each:
+// what TCP would deliver to that peer later, even from a socket its process
+// has closed (an orphan in FIN-WAIT-1 retransmits until the peer answers or
+// the kernel gives up).
+func (n *Node) Unsent(addr string) ([]string, error) {
+	out, err := exec.Command("ip", "netns", "exec", n.Netns, "ss", "-tnH", "state", "all", "dst", addr).CombinedOutput()
+	if err != nil {
+		return nil, fmt.Errorf("ss in %s: %v: %s", n.Netns, err, out)
+	}
+	var held []string
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 3 {
+			continue
+		}
+		if q, err := strconv.Atoi(f[2]); err == nil && q > 0 {
+			held = append(held, strings.Join(f, " "))
+		}
+	}
+	return held, nil
+}

@@ -56,6 +56,34 @@ func DialContextIn(nsPath string) func(ctx context.Context, network, addr string
 	}
 }
 
+// ListenIn listens from inside a network namespace, the way DialContextIn
+// dials: the socket belongs to the namespace it was made in, so a server in
+// this process answers on an address that exists only there.
+func ListenIn(nsPath, network, addr string) (net.Listener, error) {
+	type result struct {
+		ln  net.Listener
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: see DialContextIn
+		f, err := os.Open(nsPath)
+		if err != nil {
+			ch <- result{nil, err}
+			return
+		}
+		defer f.Close()
+		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
+			ch <- result{nil, err}
+			return
+		}
+		ln, err := net.Listen(network, addr)
+		ch <- result{ln, err}
+	}()
+	r := <-ch
+	return r.ln, r.err
+}
+
 // mountNSInode is the mount namespace of a process, as its inode number.
 func nsInode(pid int, kind string) (uint64, error) {
 	var st unix.Stat_t

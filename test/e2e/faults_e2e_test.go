@@ -191,14 +191,9 @@ func TestAPIServerRestartDuringARebindEndsWithOneHolder(t *testing.T) {
 	}
 	d.oldRuntimeFenced(b1.Node, 1)
 	d.staleRuntimeStopped(b1.Node, 1)
-	d.watchAfterMend()
+	d.staleRuntimeQuiet(b1.Node, 1, bn.Epoch)
 	d.oneWriter(1, bn.Epoch)
 	d.oneHolder(bn.Epoch, bn.Node)
-}
-
-// poll is cluster.Poll for a condition that cannot fail.
-func poll(ctx context.Context, timeout time.Duration, f func() bool) error {
-	return cluster.Poll(ctx, timeout, func() (bool, error) { return f(), nil })
 }
 
 // TestEveryStandbyFailingSuspendsFailover: the primary's link is cut and
@@ -229,7 +224,6 @@ func TestEveryStandbyFailingSuspendsFailover(t *testing.T) {
 	}
 	t.Cleanup(healStandbys)
 	primary := world.Nodes[b1.Node]
-	cutAt := time.Now()
 	if err := primary.Cut(); err != nil {
 		t.Fatal(err)
 	}
@@ -270,7 +264,7 @@ func TestEveryStandbyFailingSuspendsFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	d.oldRuntimeFenced(b1.Node, 1)
-	d.watchAfterMend()
+	d.staleRuntimeQuiet(b1.Node, 1, 0)
 	if u, err = d.u.Get(d.ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -282,44 +276,24 @@ func TestEveryStandbyFailingSuspendsFailover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := scenario.CheckNoTwoWriters(log); err != nil {
+	if err := scenario.CheckNoTwoWriters(log); err != nil {
 		t.Fatal(err)
 	}
-	// A request epoch 1 sent before the cut, while it held its lease, may
-	// be delivered by TCP when the link comes back; with no higher epoch
-	// ever written the device's owner-epoch block accepts it. That is a
-	// late delivery, not a writer: allowed only on a connection the device
-	// saw before the cut, one request per connection. A stale runtime that
-	// dialled again, or went on writing, fails the drill.
-	firstSeen := map[string]time.Time{}
-	lateOn := map[string]map[time.Time]bool{}
+	// Suspended, no higher epoch ever wrote, so the device's owner-epoch
+	// block would take whatever epoch 1 sent. Its runtime reset every
+	// device connection with an unanswered write when it fenced (runtime
+	// L3), and its link was down from the cut until long after the fence
+	// (segments in the neighbour queue are dropped within
+	// NeighbourQueueWindow): not one epoch 1 request may reach the device
+	// after the fence, accepted or not.
 	for _, w := range log {
-		if _, ok := firstSeen[w.Peer]; !ok {
-			firstSeen[w.Peer] = w.Time
+		if w.Epoch == 1 && w.Time.After(fence) {
+			t.Fatalf("epoch 1 sent register %d value %d (accepted %v) at %s from %s after its fence (%s): a fenced runtime's request reached the device",
+				w.Register, w.Value, w.Accepted, w.Time.Format(time.RFC3339Nano), w.Peer, fence.Format(time.RFC3339Nano))
 		}
-		if !w.Accepted {
-			continue
-		}
-		if w.Epoch != 1 {
+		if w.Accepted && w.Epoch != 1 {
 			t.Fatalf("the device took a write of epoch %d while the unit was suspended: register %d at %s", w.Epoch, w.Register, w.Time.Format(time.RFC3339Nano))
 		}
-		if !w.Time.After(fence) {
-			continue
-		}
-		if !firstSeen[w.Peer].Before(cutAt) {
-			t.Fatalf("epoch 1 wrote register %d at %s after its fence (%s) on a connection first seen at %s, after the cut: the fenced runtime dialled again",
-				w.Register, w.Time.Format(time.RFC3339Nano), fence.Format(time.RFC3339Nano), firstSeen[w.Peer].Format(time.RFC3339Nano))
-		}
-		if lateOn[w.Peer] == nil {
-			lateOn[w.Peer] = map[time.Time]bool{}
-		}
-		lateOn[w.Peer][w.Time] = true
-		if len(lateOn[w.Peer]) > 1 {
-			t.Fatalf("epoch 1 wrote again at %s from %s after its fence (%s): more than one late request on a connection, the fenced runtime went on writing",
-				w.Time.Format(time.RFC3339Nano), w.Peer, fence.Format(time.RFC3339Nano))
-		}
-		t.Logf("late delivery accepted by the device (no higher epoch had written): epoch 1 register %d value %d at %s from %s, sent before the cut",
-			w.Register, w.Value, w.Time.Format(time.RFC3339Nano), w.Peer)
 	}
 
 	// Recovery: the standbys become reachable; the current pod's first
@@ -449,12 +423,12 @@ func TestManualFailoverThroughKubectlHoldfast(t *testing.T) {
 	}
 	d.oldRuntimeFenced(b1.Node, 1)
 	d.staleRuntimeStopped(b1.Node, 1)
-	d.watchAfterMend()
+	d.staleRuntimeQuiet(b1.Node, 1, 2)
 	log, err := d.u.Writes(d.ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := scenario.CheckNoTwoWriters(log); err != nil {
+	if err := scenario.CheckNoTwoWriters(log); err != nil {
 		t.Fatalf("two writers on the device: %v", err)
 	}
 	if by := devicesim.ByEpoch(log); len(by[2]) == 0 {

@@ -15,7 +15,8 @@ import (
 )
 
 // scrape reads one Prometheus metric with exactly the given labels (others
-// free) and sums the matching series.
+// free) and sums the matching series (a histogram's: its observation
+// counts).
 func scrape(hc *http.Client, url, name string, labels map[string]string) (float64, error) {
 	resp, err := hc.Get(url)
 	if err != nil {
@@ -51,6 +52,8 @@ func scrape(hc *http.Client, url, name string, labels map[string]string) (float6
 			sum += m.Counter.GetValue()
 		case m.Gauge != nil:
 			sum += m.Gauge.GetValue()
+		case m.Histogram != nil:
+			sum += float64(m.Histogram.GetSampleCount()) // observations counted
 		}
 	}
 	return sum, nil

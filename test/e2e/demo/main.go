@@ -168,7 +168,7 @@ func failover(ctx context.Context, w *scenario.World, logf func(string, ...any))
 	for _, e := range tl {
 		fmt.Printf("  %+7.2fs  %s\n", e.at.Sub(cutAt).Seconds(), e.what)
 	}
-	if _, err := scenario.CheckNoTwoWriters(log); err != nil {
+	if err := scenario.CheckNoTwoWriters(log); err != nil {
 		return fmt.Errorf("two writers on the device: %w", err)
 	}
 	fmt.Println("The device saw one writer at a time.")
