@@ -451,6 +451,18 @@ type controller struct {
 	crashed chan struct{}
 }
 
+// afterPasses waits until the controller has finished n more passes
+// (each observes etcd and decides): a test asserting that nothing happens
+// gives the controller its chances this way, not by sleeping.
+func (c *controller) afterPasses(t testing.TB, n int64) {
+	t.Helper()
+	want := c.rec.Passes() + n
+	eventually(t, time.Minute, fmt.Sprintf("%d more controller passes", n), func() (bool, string) {
+		got := c.rec.Passes()
+		return got >= want, fmt.Sprintf("%d passes, want %d", got, want)
+	})
+}
+
 type ctrlOpts struct {
 	identity string
 	// crashAfter, when it returns true for an action, ends the controller

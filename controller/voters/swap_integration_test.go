@@ -173,7 +173,7 @@ func TestAnUnfitVoterIsSwappedAutomaticallyAndTheCooldownHolds(t *testing.T) {
 		// reports the test writes are unfit.
 		p.Spec.Fitness = holdfastv1.FitnessThresholds{WindowSeconds: 60, MaxFsyncMillis: 1000, MaxPeerRTTMillis: 1000}
 	})
-	startController(t, ctrlOpts{})
+	ctl := startController(t, ctrlOpts{})
 	waitHealthyStatus(t, "u1", "u2", "u3")
 	waitFitnessReports(t, "u1", "u2", "u3")
 	ctx := context.Background()
@@ -233,7 +233,7 @@ func TestAnUnfitVoterIsSwappedAutomaticallyAndTheCooldownHolds(t *testing.T) {
 		return false, strings.Join(seen, "; ")
 	})
 	// Passes go on seeing it; none starts a swap.
-	time.Sleep(3 * time.Second)
+	ctl.afterPasses(t, 3)
 	var swaps holdfastv1.VoterSwapList
 	if err := env.Client.List(ctx, &swaps); err != nil {
 		t.Fatal(err)
