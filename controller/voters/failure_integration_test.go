@@ -126,7 +126,7 @@ func TestRemovalCompletesWithTheOutgoingVoterPaused(t *testing.T) {
 	// The operation timeout of finish-demote passes with p1 away.
 	shifted.Advance(2 * time.Minute)
 	s := waitPhase(t, name, holdfastv1.SwapSucceeded, time.Minute)
-	w.check(t)
+	checkWriter(t, w)
 	if !strings.Contains(history(s), voters.ReasonOutgoingDown) || !strings.Contains(history(s), voters.ReasonOutgoingPending) {
 		t.Errorf("history does not say %s and %s:\n%s", voters.ReasonOutgoingDown, voters.ReasonOutgoingPending, history(s))
 	}
@@ -299,7 +299,7 @@ func crashDrill(t *testing.T, names []string, crash func(voters.Kind) bool, want
 		}
 		crashes = append(crashes, string(kind))
 	}
-	w.check(t)
+	checkWriter(t, w)
 	t.Logf("crashed after %d actions: %v", len(crashes), crashes)
 	for _, k := range want {
 		if !slices.Contains(crashes, string(k)) {

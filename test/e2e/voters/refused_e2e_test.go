@@ -51,10 +51,13 @@ func TestSwapRefusedWhileAVoterIsPaused(t *testing.T) {
 	if paused == "" {
 		t.Fatalf("no voter to pause: voters %v, leader %s, out %s", before, leader, out)
 	}
-	// The members that stay answer: a client on them alone reads the
-	// member list while the paused one hangs.
+	// The writer and the quorum sampler use a client on the members that
+	// stay: a client whose connection is pinned to the paused member keeps
+	// it (its TCP connection stays up) and times out on every attempt while
+	// the other two hold quorum and take writes. The sampler still asks the
+	// paused member too.
 	live := etcdClientOn(t, except(before, paused)...)
-	x := watch(cli, "/holdfast-writer/refused-paused/")
+	x := watch(live, "/holdfast-writer/refused-paused/")
 
 	resume, err := world.Nodes[paused].Host.PauseMember()
 	if err != nil {
