@@ -230,6 +230,12 @@ func TestFormerMemberPromotedAgain(t *testing.T) {
 	if err := world.WaitVotersHealthy(ctx, 2*time.Minute, mid...); err != nil {
 		t.Fatal(err)
 	}
+	// The phase is Succeeded a pass before the Lease is released (one swap
+	// at a time: the webhook refuses the next one until then).
+	eventually(t, time.Minute, "swap Lease released", func() (bool, string) {
+		h := swapLeaseHolder(t)
+		return h == "", "held by " + h
+	})
 
 	// 2. former in again, for a voter that was never swapped.
 	out2 := ""
