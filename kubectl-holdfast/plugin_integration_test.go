@@ -428,12 +428,23 @@ func editNode(t *testing.T, name string, mutate func(*corev1.Node)) {
 // setPolicyStatus writes VoterPolicy default's status, as the voter controller would.
 func setPolicyStatus(t *testing.T, st holdfastv1.VoterPolicyStatus) {
 	t.Helper()
+	setPolicyStatusAged(t, st, false)
+}
+
+// setPolicyStatusAged writes it as it is; stale keeps a nil observedTime
+// (a status no voters role stamped).
+func setPolicyStatusAged(t *testing.T, st holdfastv1.VoterPolicyStatus, stale bool) {
+	t.Helper()
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		var p holdfastv1.VoterPolicy
 		if err := env.Client.Get(context.Background(), client.ObjectKey{Name: holdfastv1.VoterPolicyName}, &p); err != nil {
 			return err
 		}
 		p.Status = st
+		if p.Status.ObservedTime == nil && !stale {
+			// Stamped as the voters role stamps it on every pass.
+			p.Status.ObservedTime = &metav1.Time{Time: time.Now()}
+		}
 		return env.Client.Status().Update(context.Background(), &p)
 	})
 	if err != nil {
@@ -538,6 +549,10 @@ func TestSwapExitCodes(t *testing.T) {
 			return func() { _ = env.Client.Delete(ctx, l) }
 		}, reasons: []string{"spec: the swap Lease kube-system/holdfast-voter-swap is held by holdfast-controller-1 until " +
 			leaseRenew.Add(600*time.Second).UTC().Format(time.RFC3339) + "; one swap at a time"}},
+		{name: "a status no voters role stamped (stale)", args: []string{"sw-cp-1", "sw-edge-7"}, set: func() func() {
+			setPolicyStatusAged(t, healthy(), true)
+			return func() { setPolicyStatus(t, healthy()) }
+		}, reasons: []string{"status.observedTime: voter policy status carries no observation time; the voters role has not observed etcd (or predates observedTime)"}},
 		{name: "a voter not Ready", args: []string{"sw-cp-1", "sw-edge-7"}, set: func() func() {
 			setReady(t, "sw-cp-2", false)
 			return func() { setReady(t, "sw-cp-2", true) }

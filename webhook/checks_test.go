@@ -402,7 +402,7 @@ func gatesOK() rules.GateInput {
 	}
 	return rules.GateInput{
 		Policy: &holdfastv1.VoterPolicy{Spec: holdfastv1.VoterPolicySpec{TargetVoters: 3}, Status: holdfastv1.VoterPolicyStatus{
-			Voters: []string{"cp-1", "cp-2", "cp-3"}, Leader: "cp-1",
+			Voters: []string{"cp-1", "cp-2", "cp-3"}, Leader: "cp-1", ObservedTime: &metav1.Time{Time: t0},
 			Conditions: []metav1.Condition{{Type: holdfastv1.ConditionEtcdHealthy, Status: metav1.ConditionTrue}}}},
 		Nodes: map[string]*corev1.Node{"cp-1": ready("cp-1", nil, nil), "cp-2": ready("cp-2", nil, nil), "cp-3": ready("cp-3", nil, nil),
 			"edge-7": ready("edge-7", map[string]string{holdfastv1.LabelVoterEligible: "true"}, map[string]string{holdfastv1.AnnotationProvisioned: "true"})},

@@ -74,7 +74,7 @@ func setVoterPolicy(t *testing.T, st holdfastv1.VoterPolicyStatus) {
 
 func healthyStatus(voters ...string) holdfastv1.VoterPolicyStatus {
 	return holdfastv1.VoterPolicyStatus{
-		Voters: voters, Leader: voters[0],
+		Voters: voters, Leader: voters[0], ObservedTime: &metav1.Time{Time: clock.Now()},
 		Conditions: []metav1.Condition{{
 			Type: holdfastv1.ConditionEtcdHealthy, Status: metav1.ConditionTrue, Reason: "AllMembersAnswer",
 			Message: "Every member answers", LastTransitionTime: metav1.NewTime(epoch0),

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -14,6 +15,7 @@ import (
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/webhook"
+	"github.com/holdfast-io/holdfast/webhook/rules"
 )
 
 // healthyCluster: three Ready voters cp-1..cp-3 by etcd's own vote, a leader,
@@ -112,6 +114,31 @@ spec: {outgoing: edge-4, incoming: edge-7}
 		"spec.incoming: Forbidden: edge-7 is not voter-eligible",
 		"spec.incoming: Forbidden: edge-7 is pinned",
 		"spec.incoming: Forbidden: edge-7 is not provisioned")
+}
+
+// A VoterPolicy status nobody refreshed says nothing about etcd now: with
+// EtcdHealthy still True it is refused by its age alone, judged on the
+// webhook's (injected) clock, and nothing is created; fresh again, the same
+// swap is admitted.
+func TestVoterSwapRefusedOnStaleStatus(t *testing.T) {
+	healthyCluster(t)
+	clock.Set(epoch0.Add(130 * time.Second))
+	t.Cleanup(func() { clock.Set(epoch0) })
+	res := env.Kubectl().Run(t, secondSwap, "create", "-f", "-")
+	refusal(t, "swap-stale-status", res,
+		"status.observedTime: Forbidden: voter policy status is 2m10s old; the voters role is not observing etcd")
+	if strings.Contains(res.Stderr, "spec: ") || strings.Contains(res.Stderr, "spec.") {
+		t.Errorf("a stale but otherwise healthy status fails only its age:\n%s", res.Stderr)
+	}
+	err := env.Client.Get(context.Background(), client.ObjectKey{Name: "swap-cp2-edge7"}, &holdfastv1.VoterSwap{})
+	if !apierrors.IsNotFound(err) {
+		t.Fatalf("the refused swap exists (or could not be read): %v", err)
+	}
+
+	// Within the bound (the voters role stamps it every 15 s) it is trusted.
+	clock.Set(epoch0.Add(rules.MaxStatusAge))
+	allowed(t, env.Kubectl().Run(t, secondSwap, "create", "-f", "-"))
+	t.Cleanup(func() { finishAndDeleteSwap(t, "swap-cp2-edge7") })
 }
 
 func TestManualSwapOnlyByConfiguredGroups(t *testing.T) {

@@ -177,6 +177,12 @@ type VoterPolicyStatus struct {
 	// lastSwap is the last finished swap.
 	// +optional
 	LastSwap *SwapOutcome `json:"lastSwap,omitempty"`
+	// observedTime is when the voter controller last observed etcd for this
+	// status (stamped at least every 15 s while it runs). Admission refuses
+	// a swap while it is over a minute old: the status is stale and says
+	// nothing about etcd now.
+	// +optional
+	ObservedTime *metav1.Time `json:"observedTime,omitempty"`
 	// conditions of the policy: EtcdHealthy, VotersEven, AutomaticSwap.
 	// +optional
 	// +listType=map

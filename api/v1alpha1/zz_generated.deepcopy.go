@@ -569,6 +569,10 @@ func (in *VoterPolicyStatus) DeepCopyInto(out *VoterPolicyStatus) {
 		*out = new(SwapOutcome)
 		(*in).DeepCopyInto(*out)
 	}
+	if in.ObservedTime != nil {
+		in, out := &in.ObservedTime, &out.ObservedTime
+		*out = (*in).DeepCopy()
+	}
 	if in.Conditions != nil {
 		in, out := &in.Conditions, &out.Conditions
 		*out = make([]metav1.Condition, len(*in))

@@ -14,6 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/test/etcdwatch"
 )
 
 // fill writes about mb megabytes into etcd: 10 KiB values, 8 writers.
@@ -152,19 +153,19 @@ func benchSwap(b *testing.B, prefix string, lead bool) {
 	total := time.Since(start)
 	b.StopTimer()
 	changes := leaders()
-	w.check(b)
+	r := checkWriter(b, w)
 	// The longest write that started during the swap, and the longest in
 	// the 15s before it (stalls under 100ms are not kept: 100 stands for
 	// "at most 100").
-	stall, idle := stallOver, stallOver
+	stall, idle := etcdwatch.StallOver, etcdwatch.StallOver
 	idleOver, swapOver := 0, 0
-	for _, s := range w.stalls {
+	for _, s := range r.Stalls {
 		switch {
-		case s.at.Before(idleFrom):
-		case s.at.Before(start):
-			idle, idleOver = max(idle, s.took), idleOver+1
+		case s.At.Before(idleFrom):
+		case s.At.Before(start):
+			idle, idleOver = max(idle, s.Took), idleOver+1
 		default:
-			stall, swapOver = max(stall, s.took), swapOver+1
+			stall, swapOver = max(stall, s.Took), swapOver+1
 		}
 	}
 	b.ReportMetric(total.Seconds(), "swap-s")
@@ -180,7 +181,7 @@ func benchSwap(b *testing.B, prefix string, lead bool) {
 		role = "the leader"
 	}
 	b.Logf("outgoing %s (%s); steps %v; total %v; longest write stall during the swap %v (%d writes over %v), in the 15s before it %v (%d over)",
-		out, role, order, total.Round(time.Millisecond), stall.Round(time.Millisecond), swapOver, stallOver, idle.Round(time.Millisecond), idleOver)
+		out, role, order, total.Round(time.Millisecond), stall.Round(time.Millisecond), swapOver, etcdwatch.StallOver, idle.Round(time.Millisecond), idleOver)
 	var lines []string
 	for _, ch := range changes {
 		lines = append(lines, fmt.Sprintf("  %+.3fs %s", ch.at.Sub(start).Seconds(), ch.what))
@@ -192,16 +193,16 @@ func benchSwap(b *testing.B, prefix string, lead bool) {
 	}
 	b.Logf("swap actions (first seen):\n%s", strings.Join(lines, "\n"))
 	lines = nil
-	for _, s := range w.stalls {
+	for _, s := range r.Stalls {
 		before := "before the swap"
 		for _, a := range actions {
-			if !a.at.After(s.at) {
+			if !a.at.After(s.At) {
 				before = a.what
 			}
 		}
-		lines = append(lines, fmt.Sprintf("  %+.3fs %v after %q", s.at.Sub(start).Seconds(), s.took.Round(time.Millisecond), before))
+		lines = append(lines, fmt.Sprintf("  %+.3fs %v after %q", s.At.Sub(start).Seconds(), s.Took.Round(time.Millisecond), before))
 	}
-	b.Logf("writes over %v:\n%s", stallOver, strings.Join(lines, "\n"))
+	b.Logf("writes over %v:\n%s", etcdwatch.StallOver, strings.Join(lines, "\n"))
 }
 
 // watchLeader polls the members' Status every 50ms and records each change

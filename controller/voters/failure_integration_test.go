@@ -12,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/authentication/serviceaccount"
@@ -125,7 +126,7 @@ func TestRemovalCompletesWithTheOutgoingVoterPaused(t *testing.T) {
 	// The operation timeout of finish-demote passes with p1 away.
 	shifted.Advance(2 * time.Minute)
 	s := waitPhase(t, name, holdfastv1.SwapSucceeded, time.Minute)
-	w.check(t)
+	checkWriter(t, w)
 	if !strings.Contains(history(s), voters.ReasonOutgoingDown) || !strings.Contains(history(s), voters.ReasonOutgoingPending) {
 		t.Errorf("history does not say %s and %s:\n%s", voters.ReasonOutgoingDown, voters.ReasonOutgoingPending, history(s))
 	}
@@ -156,7 +157,7 @@ func TestRemovalCompletesWithTheOutgoingVoterPaused(t *testing.T) {
 func TestSwapRefusedWhileAVoterIsPaused(t *testing.T) {
 	c := newCluster(t, []string{"q1", "q2", "q3"}, []string{"q4"})
 	c.policy(t, nil)
-	startController(t, ctrlOpts{})
+	ctl := startController(t, ctrlOpts{})
 	waitHealthyStatus(t, "q1", "q2", "q3")
 	resume := c.hosts["q2"].pauseEtcd(t)
 	defer resume()
@@ -184,9 +185,31 @@ func TestSwapRefusedWhileAVoterIsPaused(t *testing.T) {
 		if !strings.Contains(history(got), "q2") {
 			t.Errorf("refusal does not name q2:\n%s", history(got))
 		}
+		// Visible to an operator: GatesPassed False and a Warning Event
+		// on the swap, both naming the paused voter.
+		if cond := meta.FindStatusCondition(got.Status.Conditions, holdfastv1.ConditionGatesPassed); cond == nil ||
+			cond.Status != metav1.ConditionFalse || !strings.Contains(cond.Message, "q2") {
+			t.Errorf("GatesPassed is %s, want False naming q2", describeCond(cond))
+		}
+		eventually(t, 10*time.Second, "a Warning Event on the refused swap naming q2", func() (bool, string) {
+			var evs eventsv1.EventList
+			if err := env.Client.List(context.Background(), &evs); err != nil {
+				return false, err.Error()
+			}
+			var seen []string
+			for _, e := range evs.Items {
+				if e.Regarding.Kind == "VoterSwap" && e.Regarding.Name == s.Name {
+					seen = append(seen, e.Type+" "+e.Reason+": "+e.Note)
+					if e.Type == corev1.EventTypeWarning && strings.Contains(e.Note, "q2") {
+						return true, ""
+					}
+				}
+			}
+			return false, strings.Join(seen, "; ")
+		})
 	}
 	// Give the controller passes to act, had it wanted to.
-	time.Sleep(2 * time.Second)
+	ctl.afterPasses(t, 3)
 	if l := getLease(t); rules.SwapLeaseHolder(l) != "" {
 		t.Errorf("the swap Lease is held by %q", rules.SwapLeaseHolder(l))
 	}
@@ -276,7 +299,7 @@ func crashDrill(t *testing.T, names []string, crash func(voters.Kind) bool, want
 		}
 		crashes = append(crashes, string(kind))
 	}
-	w.check(t)
+	checkWriter(t, w)
 	t.Logf("crashed after %d actions: %v", len(crashes), crashes)
 	for _, k := range want {
 		if !slices.Contains(crashes, string(k)) {
@@ -349,7 +372,7 @@ func TestAnUnfitVoterIsOnlyProposedUnderDryRun(t *testing.T) {
 		p.Spec.DryRun = new(true)
 		p.Spec.Fitness = holdfastv1.FitnessThresholds{WindowSeconds: 60, MaxFsyncMillis: 10, MaxPeerRTTMillis: 1000}
 	})
-	startController(t, ctrlOpts{})
+	ctl := startController(t, ctrlOpts{})
 	waitHealthyStatus(t, "f1", "f2", "f3")
 	ctx := context.Background()
 	waitFitnessReports(t, "f2")
@@ -364,7 +387,7 @@ func TestAnUnfitVoterIsOnlyProposedUnderDryRun(t *testing.T) {
 	if !strings.Contains(p.Status.ProposedSwap.Reason, "fsync p99 400ms over 10ms") {
 		t.Errorf("proposal reason %q does not say why", p.Status.ProposedSwap.Reason)
 	}
-	time.Sleep(2 * time.Second)
+	ctl.afterPasses(t, 3)
 	var swaps holdfastv1.VoterSwapList
 	if err := env.Client.List(ctx, &swaps); err != nil {
 		t.Fatal(err)

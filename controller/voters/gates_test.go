@@ -3,6 +3,7 @@ package voters
 import (
 	"strings"
 	"testing"
+	"time"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/webhook/rules"
@@ -53,5 +54,40 @@ func TestSwapGatesFromTheRecordedStatus(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestPolicyStatusStampsTheObservationTime: each pass's status carries when
+// etcd was observed, restamped once it is half a heartbeat old (so an idle
+// pass writes about once per heartbeat, not on every event), and the gates
+// refuse a status nobody restamped for over rules.MaxStatusAge, whatever
+// EtcdHealthy still says.
+func TestPolicyStatusStampsTheObservationTime(t *testing.T) {
+	o := fixture()
+	if got := o.Policy.Status.ObservedTime; got == nil || !got.Time.Equal(t0) {
+		t.Fatalf("first observation stamped %v, want %v", got, t0)
+	}
+	c := Assess(o)
+	o.Now = t0.Add(rules.StatusHeartbeat/2 - time.Second)
+	if got := PolicyStatus(o, &c).ObservedTime; !got.Time.Equal(t0) {
+		t.Errorf("restamped at %v though younger than half a heartbeat: the status would be written on every pass", got)
+	}
+	o.Now = t0.Add(rules.StatusHeartbeat / 2)
+	if got := PolicyStatus(o, &c).ObservedTime; !got.Time.Equal(o.Now) {
+		t.Errorf("stamp %v at half a heartbeat, want %v", got, o.Now)
+	}
+	o.Now = t0.Add(-time.Minute)
+	if got := PolicyStatus(o, &c).ObservedTime; !got.Time.Equal(o.Now) {
+		t.Errorf("stamp %v after the clock went back, want %v", got, o.Now)
+	}
+
+	// The recorded status, judged later by kubectl holdfast swap or the
+	// webhook: stale, it is refused by its age alone.
+	o = fixture()
+	later := t0.Add(rules.MaxStatusAge + 10*time.Second)
+	got := SwapGates(holdfastv1.VoterSwapSpec{Outgoing: "n1", Incoming: "n4"},
+		rules.GateInput{Policy: o.Policy, Nodes: o.Nodes, Now: later})
+	if want := "status.observedTime: Forbidden: voter policy status is 1m10s old; the voters role is not observing etcd (its status may be at most 1m0s old)"; len(got) != 1 || got[0] != want {
+		t.Errorf("gates on a stale status: %q, want only %q", got, want)
 	}
 }

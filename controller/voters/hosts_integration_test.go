@@ -44,6 +44,7 @@ import (
 	"github.com/holdfast-io/holdfast/node-plugin/tombstone"
 	"github.com/holdfast-io/holdfast/test/dbusdouble"
 	"github.com/holdfast-io/holdfast/test/etcdproc"
+	"github.com/holdfast-io/holdfast/test/etcdwatch"
 )
 
 const (
@@ -451,6 +452,18 @@ type controller struct {
 	crashed chan struct{}
 }
 
+// afterPasses waits until the controller has finished n more passes
+// (each observes etcd and decides): a test asserting that nothing happens
+// gives the controller its chances this way, not by sleeping.
+func (c *controller) afterPasses(t testing.TB, n int64) {
+	t.Helper()
+	want := c.rec.Passes() + n
+	eventually(t, time.Minute, fmt.Sprintf("%d more controller passes", n), func() (bool, string) {
+		got := c.rec.Passes()
+		return got >= want, fmt.Sprintf("%d passes, want %d", got, want)
+	})
+}
+
 type ctrlOpts struct {
 	identity string
 	// crashAfter, when it returns true for an action, ends the controller
@@ -646,25 +659,15 @@ func bindCandidate(t testing.TB, swap, node string) {
 	}
 }
 
-// etcdVoters are etcd's own voters and learners, by name, and its cluster
-// ID, as a client of names answers.
+// etcdMembers are etcd's own voters and learners, by name, and its
+// cluster ID, as a client of names answers.
 func etcdMembers(t testing.TB, cli *clientv3.Client) (voterNames, learners []string, clusterID uint64) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	ml, err := cli.MemberList(ctx)
+	v, l, id, err := etcdwatch.Members(context.Background(), cli)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, m := range ml.Members {
-		if m.IsLearner {
-			learners = append(learners, m.Name)
-		} else {
-			voterNames = append(voterNames, m.Name)
-		}
-	}
-	slices.Sort(voterNames)
-	return voterNames, learners, ml.Header.ClusterId
+	return v, l, id
 }
 
 func getNode(t testing.TB, name string) *corev1.Node {
@@ -689,114 +692,31 @@ func getLease(t testing.TB) *coordinationv1.Lease {
 	return l
 }
 
-// writer puts a key every 50ms and reads it back, retrying a write until it
-// is acknowledged; it measures the longest a write took (the stall) and
-// counts writes never acknowledged within 10s as failed.
-type writer struct {
-	cli       *clientv3.Client
-	mu        sync.Mutex
-	acked     []string
-	failed    int
-	longest   time.Duration
-	longestAt time.Time
-	// stalls are the writes that took over stallOver, for a benchmark to
-	// place in the swap's steps.
-	stalls []stall
-	stop   chan struct{}
-	done   chan struct{}
+// startWriter puts a key every 50ms and reads it back (test/etcdwatch),
+// each attempt given a second on these loopback members.
+func startWriter(cli *clientv3.Client) *etcdwatch.Writer {
+	return etcdwatch.StartWriter(cli, "/holdfast-writer/", time.Second)
 }
 
-// stall is one write (put and read back) that took took, from at.
-type stall struct {
-	at   time.Time
-	took time.Duration
-}
-
-const stallOver = 100 * time.Millisecond
-
-func startWriter(cli *clientv3.Client) *writer {
-	w := &writer{cli: cli, stop: make(chan struct{}), done: make(chan struct{})}
-	go w.run()
-	return w
-}
-
-func (w *writer) run() {
-	defer close(w.done)
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for i := 0; ; i++ {
-		select {
-		case <-w.stop:
-			return
-		case <-tick.C:
-		}
-		k, v := fmt.Sprintf("/holdfast-writer/%07d", i), fmt.Sprintf("v%d", i)
-		start := time.Now()
-		ok := false
-		for time.Since(start) < 10*time.Second {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			_, err := w.cli.Put(ctx, k, v)
-			if err == nil {
-				var resp *clientv3.GetResponse
-				resp, err = w.cli.Get(ctx, k)
-				if err == nil && (len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != v) {
-					err = fmt.Errorf("read back %v", resp.Kvs)
-				}
-			}
-			cancel()
-			if err == nil {
-				ok = true
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		took := time.Since(start)
-		w.mu.Lock()
-		if ok {
-			w.acked = append(w.acked, k)
-		} else {
-			w.failed++
-		}
-		if took > w.longest {
-			w.longest, w.longestAt = took, start
-		}
-		if took > stallOver {
-			w.stalls = append(w.stalls, stall{at: start, took: took})
-		}
-		w.mu.Unlock()
-	}
-}
-
-// check stops the writer and asserts no write failed and no acknowledged
-// write is lost; it returns the longest stall.
-func (w *writer) check(t testing.TB) time.Duration {
+// checkWriter stops the writer and asserts no write failed and no
+// acknowledged write is lost; it returns what the writer saw.
+func checkWriter(t testing.TB, w *etcdwatch.Writer) etcdwatch.Report {
 	t.Helper()
-	close(w.stop)
-	<-w.done
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	resp, err := w.cli.Get(ctx, "/holdfast-writer/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	r, err := w.Stop(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	have := map[string]bool{}
-	for _, kv := range resp.Kvs {
-		have[string(kv.Key)] = true
+	if len(r.Lost) > 0 {
+		t.Errorf("acknowledged writes lost: %v", r.Lost)
 	}
-	for _, k := range w.acked {
-		if !have[k] {
-			t.Errorf("acknowledged write %s lost", k)
-		}
+	if len(r.Failed) > 0 {
+		t.Errorf("%d writes failed (never acknowledged within 10s)", len(r.Failed))
 	}
-	if w.failed > 0 {
-		t.Errorf("%d writes failed (never acknowledged within 10s)", w.failed)
+	if r.Acked < 20 {
+		t.Errorf("only %d writes acknowledged", r.Acked)
 	}
-	if len(w.acked) < 20 {
-		t.Errorf("only %d writes acknowledged", len(w.acked))
-	}
-	t.Logf("writer: %d writes acknowledged, %d failed, none lost; longest write stall %v (at %s)", len(w.acked), w.failed,
-		w.longest.Round(time.Millisecond), w.longestAt.Format("15:04:05.000"))
-	return w.longest
+	t.Logf("writer: %s", r)
+	return r
 }
 
 func hostDataMovedAside(h *host) bool {

@@ -38,6 +38,10 @@ var (
 		Name: "holdfast_voterswap_actions_total",
 		Help: "Actions the voter controller carried out, by kind and result (ok, error).",
 	}, []string{"kind", "result"})
+	passesTotal = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "holdfast_voter_passes_total",
+		Help: "Passes of the voter controller (each observes etcd and refreshes VoterPolicy status); flat while it cannot hold its election or read the apiserver.",
+	})
 	stepSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "holdfast_voterswap_step_duration_seconds",
 		Help:    "How long each finished swap step took.",
@@ -46,5 +50,5 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(stepDeadline, votersEven, votersGauge, learnersGauge, etcdHealthy, swapsFinished, actionsTotal, stepSeconds)
+	metrics.Registry.MustRegister(stepDeadline, votersEven, votersGauge, learnersGauge, etcdHealthy, swapsFinished, actionsTotal, passesTotal, stepSeconds)
 }

@@ -554,12 +554,25 @@ func stepRegate(o *Observation, c *Cluster, s *holdfastv1.VoterSwap) Decision {
 	return act(&Action{Kind: Record, Swap: s.Name, Then: &Change{Step: holdfastv1.StepStepDown, OutgoingMember: HexID(m.ID),
 		Deadline: at(o.Now.Add(t.opTimeout)),
 		History: []holdfastv1.SwapStepRecord{rec(holdfastv1.StepRegate, OutcomeDone, ReasonGatesPassed,
-			fmt.Sprintf("%d healthy voters with a leader, no learner", len(c.Voters)))}}})
+			regatePassed(c, out))}}})
 }
 
 // regate is DESIGN §6 step 3: every gate again, with want voters. The
 // outgoing voter may be down (its removal goes on when the others are
 // healthy).
+// regatePassed is regate's history line: it counts the voters that stay
+// (the ones regate judged), not the outgoing one, which may be paused or down.
+func regatePassed(c *Cluster, out string) string {
+	var stay []string
+	for _, v := range c.Voters {
+		if v != out {
+			stay = append(stay, v)
+		}
+	}
+	return fmt.Sprintf("the %d voters that stay (%s) are healthy with a leader, no learner; %s goes out",
+		len(stay), strings.Join(stay, ", "), out)
+}
+
 func regate(o *Observation, c *Cluster, out string, want int) []string {
 	if !c.Reached {
 		return []string{"the etcd member list could not be read: " + c.Err}

@@ -486,7 +486,7 @@ func TestNextRegateAndStepDown(t *testing.T) {
 	}
 	runNext(t, []nextCase{
 		{"four healthy voters: on to the step-down", func(o *Observation) { fourVoters(o) },
-			want{kind: Record, step: holdfastv1.StepStepDown, check: func(t *testing.T, d Decision) {
+			want{kind: Record, step: holdfastv1.StepStepDown, says: []string{"the 3 voters that stay (n2, n3, n4) are healthy"}, check: func(t *testing.T, d Decision) {
 				if d.Action.Then.OutgoingMember != HexID(memberID("n1")) {
 					t.Errorf("records outgoing member %q", d.Action.Then.OutgoingMember)
 				}
@@ -500,7 +500,14 @@ func TestNextRegateAndStepDown(t *testing.T) {
 			setLeader(o, "n2")
 			pause(o, "n1")
 			notReady(o.Nodes["n1"])
-		}, want{kind: Record, step: holdfastv1.StepStepDown}},
+		}, want{kind: Record, step: holdfastv1.StepStepDown, check: func(t *testing.T, d Decision) {
+			// The history counts the voters that stay, never the paused
+			// outgoing one ("4 healthy voters" was wrong).
+			msg := d.Action.Then.History[0].Message
+			if want := "the 3 voters that stay (n2, n3, n4) are healthy with a leader, no learner; n1 goes out"; msg != want {
+				t.Errorf("regate history %q, want %q", msg, want)
+			}
+		}}},
 		{"the outgoing voter leads: leadership moves to the incoming voter first", func(o *Observation) {
 			stepDown(o)
 			setLeader(o, "n1")

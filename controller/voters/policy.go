@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/webhook/rules"
 )
 
 // Policy defaults, for a VoterPolicy stored before its CRD defaults applied.
@@ -69,13 +70,19 @@ const (
 )
 
 // PolicyStatus is the VoterPolicy status this pass reports: etcd's own view
-// of its members (the webhook's gates read it), the even count, and the last
-// finished swap. ProposedSwap is kept; Next proposes or withdraws it.
+// of its members (the webhook's gates read it), when it was observed, the
+// even count, and the last finished swap. ProposedSwap is kept; Next proposes or withdraws it.
 func PolicyStatus(o *Observation, c *Cluster) holdfastv1.VoterPolicyStatus {
 	p := o.Policy
 	st := *p.Status.DeepCopy()
 	st.ObservedGeneration = p.Generation
 	now := metav1.NewTime(o.Now)
+	// The heartbeat the swap gates judge the status's age by
+	// (rules.StatusFresh): stamped when half a heartbeat old, so an idle
+	// pass writes the status about once per heartbeat, not on every event.
+	if t := st.ObservedTime; t == nil || o.Now.Sub(t.Time) >= rules.StatusHeartbeat/2 || o.Now.Before(t.Time) {
+		st.ObservedTime = &now
+	}
 
 	if c.Reached {
 		st.Voters = c.Voters

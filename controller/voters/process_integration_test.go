@@ -112,7 +112,7 @@ func TestTheVotersRoleSIGKILLedAtEveryStepCompletesTheSwap(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	w.check(t)
+	checkWriter(t, w)
 	t.Logf("SIGKILLed at steps %v; history:\n%s", killedAt, history(s))
 	if s.Status.Phase != holdfastv1.SwapSucceeded {
 		t.Fatalf("swap finished %s after kills at %v: %s\nhistory:\n%s", s.Status.Phase, killedAt, describe(s), history(s))

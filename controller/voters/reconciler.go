@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -22,6 +23,7 @@ import (
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/controller/audit"
+	"github.com/holdfast-io/holdfast/webhook/rules"
 )
 
 // Reconciler runs the passes of the voter controller.
@@ -49,7 +51,8 @@ type Reconciler struct {
 	CandidateNamespace, CandidateImage string
 	// RunningEvery and IdleEvery are the pass intervals with and without a
 	// swap in progress (the Lease is renewed on every pass, so RunningEvery
-	// must stay well inside its duration).
+	// must stay well inside its duration). Neither is longer than
+	// rules.StatusHeartbeat in effect: the status's observedTime needs it.
 	RunningEvery, IdleEvery time.Duration
 	// AfterAction, when set, runs after an action is carried out and before
 	// it is recorded; an error ends the pass there, as a crash would.
@@ -58,7 +61,13 @@ type Reconciler struct {
 	lastEtcd   EtcdView
 	unfitSince map[string]time.Time
 	stepStart  map[string]time.Time
+	passes     atomic.Int64
 }
+
+// Passes counts the passes this reconciler finished (whatever their
+// outcome): "N more passes and nothing happened" is how a test waits for
+// the controller to have had its chances, instead of sleeping.
+func (r *Reconciler) Passes() int64 { return r.passes.Load() }
 
 func (r *Reconciler) defaults() {
 	if r.Clock == nil {
@@ -121,6 +130,10 @@ func (r *Reconciler) clientEtcd(ctx context.Context, p *holdfastv1.VoterPolicy) 
 // most one action. It returns when the next pass is due.
 func (r *Reconciler) Pass(ctx context.Context) (time.Duration, error) {
 	r.defaults()
+	defer func() {
+		r.passes.Add(1)
+		passesTotal.Inc()
+	}()
 	log := klog.FromContext(ctx)
 	o, etcd, err := r.observe(ctx)
 	if err != nil || o == nil {
@@ -140,6 +153,9 @@ func (r *Reconciler) Pass(ctx context.Context) (time.Duration, error) {
 	if runningSwap(o.Swaps) != nil || pendingSwap(o.Swaps) != nil {
 		every = r.RunningEvery
 	}
+	// The status's heartbeat needs a pass at least this often, whatever
+	// the idle interval: admission refuses swaps on a stale status.
+	every = min(every, rules.StatusHeartbeat)
 	if d.Action == nil {
 		if swap != nil && d.Waiting != "" {
 			return every, r.setProgressing(ctx, swap, metav1.ConditionTrue, d.WaitReason, d.Waiting)

@@ -44,7 +44,7 @@ func TestFullSwapWithRealEtcd(t *testing.T) {
 	w := startWriter(cli)
 	name := createSwap(t, "a1", "a4")
 	s := waitPhase(t, name, holdfastv1.SwapSucceeded, 3*time.Minute)
-	stall := w.check(t)
+	stall := checkWriter(t, w).Longest
 	t.Logf("swap %s took %v; history:\n%s", s.Status.SwapID, s.Status.FinishedAt.Sub(s.Status.StartedAt.Time).Round(time.Millisecond), history(s))
 	_ = stall
 
@@ -138,7 +138,7 @@ func TestFullSwapWithRealEtcd(t *testing.T) {
 	name2 := createSwap(t, "a2", "")
 	bindCandidate(t, name2, "a1")
 	s2 := waitPhase(t, name2, holdfastv1.SwapSucceeded, 3*time.Minute)
-	w.check(t)
+	checkWriter(t, w)
 	if s2.Status.Incoming != "a1" {
 		t.Errorf("incoming %q, want the candidate's node a1", s2.Status.Incoming)
 	}
@@ -173,7 +173,7 @@ func TestAnUnfitVoterIsSwappedAutomaticallyAndTheCooldownHolds(t *testing.T) {
 		// reports the test writes are unfit.
 		p.Spec.Fitness = holdfastv1.FitnessThresholds{WindowSeconds: 60, MaxFsyncMillis: 1000, MaxPeerRTTMillis: 1000}
 	})
-	startController(t, ctrlOpts{})
+	ctl := startController(t, ctrlOpts{})
 	waitHealthyStatus(t, "u1", "u2", "u3")
 	waitFitnessReports(t, "u1", "u2", "u3")
 	ctx := context.Background()
@@ -199,7 +199,7 @@ func TestAnUnfitVoterIsSwappedAutomaticallyAndTheCooldownHolds(t *testing.T) {
 	}
 	bindCandidate(t, auto.Name, "u4")
 	s := waitPhase(t, auto.Name, holdfastv1.SwapSucceeded, 3*time.Minute)
-	w.check(t)
+	checkWriter(t, w)
 	t.Logf("automatic swap %s took %v; history:\n%s", s.Status.SwapID, s.Status.FinishedAt.Sub(s.Status.StartedAt.Time).Round(time.Millisecond), history(s))
 	v, learners, id := etcdMembers(t, cli)
 	if !slices.Equal(v, []string{"u1", "u3", "u4"}) || len(learners) > 0 || id != clusterID {
@@ -233,7 +233,7 @@ func TestAnUnfitVoterIsSwappedAutomaticallyAndTheCooldownHolds(t *testing.T) {
 		return false, strings.Join(seen, "; ")
 	})
 	// Passes go on seeing it; none starts a swap.
-	time.Sleep(3 * time.Second)
+	ctl.afterPasses(t, 3)
 	var swaps holdfastv1.VoterSwapList
 	if err := env.Client.List(ctx, &swaps); err != nil {
 		t.Fatal(err)

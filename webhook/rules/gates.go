@@ -27,7 +27,8 @@ type GateInput struct {
 	Nodes map[string]*corev1.Node
 	// SwapLease is kube-system/holdfast-voter-swap; nil when absent.
 	SwapLease *coordinationv1.Lease
-	// Now is the clock the Lease's expiry is judged against.
+	// Now is the clock the Lease's expiry and the status's age are judged
+	// against.
 	Now time.Time
 }
 
@@ -101,6 +102,40 @@ func TombstoneOfCluster(n *corev1.Node, clusterID string) bool {
 	return err != nil || t.ClusterID == "" || clusterID == "" || t.ClusterID == clusterID
 }
 
+// StatusHeartbeat is how often, at the least, the voter controller stamps
+// VoterPolicy status.observedTime while it runs (each pass stamps it when it
+// is half this old; a pass runs at least this often).
+const StatusHeartbeat = 15 * time.Second
+
+// MaxStatusAge is how old VoterPolicy status.observedTime may be for the
+// gates to trust the status: four heartbeats, so a slow pass or two (an etcd
+// probe waiting out its timeouts) never refuses a swap, while a voters role
+// that lost its election or cannot reach the apiserver does within a minute.
+const MaxStatusAge = 4 * StatusHeartbeat
+
+// StatusFresh judges VoterPolicy status.observedTime at now: nil when the
+// status was observed within MaxStatusAge, else why the status cannot be
+// trusted. A status never stamped (no voters role has observed etcd, or one
+// from before observedTime) is not trusted either, nor one stamped further
+// in the future than MaxStatusAge (the clocks disagree).
+func StatusFresh(p *holdfastv1.VoterPolicy, now time.Time) *field.Error {
+	path := field.NewPath("status", "observedTime")
+	t := p.Status.ObservedTime
+	if t == nil {
+		return field.Forbidden(path, "voter policy status carries no observation time; the voters role has not observed etcd (or predates observedTime)")
+	}
+	age := now.Sub(t.Time)
+	switch {
+	case age > MaxStatusAge:
+		return field.Forbidden(path, fmt.Sprintf("voter policy status is %v old; the voters role is not observing etcd (its status may be at most %v old)",
+			age.Round(time.Second), MaxStatusAge))
+	case -age > MaxStatusAge:
+		return field.Forbidden(path, fmt.Sprintf("voter policy status is stamped %v in the future; the voters role's clock and this one disagree",
+			(-age).Round(time.Second)))
+	}
+	return nil
+}
+
 // SwapGates lists every gate of DESIGN §6 step 1 that the swap fails now, as
 // VoterPolicy status and the Nodes show them, each at the field it is about
 // (spec for the cluster's own health). An empty list means every gate holds.
@@ -116,6 +151,12 @@ func SwapGates(spec *holdfastv1.VoterSwapSpec, in GateInput) field.ErrorList {
 			"no VoterPolicy %q: create it so the voter controller observes etcd before any swap", holdfastv1.VoterPolicyName)))
 	}
 	st := &p.Status
+	// Every gate below reads this status: one nobody refreshed says nothing
+	// about etcd now (a paused member of the apiserver's own etcd can keep
+	// the voters role from its election while EtcdHealthy stays True).
+	if err := StatusFresh(p, in.Now); err != nil {
+		errs = append(errs, err)
+	}
 
 	if c := meta.FindStatusCondition(st.Conditions, holdfastv1.ConditionEtcdHealthy); c == nil || c.Status != metav1.ConditionTrue {
 		why := "not yet reported"

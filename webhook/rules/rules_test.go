@@ -75,7 +75,8 @@ func healthyInput() GateInput {
 	p := &holdfastv1.VoterPolicy{
 		Spec: holdfastv1.VoterPolicySpec{TargetVoters: 3},
 		Status: holdfastv1.VoterPolicyStatus{Voters: []string{"cp-1", "cp-2", "cp-3"}, Leader: "cp-1",
-			Conditions: []metav1.Condition{{Type: holdfastv1.ConditionEtcdHealthy, Status: metav1.ConditionTrue}}},
+			ObservedTime: &metav1.Time{Time: t0.Add(-10 * time.Second)},
+			Conditions:   []metav1.Condition{{Type: holdfastv1.ConditionEtcdHealthy, Status: metav1.ConditionTrue}}},
 	}
 	nodes := map[string]*corev1.Node{}
 	for _, n := range []string{"cp-1", "cp-2", "cp-3"} {
@@ -110,6 +111,17 @@ func TestSwapGates(t *testing.T) {
 			in.Policy.Status.Conditions[0] = metav1.Condition{Type: holdfastv1.ConditionEtcdHealthy, Status: metav1.ConditionFalse,
 				Reason: "MemberUnreachable", Message: "cp-2 does not answer"}
 		}, []string{"spec: Forbidden: etcd is not healthy (VoterPolicy condition EtcdHealthy MemberUnreachable: cp-2 does not answer); swap once every voter answers"}},
+		{"status observed exactly MaxStatusAge ago is still trusted", func(in *GateInput, _ *holdfastv1.VoterSwapSpec) {
+			in.Policy.Status.ObservedTime = &metav1.Time{Time: t0.Add(-MaxStatusAge)}
+		}, nil},
+		{"stale status: EtcdHealthy True but nobody observed etcd for 2m10s", func(in *GateInput, _ *holdfastv1.VoterSwapSpec) {
+			in.Policy.Status.ObservedTime = &metav1.Time{Time: t0.Add(-130 * time.Second)}
+		}, []string{"status.observedTime: Forbidden: voter policy status is 2m10s old; the voters role is not observing etcd (its status may be at most 1m0s old)"}},
+		{"status never stamped", func(in *GateInput, _ *holdfastv1.VoterSwapSpec) { in.Policy.Status.ObservedTime = nil },
+			[]string{"status.observedTime: Forbidden: voter policy status carries no observation time; the voters role has not observed etcd (or predates observedTime)"}},
+		{"status stamped in the future beyond the bound", func(in *GateInput, _ *holdfastv1.VoterSwapSpec) {
+			in.Policy.Status.ObservedTime = &metav1.Time{Time: t0.Add(5 * time.Minute)}
+		}, []string{"status.observedTime: Forbidden: voter policy status is stamped 5m0s in the future; the voters role's clock and this one disagree"}},
 		{"no leader", func(in *GateInput, _ *holdfastv1.VoterSwapSpec) { in.Policy.Status.Leader = "" },
 			[]string{"spec: Forbidden: etcd reports no leader; swap once it has one"}},
 		{"learner", func(in *GateInput, _ *holdfastv1.VoterSwapSpec) { in.Policy.Status.Learners = []string{"edge-5"} },

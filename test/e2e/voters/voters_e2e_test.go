@@ -142,7 +142,8 @@ func keys(m map[string]bool) []string {
 }
 
 // TestOutgoingVoterPausedAfterPromotionIsStillRemoved SIGSTOPs the outgoing
-// voter's etcd member once the candidate votes (the swap at Regate): the
+// voter's etcd member once the candidate votes (the swap at Regate, or at
+// StepDown when Regate passed between two polls): the
 // voters that stay are healthy, so the member is removed anyway and its
 // node finished as an agent (holdfast-node stops the stopped process).
 func TestOutgoingVoterPausedAfterPromotionIsStillRemoved(t *testing.T) {
@@ -160,18 +161,29 @@ func TestOutgoingVoterPausedAfterPromotionIsStillRemoved(t *testing.T) {
 		t.Fatal(err)
 	}
 	var resume func()
+	var pausedAt time.Time
 	s := waitPhase(t, name, holdfastv1.SwapSucceeded, 5*time.Minute, func(step string) {
 		t.Logf("%s step %s", time.Now().UTC().Format("15:04:05.000"), step)
-		if step == string(holdfastv1.StepRegate) && resume == nil {
+		// Regate can pass between two polls (200 ms): the first step seen
+		// after Promote, Regate or StepDown, is the member still voting with
+		// the candidate promoted.
+		if (step == string(holdfastv1.StepRegate) || step == string(holdfastv1.StepStepDown)) && resume == nil {
 			var err error
 			if resume, err = world.Nodes[out].Host.PauseMember(); err != nil {
 				t.Fatal(err)
 			}
+			pausedAt = time.Now()
 			t.Logf("%s's etcd member SIGSTOPped", out)
 		}
 	})
 	if resume == nil {
-		t.Fatal("the swap never reached Regate with the outgoing member running")
+		t.Fatal("the swap never reached Regate or StepDown with the outgoing member running")
+	}
+	// Paused while it still voted: its removal came after the pause.
+	for _, h := range s.Status.History {
+		if h.Step == holdfastv1.StepRemoveMember && h.Reason == voters.ReasonMemberRemoved && h.At.Time.Before(pausedAt.Truncate(time.Second)) {
+			t.Errorf("%s was removed at %s, before its member was paused at %s", out, h.At.UTC().Format("15:04:05"), pausedAt.UTC().Format("15:04:05.000"))
+		}
 	}
 	resume()
 	x.check(t)
