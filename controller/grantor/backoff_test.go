@@ -1,11 +1,13 @@
 package grantor
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/holdfast-io/holdfast/api/lease"
@@ -164,5 +166,66 @@ func TestWithNoAnchorTheRetryBacksOffToAThirdOfTheHoldBound(t *testing.T) {
 	settle(t, g, e, 7)
 	if o := observe(t, g); !o.Acked() || o.Timeouts != 0 {
 		t.Fatalf("after the runtime answered: %+v", o)
+	}
+}
+
+// TestLoopsStartedTogetherSpreadTheirPhases: loops started at one instant
+// (a leader's warm start) do not renew in step: each shortens its first
+// wait at the cadence by a random part, and none lengthens it.
+func TestLoopsStartedTogetherSpreadTheirPhases(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	g := New(Options{Name: "ctl-0", Clock: clk})
+	defer g.StopAll()
+	const n = 20
+	var eps []*endpoint
+	var units []types.NamespacedName
+	for i := range n {
+		e := newEndpoint(t, 1)
+		u := types.NamespacedName{Namespace: "plant", Name: fmt.Sprintf("u-%d", i)}
+		eps, units = append(eps, e), append(units, u)
+		g.Ensure(Target{Unit: u, Epoch: 1, Address: e.addr(), Duration: 30 * time.Second})
+	}
+	// Every loop waits on its own timer: a fired timer leaves the clock's
+	// waiters in Step, and a loop with an attempt in flight is not parked.
+	handled := func() bool {
+		if clk.Waiters() != n {
+			return false
+		}
+		for _, u := range units {
+			if !parked(g, u) {
+				return false
+			}
+		}
+		return true
+	}
+	waitFor(t, "every loop anchored and parked", func() bool {
+		for _, e := range eps {
+			if len(e.received()) != 2 {
+				return false
+			}
+		}
+		return handled()
+	})
+	// Through the first cadence in 250 ms steps: in which step did each
+	// loop send its third grant?
+	at := map[int]int{}
+	for step := 1; step <= 20; step++ {
+		clk.Step(250 * time.Millisecond)
+		waitFor(t, "every loop to handle the step", handled)
+		for i, e := range eps {
+			if _, seen := at[i]; !seen && len(e.received()) == 3 {
+				at[i] = step
+			}
+		}
+	}
+	if len(at) != n {
+		t.Fatalf("%d of %d loops renewed within the 5s cadence: a spread wait must never be longer", len(at), n)
+	}
+	steps := map[int]bool{}
+	for _, s := range at {
+		steps[s] = true
+	}
+	if len(steps) < 5 {
+		t.Fatalf("the loops renewed in %d of 20 quarter-second steps (%v): still in step", len(steps), at)
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"sort"
@@ -261,6 +262,8 @@ type loop struct {
 	// parked is true while the loop waits on its timer with no attempt in
 	// flight: the tests' signal that it has handled a clock step.
 	parked atomic.Bool
+	// spread: the loop's phase has been spread (spreadPhase), once.
+	spread bool
 }
 
 func (l *loop) target() Target {
@@ -350,7 +353,25 @@ func (l *loop) nextWait() time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	d := l.obs.Target.Duration
-	return BackoffWait(d, l.obs.Timeouts, l.anchorLeft(now) > 0, l.obs.NextWait(d, now))
+	anchored := l.anchorLeft(now) > 0
+	wait := BackoffWait(d, l.obs.Timeouts, anchored, l.obs.NextWait(d, now))
+	if anchored && !l.spread && wait > 0 {
+		l.spread = true
+		wait = spreadPhase(wait)
+	}
+	return wait
+}
+
+// spreadPhase shortens a loop's first wait at the cadence by a uniform
+// random part of it. Loops started together (every loop at once after a
+// leader's warm start, or a burst of new bindings) would otherwise renew in
+// step, each cadence a burst of every unit's renewal queued behind one
+// another on the grantor's cores: the tail of the renewal skew. Later waits
+// run from each loop's own acknowledgements and keep the spread. Only ever
+// earlier, so L1 and L2 hold as they are; the cost is one early renewal per
+// loop.
+func spreadPhase(wait time.Duration) time.Duration {
+	return wait - rand.N(wait)
 }
 
 // anchorLeft is what is left of the runtime's anchor at now: zero when it
