@@ -108,8 +108,8 @@ func TestAStarvedRenewalIsReadLateNotAbandoned(t *testing.T) {
 	// or the cadence), no longer.
 	left := deadline.Sub(clk.Now())
 	wait := lease.RenewInterval(30*time.Second, 30*time.Second-left)
-	stepNothingDue(t, g, clk, e, wait-time.Millisecond)
-	clk.Step(time.Millisecond)
+	stepNothingDue(t, g, clk, e, wait-wait/jitterDivisor-time.Millisecond)
+	clk.Step(wait / jitterDivisor)
 	waitAttempt(t, g, clk, e, 5)
 	if !clk.Now().Before(deadline) {
 		t.Fatalf("the retry went out at %v, past the runtime's deadline %v", clk.Now(), deadline)
@@ -227,5 +227,37 @@ func TestLoopsStartedTogetherSpreadTheirPhases(t *testing.T) {
 	}
 	if len(steps) < 5 {
 		t.Fatalf("the loops renewed in %d of 20 quarter-second steps (%v): still in step", len(steps), at)
+	}
+}
+
+// TestEveryAnchoredWaitIsShortenedByItsJitterOnly: after the first (spread)
+// wait, each wait at the cadence is between nine tenths of it and all of it,
+// and the waits differ, so loops a stall put in step drift apart again.
+func TestEveryAnchoredWaitIsShortenedByItsJitterOnly(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	e := newEndpoint(t, 1)
+	g := New(Options{Name: "ctl-0", Clock: clk})
+	defer g.StopAll()
+	g.Ensure(Target{Unit: unit, Epoch: 1, Address: e.addr(), Duration: 30 * time.Second})
+	settle(t, g, e, 2)
+	clk.Step(5 * time.Second) // past the spread first wait
+	settle(t, g, e, 3)
+	last := clk.Now()
+	intervals := map[time.Duration]bool{}
+	for i := 4; i <= 23; i++ {
+		for len(e.received()) < i {
+			clk.Step(10 * time.Millisecond)
+			waitFor(t, "the step handled", func() bool { return parked(g, unit) && clk.Waiters() == 1 || len(e.received()) >= i })
+		}
+		settle(t, g, e, i)
+		d := clk.Now().Sub(last)
+		if d < 4500*time.Millisecond || d > 5*time.Second {
+			t.Fatalf("grant %d went out %v after the previous one: outside [4.5s, 5s]", i, d)
+		}
+		intervals[d] = true
+		last = clk.Now()
+	}
+	if len(intervals) < 3 {
+		t.Fatalf("20 waits took %d distinct values: no jitter", len(intervals))
 	}
 }

@@ -355,12 +355,24 @@ func (l *loop) nextWait() time.Duration {
 	d := l.obs.Target.Duration
 	anchored := l.anchorLeft(now) > 0
 	wait := BackoffWait(d, l.obs.Timeouts, anchored, l.obs.NextWait(d, now))
-	if anchored && !l.spread && wait > 0 {
-		l.spread = true
-		wait = spreadPhase(wait)
+	if anchored && wait > 0 {
+		if !l.spread {
+			l.spread = true
+			return spreadPhase(wait)
+		}
+		wait -= rand.N(wait/jitterDivisor + 1)
 	}
 	return wait
 }
+
+// jitterDivisor: every wait while the runtime holds an anchor is shortened by
+// a random part of up to a tenth of it. A stall of the grantor's process (a
+// starved core, a GC pause) delivers every answer that waited through it at
+// once, and since each loop plans its next renewal from its answer, loops
+// that were spread fall in step again and stay there; the jitter spreads
+// them again within a few cadences. Only ever earlier (L1, L2 unchanged): on
+// average one renewal in twenty more.
+const jitterDivisor = 10
 
 // spreadPhase shortens a loop's first wait at the cadence by a uniform
 // random part of it. Loops started together (every loop at once after a
