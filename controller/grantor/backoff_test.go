@@ -231,8 +231,9 @@ func TestLoopsStartedTogetherSpreadTheirPhases(t *testing.T) {
 }
 
 // TestEveryAnchoredWaitIsShortenedByItsJitterOnly: after the first (spread)
-// wait, each wait at the cadence is between nine tenths of it and all of it,
-// and the waits differ, so loops a stall put in step drift apart again.
+// wait, each wait at the cadence is between nine tenths of it (less the plan
+// grid) and all of it, ends on the plan grid, and the waits differ, so loops
+// a stall put in step drift apart again.
 func TestEveryAnchoredWaitIsShortenedByItsJitterOnly(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
 	e := newEndpoint(t, 1)
@@ -251,8 +252,11 @@ func TestEveryAnchoredWaitIsShortenedByItsJitterOnly(t *testing.T) {
 		}
 		settle(t, g, e, i)
 		d := clk.Now().Sub(last)
-		if d < 4500*time.Millisecond || d > 5*time.Second {
-			t.Fatalf("grant %d went out %v after the previous one: outside [4.5s, 5s]", i, d)
+		if d < 4500*time.Millisecond-planGrid || d > 5*time.Second {
+			t.Fatalf("grant %d went out %v after the previous one: outside [4.5s less the grid, 5s]", i, d)
+		}
+		if ms := clk.Now().UnixMilli(); ms%planGrid.Milliseconds() != 0 {
+			t.Fatalf("grant %d went out at %d ms, off the %v plan grid", i, ms, planGrid)
 		}
 		intervals[d] = true
 		last = clk.Now()

@@ -361,9 +361,17 @@ func (l *loop) nextWait() time.Duration {
 			return spreadPhase(wait)
 		}
 		wait -= rand.N(wait/jitterDivisor + 1)
+		// On a grid, so that loops due within one step wake together: the
+		// process wakes once per step rather than once per renewal.
+		if q := now.Add(wait).Truncate(planGrid); q.After(now) {
+			wait = q.Sub(now)
+		}
 	}
 	return wait
 }
+
+// planGrid is the step anchored renewals are planned on (only ever earlier).
+const planGrid = 20 * time.Millisecond
 
 // jitterDivisor: every wait while the runtime holds an anchor is shortened by
 // a random part of up to a tenth of it. A stall of the grantor's process (a
