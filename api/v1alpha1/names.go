@@ -147,7 +147,10 @@ const (
 	ReasonStartupFailed = string(VerdictStartupFailed)
 	ReasonLeaseRenewed  = "LeaseRenewed"
 	// FailoverSuspended
-	ReasonAllTargetsTried  = "AllTargetsTried"
+	ReasonAllTargetsTried = "AllTargetsTried"
+	// RebindsNotPlaced: the budget was spent, at least in part, on re-binds
+	// whose pod no scheduler placed (status.runtimeBinding.unplacedRebinds).
+	ReasonRebindsNotPlaced = "RebindsNotPlaced"
 	ReasonRuntimeConfirmed = "RuntimeConfirmed"
 	// FailoverRequest: LeadershipHoldOff is a wait that names its deadline;
 	// every other reason is an outcome.

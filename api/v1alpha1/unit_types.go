@@ -251,6 +251,18 @@ type LeaseExpiryRecord struct {
 	Epoch int64 `json:"epoch"`
 }
 
+// UnplacedRebind is an automatic re-bind whose runtime pod was never placed.
+type UnplacedRebind struct {
+	// epoch of the binding that was never placed.
+	// +required
+	// +kubebuilder:validation:Minimum=1
+	Epoch int64 `json:"epoch"`
+	// message says why: the scheduler's last word on the pod
+	// (FailedScheduling), or that no scheduler reported on it.
+	// +optional
+	Message string `json:"message,omitempty"`
+}
+
 // RuntimeBinding is the unit's current binding of its runtime to a node.
 type RuntimeBinding struct {
 	// node the runtime is bound to; empty until the scheduler placed it.
@@ -294,6 +306,15 @@ type RuntimeBinding struct {
 	// +optional
 	// +listType=set
 	UnsettledRebinds []string `json:"unsettledRebinds,omitempty"`
+	// unplacedRebinds are the automatic re-binds since a runtime was last
+	// confirmed whose pod no scheduler placed on a node before its start-up
+	// grace ran out. Each counts as one attempt against the budget, like a
+	// node in unsettledRebinds: another re-bind nobody can place would
+	// repeat an experiment whose result is in hand.
+	// +optional
+	// +listType=map
+	// +listMapKey=epoch
+	UnplacedRebinds []UnplacedRebind `json:"unplacedRebinds,omitempty"`
 	// origin is the road that made this binding: Initial, Automatic or
 	// Manual. Empty on bindings written before the field existed.
 	// +optional

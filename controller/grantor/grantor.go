@@ -24,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"sort"
@@ -80,6 +81,9 @@ type Observation struct {
 	LastAttempt Attempt
 	// Attempts counts completed attempts.
 	Attempts int64
+	// Timeouts counts the consecutive attempts, up to the last, that got no
+	// answer within their bound; the loop backs off while it is above zero.
+	Timeouts int
 }
 
 // Options configure a Grantor.
@@ -253,6 +257,13 @@ type loop struct {
 	obs    Observation
 	cancel context.CancelFunc
 	done   chan struct{}
+	// counted: this loop is in the backing-off gauge.
+	counted bool
+	// parked is true while the loop waits on its timer with no attempt in
+	// flight: the tests' signal that it has handled a clock step.
+	parked atomic.Bool
+	// spread: the loop's phase has been spread (spreadPhase), once.
+	spread bool
 }
 
 func (l *loop) target() Target {
@@ -303,6 +314,7 @@ func (l *loop) stop() {
 
 func (l *loop) run(ctx context.Context, done chan struct{}) {
 	defer close(done)
+	defer l.countBackoff(false)
 	clk := l.g.opts.Clock
 	planned := clk.Now()
 	for {
@@ -322,21 +334,87 @@ func (l *loop) run(ctx context.Context, done chan struct{}) {
 			continue
 		}
 		timer := clk.NewTimer(wait)
+		l.parked.Store(true)
 		select {
 		case <-ctx.Done():
+			l.parked.Store(false)
 			timer.Stop()
 			return
 		case <-timer.C():
 		}
+		l.parked.Store(false)
 	}
 }
 
-// nextWait is the L2 cadence against the anchor the runtime holds.
+// nextWait is the L2 cadence against the anchor the runtime holds, backed
+// off after timeouts where the runtime holds none.
 func (l *loop) nextWait() time.Duration {
 	now := l.g.opts.Clock.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.obs.NextWait(l.obs.Target.Duration, now)
+	d := l.obs.Target.Duration
+	anchored := l.anchorLeft(now) > 0
+	wait := BackoffWait(d, l.obs.Timeouts, anchored, l.obs.NextWait(d, now))
+	if anchored && wait > 0 {
+		if !l.spread {
+			l.spread = true
+			return spreadPhase(wait)
+		}
+		wait -= rand.N(wait/jitterDivisor + 1)
+		// On a grid, so that loops due within one step wake together: the
+		// process wakes once per step rather than once per renewal.
+		if q := now.Add(wait).Truncate(planGrid); q.After(now) {
+			wait = q.Sub(now)
+		}
+	}
+	return wait
+}
+
+// planGrid is the step anchored renewals are planned on (only ever earlier).
+const planGrid = 20 * time.Millisecond
+
+// jitterDivisor: every wait while the runtime holds an anchor is shortened by
+// a random part of up to a tenth of it. A stall of the grantor's process (a
+// starved core, a GC pause) delivers every answer that waited through it at
+// once, and since each loop plans its next renewal from its answer, loops
+// that were spread fall in step again and stay there; the jitter spreads
+// them again within a few cadences. Only ever earlier (L1, L2 unchanged): on
+// average one renewal in twenty more.
+const jitterDivisor = 10
+
+// spreadPhase shortens a loop's first wait at the cadence by a uniform
+// random part of it. Loops started together (every loop at once after a
+// leader's warm start, or a burst of new bindings) would otherwise renew in
+// step, each cadence a burst of every unit's renewal queued behind one
+// another on the grantor's cores: the tail of the renewal skew. Later waits
+// run from each loop's own acknowledgements and keep the spread. Only ever
+// earlier, so L1 and L2 hold as they are; the cost is one early renewal per
+// loop.
+func spreadPhase(wait time.Duration) time.Duration {
+	return wait - rand.N(wait)
+}
+
+// anchorLeft is what is left of the runtime's anchor at now: zero when it
+// holds none or it has run out. l.mu held.
+func (l *loop) anchorLeft(now time.Time) time.Duration {
+	if l.obs.Anchor.IsZero() {
+		return 0
+	}
+	return max(l.obs.Anchor.Add(l.obs.Target.Duration).Sub(now), 0)
+}
+
+// countBackoff keeps the backing-off gauge: on while the last attempt timed
+// out, off otherwise and when the loop ends.
+func (l *loop) countBackoff(on bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case on && !l.counted:
+		backingOff.Inc()
+	case !on && l.counted:
+		backingOff.Dec()
+	}
+	l.counted = on
 }
 
 // attempt sends one grant and records what came back. It reports whether the
@@ -347,16 +425,22 @@ func (l *loop) attempt(ctx context.Context) bool {
 	l.mu.Lock()
 	t := l.obs.Target
 	grant.Unit, grant.Epoch, grant.DurationMillis = t.Unit.String(), t.Epoch, t.Duration.Milliseconds()
-	sent := l.obs.Stamp(&grant, clk.Now())
+	start := clk.Now()
+	sent := l.obs.Stamp(&grant, start)
+	timeout := AttemptTimeout(t.Duration, l.obs.Timeouts, l.anchorLeft(start))
 	l.mu.Unlock()
 
-	reply, outcome, msg := l.post(ctx, t, &grant)
+	reply, outcome, msg, timedOut := l.post(ctx, t, &grant, timeout)
 	if ctx.Err() != nil {
 		// Paused or stopped mid-flight: the attempt is not an observation.
 		return false
 	}
 	now := clk.Now()
 	renewals.WithLabelValues(string(outcome)).Inc()
+	if timedOut {
+		renewalTimeouts.Inc()
+	}
+	l.countBackoff(timedOut)
 
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -364,6 +448,14 @@ func (l *loop) attempt(ctx context.Context) bool {
 	firstAck := false
 	l.obs.LastAttempt = Attempt{At: now, Outcome: outcome, Message: msg}
 	l.obs.Attempts++
+	if timedOut {
+		if l.obs.Timeouts == 0 {
+			klog.V(1).InfoS("Lease renewal got no answer in time; backing off", "unit", t.Unit, "epoch", t.Epoch, "bound", timeout)
+		}
+		l.obs.Timeouts++
+	} else {
+		l.obs.Timeouts = 0
+	}
 	if outcome == Acknowledged {
 		firstAck = l.obs.Acknowledged(sent, reply, now)
 	}
@@ -373,49 +465,85 @@ func (l *loop) attempt(ctx context.Context) bool {
 	return firstAck || outcome != prev
 }
 
-func (l *loop) post(ctx context.Context, t Target, grant *lease.Grant) (lease.Reply, Outcome, string) {
-	var reply lease.Reply
+// errNoAnswer is the cause of an attempt's cancellation at its bound.
+var errNoAnswer = errors.New("no answer in time")
+
+// post sends one grant and reads the answer within timeout, measured on the
+// injected clock. timedOut reports an attempt abandoned at its bound.
+func (l *loop) post(ctx context.Context, t Target, grant *lease.Grant, timeout time.Duration) (reply lease.Reply, outcome Outcome, msg string, timedOut bool) {
 	body, err := json.Marshal(grant)
 	if err != nil {
-		return reply, Unreachable, err.Error()
+		return reply, Unreachable, err.Error(), false
 	}
-	ctx, cancel := context.WithTimeout(ctx, RequestTimeout(t.Duration))
-	defer cancel()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	defer afterFunc(l.g.opts.Clock, timeout, func() { cancel(errNoAnswer) })()
+	noAnswer := func(err error) (lease.Reply, Outcome, string, bool) {
+		if errors.Is(context.Cause(ctx), errNoAnswer) {
+			return reply, Unreachable, fmt.Sprintf("no answer within %v: %v", timeout, err), true
+		}
+		return reply, Unreachable, err.Error(), false
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, l.g.scheme+"://"+t.Address+lease.Path, bytes.NewReader(body))
 	if err != nil {
-		return reply, Unreachable, err.Error()
+		return reply, Unreachable, err.Error(), false
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := l.g.client.Do(req)
 	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) {
-			return reply, Unreachable, fmt.Sprintf("no answer within %v: %v", RequestTimeout(t.Duration), err)
-		}
-		return reply, Unreachable, err.Error()
+		return noAnswer(err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	if err != nil {
-		return reply, Unreachable, fmt.Sprintf("reading the answer: %v", err)
+		r, o, m, to := noAnswer(err)
+		return r, o, "reading the answer: " + m, to
 	}
-	switch resp.StatusCode {
+	o, m := judge(resp.StatusCode, data, t, &reply)
+	return reply, o, m, false
+}
+
+// afterFunc runs f after d on clk and returns its stop. Both clocks the
+// grantor runs on (the real one, the tests' fake) have AfterFunc.
+func afterFunc(clk clock.WithTicker, d time.Duration, f func()) (stop func()) {
+	if c, ok := clk.(clock.WithDelayedExecution); ok {
+		t := c.AfterFunc(d, f)
+		return func() { t.Stop() }
+	}
+	t := clk.NewTimer(d)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-t.C():
+			f()
+		case <-done:
+			t.Stop()
+		}
+	}()
+	return func() { close(done) }
+}
+
+// judge reads the runtime's answer.
+func judge(code int, data []byte, t Target, reply *lease.Reply) (Outcome, string) {
+
+	switch code {
 	case http.StatusOK:
-		if err := json.Unmarshal(data, &reply); err != nil {
-			return reply, Refused, fmt.Sprintf("200 with an unreadable reply: %v", err)
+		if err := json.Unmarshal(data, reply); err != nil {
+			return Refused, fmt.Sprintf("200 with an unreadable reply: %v", err)
 		}
 		if reply.Epoch != t.Epoch {
-			return reply, Refused, fmt.Sprintf("200 for epoch %d, the grant was for %d", reply.Epoch, t.Epoch)
+			return Refused, fmt.Sprintf("200 for epoch %d, the grant was for %d", reply.Epoch, t.Epoch)
 		}
-		return reply, Acknowledged, ""
+		return Acknowledged, ""
 	case http.StatusConflict:
 		var c lease.Conflict
 		if json.Unmarshal(data, &c) == nil && c.Message != "" {
-			return reply, Refused, fmt.Sprintf("409: %s (runtime epoch %d)", c.Message, c.RuntimeEpoch)
+			return Refused, fmt.Sprintf("409: %s (runtime epoch %d)", c.Message, c.RuntimeEpoch)
 		}
 	}
 	var e lease.Error
 	if json.Unmarshal(data, &e) == nil && e.Message != "" {
-		return reply, Refused, fmt.Sprintf("%d: %s", resp.StatusCode, e.Message)
+		return Refused, fmt.Sprintf("%d: %s", code, e.Message)
 	}
-	return reply, Refused, fmt.Sprintf("%d: %.200s", resp.StatusCode, bytes.TrimSpace(data))
+	return Refused, fmt.Sprintf("%d: %.200s", code, bytes.TrimSpace(data))
 }

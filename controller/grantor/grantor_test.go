@@ -24,9 +24,13 @@ import (
 // runtime is exercised by the integration tests; these pin the loop's
 // arithmetic with a clock the test steps.
 type endpoint struct {
-	mu       sync.Mutex
-	epoch    int64
-	refuse   bool
+	mu     sync.Mutex
+	epoch  int64
+	refuse bool
+	// hang: the handler takes the grant and answers only once release is
+	// closed (a starved runtime or grantor), or never if the client gives up.
+	hang     bool
+	release  chan struct{}
 	restarts int32
 	grants   []lease.Grant
 	srv      *httptest.Server
@@ -43,6 +47,15 @@ func newEndpoint(t *testing.T, epoch int64) *endpoint {
 		e.mu.Lock()
 		defer e.mu.Unlock()
 		e.grants = append(e.grants, g)
+		if e.hang {
+			release := e.release
+			e.mu.Unlock()
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+			e.mu.Lock()
+		}
 		switch {
 		case e.refuse:
 			w.WriteHeader(http.StatusServiceUnavailable)
@@ -78,6 +91,17 @@ func (e *endpoint) received() []lease.Grant {
 	return append([]lease.Grant(nil), e.grants...)
 }
 
+func (e *endpoint) setHang(v bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.hang = v
+	if v {
+		e.release = make(chan struct{})
+	} else if e.release != nil {
+		close(e.release)
+	}
+}
+
 func (e *endpoint) setRefuse(v bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -98,10 +122,38 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// parked reports whether the unit's loop waits on its timer with no attempt
+// in flight.
+func parked(g *Grantor, u types.NamespacedName) bool {
+	g.mu.Lock()
+	l := g.loops[u]
+	g.mu.Unlock()
+	return l != nil && l.parked.Load()
+}
+
 // settle waits until the loop is parked on its timer with n grants sent.
-func settle(t *testing.T, clk *clocktesting.FakeClock, e *endpoint, n int) {
+func settle(t *testing.T, g *Grantor, e *endpoint, n int) {
 	t.Helper()
-	waitFor(t, "the loop to send its grants and wait", func() bool { return len(e.received()) == n && clk.HasWaiters() })
+	waitFor(t, "the loop to send its grants and wait", func() bool { return len(e.received()) == n && parked(g, unit) })
+}
+
+// stepNothingDue steps the clock by d with the loop parked and shows that it
+// handled the step by staying parked: the fake clock removes a timer from
+// its waiters inside Step when it fires, so a waiter count unchanged right
+// after the step means the loop's timer did not fire and no grant can follow.
+func stepNothingDue(t *testing.T, g *Grantor, clk *clocktesting.FakeClock, e *endpoint, d time.Duration) {
+	t.Helper()
+	n := len(e.received())
+	if !parked(g, unit) || clk.Waiters() != 1 {
+		t.Fatalf("before the step the loop must be parked on its one timer: parked %v, waiters %d", parked(g, unit), clk.Waiters())
+	}
+	clk.Step(d)
+	if w := clk.Waiters(); w != 1 {
+		t.Fatalf("a step of %v fired the loop's timer (waiters %d): a grant goes out before the cadence", d, w)
+	}
+	if got := len(e.received()); got != n {
+		t.Fatalf("%d grants after a step of %v, want %d", got, d, n)
+	}
 }
 
 func TestTheFirstAcknowledgementIsFollowedAtOnceByAGrantCarryingItsAge(t *testing.T) {
@@ -111,7 +163,7 @@ func TestTheFirstAcknowledgementIsFollowedAtOnceByAGrantCarryingItsAge(t *testin
 	defer g.StopAll()
 	g.Ensure(Target{Unit: unit, Epoch: 3, Address: e.addr(), Duration: 30 * time.Second})
 
-	settle(t, clk, e, 2)
+	settle(t, g, e, 2)
 	grants := e.received()
 	if grants[0].AckAgeMillis != nil || grants[0].Anchor != "" {
 		t.Fatalf("the first grant at a binding has no acknowledged renewal behind it, yet carries ackAgeMillis %v anchor %q", grants[0].AckAgeMillis, grants[0].Anchor)
@@ -140,25 +192,20 @@ func TestGrantsCarryTheAgeOfTheLastAcknowledgedRenewalAtTheCadence(t *testing.T)
 	g := New(Options{Name: "ctl-0", Clock: clk})
 	defer g.StopAll()
 	g.Ensure(Target{Unit: unit, Epoch: 1, Address: e.addr(), Duration: 30 * time.Second})
-	settle(t, clk, e, 2)
+	settle(t, g, e, 2)
 
 	// Healthy: every 5s (a sixth of 30s), each grant carrying 5s.
 	for i := 3; i <= 6; i++ {
 		clk.Step(5 * time.Second)
-		settle(t, clk, e, i)
+		settle(t, g, e, i)
 		gr := e.received()[i-1]
 		if gr.AckAgeMillis == nil || *gr.AckAgeMillis != 5000 || gr.Anchor != anchorOf(i-1) {
 			t.Fatalf("grant %d carries %v and %q, want the 5000ms since the last acknowledgement and its anchor %q", i, gr.AckAgeMillis, gr.Anchor, anchorOf(i-1))
 		}
 	}
-	if clk.HasWaiters() {
-		// The loop waits 5s; a step of 4.9s must not send.
-		clk.Step(4900 * time.Millisecond)
-		time.Sleep(20 * time.Millisecond)
-		if n := len(e.received()); n != 6 {
-			t.Fatalf("a grant went out before the cadence: %d grants", n)
-		}
-	}
+	// The loop waits 5s less its jitter (at most a tenth): a step of 4.4s
+	// must not send.
+	stepNothingDue(t, g, clk, e, 4400*time.Millisecond)
 }
 
 func TestOneRefusedRenewalIsRetriedInsideTheRuntimesAnchor(t *testing.T) {
@@ -168,9 +215,9 @@ func TestOneRefusedRenewalIsRetriedInsideTheRuntimesAnchor(t *testing.T) {
 	g := New(Options{Name: "ctl-0", Clock: clk, Notify: func(u types.NamespacedName) { notified <- u }})
 	defer g.StopAll()
 	g.Ensure(Target{Unit: unit, Epoch: 1, Address: e.addr(), Duration: 30 * time.Second})
-	settle(t, clk, e, 2)
+	settle(t, g, e, 2)
 	clk.Step(5 * time.Second)
-	settle(t, clk, e, 3)
+	settle(t, g, e, 3)
 	// The runtime now holds the anchor at t=1000 (the age grant 3 carried
 	// was 5s, sent at 1005): its deadline is 1035.
 	obs, _ := g.Observe(unit)
@@ -178,14 +225,14 @@ func TestOneRefusedRenewalIsRetriedInsideTheRuntimesAnchor(t *testing.T) {
 
 	e.setRefuse(true)
 	clk.Step(5 * time.Second) // grant 4 at 1010, refused
-	settle(t, clk, e, 4)
+	settle(t, g, e, 4)
 	obs, _ = g.Observe(unit)
 	if obs.LastAttempt.Outcome != Refused || obs.LastAttempt.Message != "503: wedged" {
 		t.Fatalf("a 503 from the handler is a refusal: %+v", obs.LastAttempt)
 	}
 	e.setRefuse(false)
 	clk.Step(5 * time.Second) // the retry
-	settle(t, clk, e, 5)
+	settle(t, g, e, 5)
 	if at := clk.Now(); !at.Before(runtimeDeadline) {
 		t.Fatalf("the retry after one refused POST went out at %v, not before the runtime's deadline %v", at, runtimeDeadline)
 	}
@@ -212,13 +259,13 @@ func TestANewIncarnationIsFollowedAtOnceByAGrantCarryingItsAnchor(t *testing.T) 
 	g := New(Options{Name: "ctl-0", Clock: clk})
 	defer g.StopAll()
 	g.Ensure(Target{Unit: unit, Epoch: 1, Address: e.addr(), Duration: 30 * time.Second})
-	settle(t, clk, e, 2)
+	settle(t, g, e, 2)
 	clk.Step(5 * time.Second)
-	settle(t, clk, e, 3)
+	settle(t, g, e, 3)
 
 	e.restart() // the runtime restarts in place between grants 3 and 4
 	clk.Step(5 * time.Second)
-	settle(t, clk, e, 5)
+	settle(t, g, e, 5)
 	obs, _ := g.Observe(unit)
 	if obs.Incarnation.RestartCount != 1 || !obs.Anchor.Equal(time.Unix(1010, 0)) {
 		t.Fatalf("after the new incarnation's anchor went back: %+v", obs.Book)
@@ -227,12 +274,8 @@ func TestANewIncarnationIsFollowedAtOnceByAGrantCarryingItsAnchor(t *testing.T) 
 	if gr.Anchor != anchorOf(4) || gr.AckAgeMillis == nil || *gr.AckAgeMillis != 0 {
 		t.Fatalf("grant 5 carries %v %q, want at once the new incarnation's anchor %q", gr.AckAgeMillis, gr.Anchor, anchorOf(4))
 	}
-	// Then the cadence again: nothing more until 5s have passed.
-	clk.Step(4900 * time.Millisecond)
-	time.Sleep(20 * time.Millisecond)
-	if n := len(e.received()); n != 5 {
-		t.Fatalf("%d grants, want 5 before the cadence", n)
-	}
+	// Then the cadence again (less its jitter): nothing more for 4.4s.
+	stepNothingDue(t, g, clk, e, 4400*time.Millisecond)
 }
 
 func TestAConflictIsARefusalAndAClosedPortIsUnreachable(t *testing.T) {
@@ -241,7 +284,7 @@ func TestAConflictIsARefusalAndAClosedPortIsUnreachable(t *testing.T) {
 	g := New(Options{Name: "ctl-0", Clock: clk})
 	defer g.StopAll()
 	g.Ensure(Target{Unit: unit, Epoch: 8, Address: e.addr(), Duration: 30 * time.Second})
-	settle(t, clk, e, 1)
+	settle(t, g, e, 1)
 	obs, _ := g.Observe(unit)
 	if obs.Acked() || obs.LastAttempt.Outcome != Refused || obs.LastAttempt.Message != "409: not my epoch (runtime epoch 7)" {
 		t.Fatalf("a 409 is the runtime refusing another epoch: %+v", obs.LastAttempt)
@@ -269,22 +312,23 @@ func TestPauseReturnsOnlyWhenNoAttemptIsInFlightAndEnsureResumesTheObservation(t
 	defer g.StopAll()
 	target := Target{Unit: unit, Epoch: 2, Address: e.addr(), Duration: 30 * time.Second}
 	g.Ensure(target)
-	settle(t, clk, e, 2)
+	settle(t, g, e, 2)
 
 	obs, ok := g.Pause(unit)
 	if !ok || obs.Acks != 2 {
 		t.Fatalf("Pause: %v %+v", ok, obs)
 	}
+	// Pause returned after the loop's goroutine ended: nothing is left to
+	// send, and nothing waits on the clock.
+	if got := g.Running(); len(got) != 0 || clk.HasWaiters() {
+		t.Fatalf("Running after Pause: %v, clock waiters %d", got, clk.Waiters())
+	}
 	clk.Step(time.Minute)
-	time.Sleep(20 * time.Millisecond)
 	if n := len(e.received()); n != 2 {
 		t.Fatalf("a paused loop sent %d grants", n)
 	}
-	if got := g.Running(); len(got) != 0 {
-		t.Fatalf("Running after Pause: %v", got)
-	}
 	g.Ensure(target)
-	settle(t, clk, e, 3)
+	settle(t, g, e, 3)
 	obs, _ = g.Observe(unit)
 	if obs.Acks != 3 || !obs.Started.Equal(time.Unix(1000, 0)) {
 		t.Fatalf("Ensure at the same epoch must resume the observation: %+v", obs)

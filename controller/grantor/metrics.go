@@ -15,6 +15,14 @@ var (
 		Help:    "How late each renewal attempt went out against its planned time.",
 		Buckets: []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5},
 	})
+	renewalTimeouts = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "holdfast_grantor_renewal_timeouts_total",
+		Help: "Renewal attempts that got no answer within their bound. A starved grantor (CPU, network) shows these rising together with holdfast_grantor_renewals_backing_off.",
+	})
+	backingOff = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "holdfast_grantor_renewals_backing_off",
+		Help: "Renewal loops whose last attempt got no answer in time and that are backing off (longer attempt bound; slower retry where the runtime holds no lease). Many at once: the grantor is starved, and healthy runtimes may fence.",
+	})
 	loopsGauge = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "holdfast_grantor_renewal_loops",
 		Help: "Renewal loops running in this process.",
@@ -22,5 +30,5 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(renewals, renewalSkew, loopsGauge)
+	metrics.Registry.MustRegister(renewals, renewalSkew, renewalTimeouts, backingOff, loopsGauge)
 }

@@ -68,6 +68,7 @@ func benchRenewalSkew(b *testing.B, n int) {
 		sampling  bool
 		skews     []time.Duration
 		wakes     []time.Duration // due -> the loop stamped its grant
+		dues      []time.Time     // when each measured renewal was planned
 		leastRem  = benchLease
 		unplanned int
 	)
@@ -108,6 +109,7 @@ func benchRenewalSkew(b *testing.B, n int) {
 					if planned {
 						skews = append(skews, arrival.Sub(due))
 						wakes = append(wakes, sent.Sub(due))
+						dues = append(dues, due)
 						if granted {
 							leastRem = min(leastRem, rem)
 						}
@@ -163,7 +165,7 @@ func benchRenewalSkew(b *testing.B, n int) {
 	}
 	mu.Lock()
 	sampling = false
-	got, woke := slices.Clone(skews), slices.Clone(wakes)
+	got, woke, planned := slices.Clone(skews), slices.Clone(wakes), slices.Clone(dues)
 	least, unsched := leastRem, unplanned
 	mu.Unlock()
 	b.StopTimer()
@@ -194,10 +196,25 @@ func benchRenewalSkew(b *testing.B, n int) {
 	b.ReportMetric(float64(unacked), "unacknowledged")
 	b.ReportMetric(float64(cpu.Microseconds())/float64(attempts1-attempts0), "cpu-µs/renewal")
 	b.ReportMetric(least.Seconds(), "s-least-remaining")
+	// Burstiness: the most renewals planned in one 100 ms bin of the window
+	// against the mean. Loops renewing in step show as a peak many times the
+	// mean; spread phases as a peak near it.
+	bins := map[int64]int{}
+	for _, d := range planned {
+		bins[d.UnixMilli()/100]++
+	}
+	peak := 0
+	for _, c := range bins {
+		peak = max(peak, c)
+	}
+	peakRatio := float64(peak) / (float64(len(planned)) / float64(len(bins)))
+	b.ReportMetric(peakRatio, "peak/mean-per-100ms")
 	b.ReportMetric(0, "ns/op")
 	b.Logf("%d units, %d planned renewals over %d x %v (%d unplanned): skew p50 %.2fms p90 %.2fms p99 %.2fms p99.9 %.2fms max %.2fms; "+
-		"of which the loop's wake (due to grant stamped) p50 %.2fms p99 %.2fms max %.2fms; least lease left at a renewal %.2fs",
-		n, len(got), b.N, benchLease, unsched, p(0.5), p(0.9), p(0.99), p(0.999), p(1), at(woke, 0.5), at(woke, 0.99), at(woke, 1), least.Seconds())
+		"of which the loop's wake (due to grant stamped) p50 %.2fms p99 %.2fms max %.2fms; least lease left at a renewal %.2fs; "+
+		"most renewals planned in one 100 ms bin %d (%.1f x the mean)",
+		n, len(got), b.N, benchLease, unsched, p(0.5), p(0.9), p(0.99), p(0.999), p(1), at(woke, 0.5), at(woke, 0.99), at(woke, 1), least.Seconds(),
+		peak, peakRatio)
 	b.Logf("attempts not acknowledged in the window (timed out or refused): %d of %d; CPU of this process (grantor and runtimes) %.1fs, %.0fµs per attempt; load average %s at the start, %s at the end",
 		unacked, attempts1-attempts0, cpu.Seconds(), float64(cpu.Microseconds())/float64(attempts1-attempts0), load0, loadAverage())
 	// Every unit renews about every lease/6 (the interval runs from the

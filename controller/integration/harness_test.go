@@ -27,6 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -84,6 +85,8 @@ type controllerOptions struct {
 	identity   string
 	electionID string
 	standDown  time.Duration
+	// clock drives the grantor and the decisions; nil is the real clock.
+	clock clock.WithTicker
 }
 
 func ensureNamespace(t testing.TB, name string) {
@@ -112,7 +115,7 @@ func startController(t testing.TB, o controllerOptions) *controller {
 		defer close(c.done)
 		c.ending, c.err = app.RunUnits(ctx, env.Config, app.UnitsConfig{
 			Namespace: electionNamespace, ElectionID: o.electionID, Identity: o.identity,
-			Timings: leadership.Defaults(), StandDown: o.standDown,
+			Timings: leadership.Defaults(), StandDown: o.standDown, Clock: o.clock,
 			HealthAddr: "127.0.0.1:0", MetricsAddr: "0", AuditPath: c.auditPath, WatchNamespace: o.namespace,
 			Started: func(h, _ string) { c.health = h; close(started) },
 		})

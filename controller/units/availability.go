@@ -2,6 +2,7 @@ package units
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -33,6 +34,10 @@ type Inputs struct {
 	// (named by the targets, Ready, schedulable, not the node it is
 	// leaving, colocation permitting), sorted.
 	FreeTargets []string
+	// Unavailable says, for each eligible standby that is not free now,
+	// why (NotReady, cordoned, the node being left...): the suspension
+	// names every standby and why it cannot be tried.
+	Unavailable map[string]string
 	// NodeExists answers whether a node of that name exists.
 	NodeExists func(string) bool
 }
@@ -139,9 +144,44 @@ func bookkeeping(p *Plan, in *Inputs) {
 	if b.Origin == holdfastv1.OriginAutomatic && b.Node != "" && b.LeaseEstablishedBy == nil && !slices.Contains(b.UnsettledRebinds, b.Node) {
 		b.UnsettledRebinds = append(b.UnsettledRebinds, b.Node)
 	}
+	noteUnplaced(b, pod)
 	if a.Mode != holdfastv1.Failover {
 		leaseCondition(&p.Status, a, b, in.Now)
 	}
+}
+
+// noteUnplaced counts an automatic re-bind whose pod no scheduler placed
+// before its start-up grace ran out (its own StartupFailed expiry with no
+// node recorded) as one attempt against the budget (L5). Without it a
+// cluster with no working scheduler re-binds without end: the node ledger
+// only learns nodes the scheduler chose. Kept in status, once per epoch, so
+// a restarted controller counts the same. A pod placed after all is counted
+// by its node instead, never twice.
+func noteUnplaced(b *holdfastv1.RuntimeBinding, pod *corev1.Pod) {
+	i := slices.IndexFunc(b.UnplacedRebinds, func(r holdfastv1.UnplacedRebind) bool { return r.Epoch == b.Epoch })
+	switch {
+	case b.Node != "":
+		if i >= 0 {
+			b.UnplacedRebinds = slices.Delete(b.UnplacedRebinds, i, i+1)
+		}
+	case i < 0 && b.Origin == holdfastv1.OriginAutomatic && b.LeaseEstablishedBy == nil &&
+		ownExpiry(b) && b.Expiry.Verdict == holdfastv1.VerdictStartupFailed:
+		b.UnplacedRebinds = append(b.UnplacedRebinds, holdfastv1.UnplacedRebind{Epoch: b.Epoch, Message: unplacedWhy(b, pod)})
+	}
+}
+
+// unplacedWhy is why a binding's pod has no node: the scheduler's own word
+// (the PodScheduled condition FailedScheduling leaves), or that none spoke.
+func unplacedWhy(b *holdfastv1.RuntimeBinding, pod *corev1.Pod) string {
+	if pod == nil {
+		return fmt.Sprintf("pod %s did not exist", b.Pod)
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Message != "" {
+			return truncate(fmt.Sprintf("pod %s stayed Pending, the scheduler could not place it: %s (%s)", pod.Name, c.Message, c.Reason), 512)
+		}
+	}
+	return fmt.Sprintf("pod %s stayed Pending and no scheduler reported on it: is %s running?", pod.Name, pod.Spec.SchedulerName)
 }
 
 // leaseView is the grantor's evidence at the current binding, read at now.
@@ -309,9 +349,9 @@ func noteLeaseState(p *Plan, in *Inputs) bool {
 		}
 		// L5: a runtime confirmed operating normally settles the ledger
 		// and lifts a suspension, through the same edge.
-		if len(b.UnsettledRebinds) > 0 {
-			r.Message += fmt.Sprintf("; the re-bind ledger (%s) is settled", strings.Join(b.UnsettledRebinds, ", "))
-			b.UnsettledRebinds = nil
+		if len(b.UnsettledRebinds) > 0 || len(b.UnplacedRebinds) > 0 {
+			r.Message += fmt.Sprintf("; the re-bind ledger (%s) is settled", ledgerSummary(b))
+			b.UnsettledRebinds, b.UnplacedRebinds = nil, nil
 		}
 		if meta.IsStatusConditionTrue(p.Status.Conditions, holdfastv1.ConditionFailoverSuspended) {
 			setCondition(&p.Status, metav1.Condition{Type: holdfastv1.ConditionFailoverSuspended, Status: metav1.ConditionFalse,
@@ -363,6 +403,9 @@ func verdict(b *holdfastv1.RuntimeBinding, a *holdfastv1.Availability, in *Input
 	}
 	if rec.Message == "" && rec.LastAttempt == holdfastv1.RenewalNotAttempted {
 		rec.Message = "the runtime never had an address to renew at"
+		if b.Node == "" {
+			rec.Message += ": " + unplacedWhy(b, in.Pod)
+		}
 	}
 	return rec
 }
@@ -447,12 +490,17 @@ func automaticFailover(p *Plan, in *Inputs) bool {
 			untried = append(untried, n)
 		}
 	}
+	// A re-bind never placed spent one attempt without naming a node.
+	left := len(untried) - len(b.UnplacedRebinds)
 	switch {
-	case len(untried) > 0:
+	case left > 0:
 		p.Rebind = &Rebind{Origin: holdfastv1.OriginAutomatic}
 		r := warning(EventRebound)
 		r.Message = fmt.Sprintf("Re-bound from node %s (epoch %d, lease expired at %s, %s) to epoch %d after the margin of %v; the scheduler places it on an untried standby: %s",
 			nodeOrUnknown(b.Node), b.Epoch, exp.UTC().Format(time.RFC3339), b.Expiry.Verdict, b.Epoch+1, a.RebindMargin(), strings.Join(untried, ", "))
+		if n := len(b.UnplacedRebinds); n > 0 {
+			r.Message += fmt.Sprintf(" (%d attempt(s) left: %d re-bind(s) never placed count against the budget)", left, n)
+		}
 		r.count = func() { rebinds.WithLabelValues(u.Namespace, u.Name, "automatic").Inc() }
 		p.Record = r
 		applyRebind(p, in, p.Rebind)
@@ -462,14 +510,17 @@ func automaticFailover(p *Plan, in *Inputs) bool {
 			return false
 		}
 		r := warning(EventBudgetExhausted)
-		r.Message = fmt.Sprintf("Automatic re-binding suspended: every free eligible standby (%s) was tried since the runtime was last confirmed, and none took the lease. Pod %s stays at epoch %d and its first acknowledged renewal lifts this; a person's failover (holdfast.io/failover-to) is still available",
-			strings.Join(in.FreeTargets, ", "), b.Pod, b.Epoch)
+		r.Message = suspensionMessage(b, in)
 		r.count = func() {
 			budgetExhausted.WithLabelValues(u.Namespace, u.Name).Set(1)
 			budgetExhaustions.WithLabelValues(u.Namespace, u.Name).Inc()
 		}
+		reason := holdfastv1.ReasonAllTargetsTried
+		if len(b.UnplacedRebinds) > 0 {
+			reason = holdfastv1.ReasonRebindsNotPlaced
+		}
 		setCondition(&p.Status, metav1.Condition{Type: holdfastv1.ConditionFailoverSuspended, Status: metav1.ConditionTrue,
-			Reason: holdfastv1.ReasonAllTargetsTried, Message: r.Message}, in.Now)
+			Reason: reason, Message: r.Message}, in.Now)
 		r.Epoch, r.Node = b.Epoch, b.Node
 		p.Record = r
 		return true
@@ -487,6 +538,55 @@ func automaticFailover(p *Plan, in *Inputs) bool {
 		p.Record = r
 		return true
 	}
+}
+
+// suspensionMessage names every standby and why none can be tried now
+// (each tried one, the current binding's with its verdict, each unfit one),
+// and every re-bind that was never placed with the scheduler's reason.
+func suspensionMessage(b *holdfastv1.RuntimeBinding, in *Inputs) string {
+	why := map[string]string{}
+	for n, r := range in.Unavailable {
+		why[n] = r
+	}
+	for _, n := range b.UnsettledRebinds {
+		w := "tried since the runtime was last confirmed, did not take the lease"
+		if n == b.Node {
+			w = fmt.Sprintf("tried at epoch %d, the current binding: %s", b.Epoch, expirySummary(b))
+		}
+		if r, ok := why[n]; ok && n != b.Node {
+			w += "; now " + r
+		}
+		why[n] = w
+	}
+	names := slices.Sorted(maps.Keys(why))
+	var parts []string
+	for _, n := range names {
+		parts = append(parts, n+": "+why[n])
+	}
+	msg := "Automatic re-binding suspended: no eligible standby is left to try since the runtime was last confirmed"
+	if len(parts) > 0 {
+		msg += " (" + strings.Join(parts, "; ") + ")"
+	}
+	if len(b.UnplacedRebinds) > 0 {
+		var un []string
+		for _, r := range b.UnplacedRebinds {
+			un = append(un, fmt.Sprintf("epoch %d: %s", r.Epoch, r.Message))
+		}
+		msg += fmt.Sprintf("; %d re-bind(s) were never placed on a node, each counted as one attempt (%s)", len(un), strings.Join(un, "; "))
+	}
+	return msg + fmt.Sprintf(". Pod %s stays at epoch %d and its first acknowledged renewal lifts this; a person's failover (holdfast.io/failover-to) is still available", b.Pod, b.Epoch)
+}
+
+func expirySummary(b *holdfastv1.RuntimeBinding) string {
+	e := b.Expiry
+	if e == nil || e.Epoch != b.Epoch {
+		return "no renewal acknowledged yet"
+	}
+	s := fmt.Sprintf("%s, last renewal attempt %s", e.Verdict, e.LastAttempt)
+	if e.Message != "" {
+		s += ": " + e.Message
+	}
+	return s
 }
 
 func colocationClause(a *holdfastv1.Availability) string {
@@ -551,6 +651,7 @@ func applyRebind(p *Plan, in *Inputs, rb *Rebind) {
 	}
 	if rb.Origin == holdfastv1.OriginAutomatic {
 		nb.UnsettledRebinds = slices.Clone(old.UnsettledRebinds)
+		nb.UnplacedRebinds = slices.Clone(old.UnplacedRebinds)
 	}
 	p.Status.RuntimeBinding = nb
 	r := p.Record
@@ -635,8 +736,8 @@ func manualFailover(p *Plan, in *Inputs) bool {
 	r.Manual, r.RequestID = true, u.Annotations[holdfastv1.AnnotationRequestID]
 	fence := "fence evidence: " + fenceEvidence(b, confirm)
 	r.Message = fmt.Sprintf("Manual failover from node %s (epoch %d) to node %s at epoch %d; %s", nodeOrUnknown(b.Node), b.Epoch, target, b.Epoch+1, fence)
-	if len(b.UnsettledRebinds) > 0 {
-		r.Message += fmt.Sprintf("; the re-bind ledger (%s) is emptied", strings.Join(b.UnsettledRebinds, ", "))
+	if len(b.UnsettledRebinds) > 0 || len(b.UnplacedRebinds) > 0 {
+		r.Message += fmt.Sprintf("; the re-bind ledger (%s) is emptied", ledgerSummary(b))
 	}
 	r.count = func() {
 		rebinds.WithLabelValues(u.Namespace, u.Name, "manual").Inc()
@@ -650,6 +751,15 @@ func manualFailover(p *Plan, in *Inputs) bool {
 	applyRebind(p, in, rb)
 	p.ConsumeRequest = true
 	return true
+}
+
+// ledgerSummary names the ledger: the nodes tried and the epochs never placed.
+func ledgerSummary(b *holdfastv1.RuntimeBinding) string {
+	parts := slices.Clone(b.UnsettledRebinds)
+	for _, r := range b.UnplacedRebinds {
+		parts = append(parts, fmt.Sprintf("epoch %d never placed", r.Epoch))
+	}
+	return strings.Join(parts, ", ")
 }
 
 func fenceEvidence(b *holdfastv1.RuntimeBinding, confirm string) string {

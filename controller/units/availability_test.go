@@ -2,6 +2,7 @@ package units
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -30,7 +31,9 @@ type sim struct {
 	now     time.Time
 	holdOff time.Time
 	free    []string
-	records []*Record
+	// unavailable: why each other eligible standby is not free.
+	unavailable map[string]string
+	records     []*Record
 }
 
 func failoverUnit() *holdfastv1.Unit {
@@ -54,7 +57,7 @@ func newSim(t *testing.T, u *holdfastv1.Unit) *sim {
 
 func (s *sim) pass() Plan {
 	s.t.Helper()
-	p := Decide(Inputs{Unit: s.u, Pod: s.pod, Obs: s.obs, Now: s.now, HoldOffUntil: s.holdOff, FreeTargets: s.free,
+	p := Decide(Inputs{Unit: s.u, Pod: s.pod, Obs: s.obs, Now: s.now, HoldOffUntil: s.holdOff, FreeTargets: s.free, Unavailable: s.unavailable,
 		NodeExists: func(n string) bool { return n != "nowhere" }})
 	s.u.Status = p.Status
 	if p.Record != nil {
@@ -770,6 +773,188 @@ func TestFreeTargetsAreNamedReadySchedulableNotTheNodeLeftAndColocationPermittin
 	u.Spec.Availability.Colocation = holdfastv1.ColocationRefuse
 	if got := FreeTargets(u, nodes, others); !slices.Equal(got, []string{"s-labelled", "s-ready"}) {
 		t.Errorf("colocation Refuse (the unit's own pod does not count): %v", got)
+	}
+	_, why := TargetAvailability(u, nodes, others)
+	want := map[string]string{"edge-1": "the node the current binding is on", "s-notready": "NotReady", "s-cordoned": "cordoned",
+		"s-busy": "hosts another unit's runtime (colocation Refuse)"}
+	if !maps.Equal(why, want) {
+		t.Errorf("why each eligible standby is not free: %v, want %v", why, want)
+	}
+}
+
+// pendingPod is the current binding's pod as no scheduler left it: no node,
+// no address; with a FailedScheduling message when one is given.
+func (s *sim) pendingPod(failedScheduling string) {
+	b := s.u.Status.RuntimeBinding
+	p := RuntimePod(s.u, b.Epoch, Placement{})
+	p.UID = types.UID(fmt.Sprintf("uid-pending-%d", b.Epoch))
+	p.CreationTimestamp = metav1.NewTime(s.now)
+	p.Status.Phase = corev1.PodPending
+	if failedScheduling != "" {
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse,
+			Reason: corev1.PodReasonUnschedulable, Message: failedScheduling}}
+	}
+	s.pod = p
+}
+
+// unplacedTurn lets the current binding's pod stay unplaced past its
+// start-up grace and the margin after it.
+func (s *sim) unplacedTurn(failedScheduling string) {
+	s.pass()
+	s.pendingPod(failedScheduling)
+	s.pass()
+	s.advance(121 * time.Second)
+	s.pass() // StartupFailed
+	s.advance(20 * time.Second)
+	s.pass() // counted; a re-bind or the suspension
+}
+
+// TestL5UnplacedRebindCountsAgainstTheBudget: a re-bind whose pod no
+// scheduler places before its start-up grace runs out counts as one attempt
+// (status.runtimeBinding.unplacedRebinds), so with no working scheduler the
+// unit ends suspended after as many re-binds as it has free standbys, not
+// in an epoch stream; the suspension says the pods could not be placed and
+// why; the first acknowledged renewal settles it.
+func TestL5UnplacedRebindCountsAgainstTheBudget(t *testing.T) {
+	s := newSim(t, failoverUnit())
+	s.failedOver() // epoch 2, automatic, nothing placed yet
+	s.unplacedTurn("0/3 nodes are available: 1 node(s) were the node being left, 2 node(s) had untolerated taint {plant/outage: }.")
+	b := s.u.Status.RuntimeBinding
+	if b.Epoch != 3 || len(b.UnplacedRebinds) != 1 || b.UnplacedRebinds[0].Epoch != 2 ||
+		!strings.Contains(b.UnplacedRebinds[0].Message, "0/3 nodes are available") {
+		t.Fatalf("after one unplaced re-bind: epoch %d, unplaced %+v", b.Epoch, b.UnplacedRebinds)
+	}
+	if r := s.records[len(s.records)-1]; r.Reason != EventRebound || !strings.Contains(r.Message, "1 attempt(s) left") {
+		t.Fatalf("the re-bind says what is left of the budget: %s: %s", r.Reason, r.Message)
+	}
+	s.unplacedTurn("") // no scheduler at all
+	for range 10 {
+		s.advance(time.Minute)
+		s.pass()
+	}
+	b = s.u.Status.RuntimeBinding
+	if b.Epoch != 3 || len(b.UnsettledRebinds) != 0 || len(b.UnplacedRebinds) != 2 {
+		t.Fatalf("suspended at epoch %d with ledger %v and unplaced %+v; want epoch 3 and two unplaced", b.Epoch, b.UnsettledRebinds, b.UnplacedRebinds)
+	}
+	if got := s.reasons(); !slices.Equal(got, []string{EventLeaseExpired, EventRebound, EventLeaseExpired, EventBudgetExhausted}) {
+		t.Fatalf("records %v", got)
+	}
+	c := s.cond(holdfastv1.ConditionFailoverSuspended)
+	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != holdfastv1.ReasonRebindsNotPlaced {
+		t.Fatalf("FailoverSuspended %+v", c)
+	}
+	for _, want := range []string{"2 re-bind(s) were never placed on a node", "epoch 2: pod kiln-1-runtime-e2 stayed Pending, the scheduler could not place it: 0/3 nodes are available",
+		"epoch 3: pod kiln-1-runtime-e3 stayed Pending and no scheduler reported on it: is holdfast-scheduler running?"} {
+		if !strings.Contains(c.Message, want) {
+			t.Errorf("the suspension does not say %q: %s", want, c.Message)
+		}
+	}
+	if e := b.Expiry; e == nil || e.Epoch != 3 || !strings.Contains(e.Message, "no scheduler reported on it") {
+		t.Errorf("the expiry of a pod never placed says so: %+v", e)
+	}
+
+	// The scheduler comes back and places the pod left in place; its
+	// runtime answers: the ledger is settled.
+	s.schedule("standby-1")
+	s.runtimePod("uid-late", true)
+	s.loop()
+	s.ack()
+	s.pass()
+	b = s.u.Status.RuntimeBinding
+	if len(b.UnplacedRebinds) != 0 || len(b.UnsettledRebinds) != 0 || b.LeaseState != holdfastv1.LeaseHeld {
+		t.Fatalf("the first renewal settles the whole ledger: %+v", b)
+	}
+	if c := s.cond(holdfastv1.ConditionFailoverSuspended); c.Status != metav1.ConditionFalse {
+		t.Fatalf("FailoverSuspended %+v", c)
+	}
+}
+
+func TestTheBudgetCountsAReBindPlacedLateByItsNodeNotTwice(t *testing.T) {
+	s := newSim(t, failoverUnit())
+	s.failedOver()
+	s.unplacedTurn("")
+	// Epoch 3 is placed on standby-1 and never answers: one unplaced and one
+	// node tried is the budget of two free standbys.
+	s.schedule("standby-1")
+	s.pass()
+	s.runtimePod("uid-s1", false)
+	s.loop()
+	s.fail(grantor.Unreachable, "connection refused")
+	s.pass()
+	s.advance(121 * time.Second)
+	s.pass()
+	s.advance(20 * time.Second)
+	s.pass()
+	b := s.u.Status.RuntimeBinding
+	if b.Epoch != 3 || !slices.Equal(b.UnsettledRebinds, []string{"standby-1"}) || len(b.UnplacedRebinds) != 1 {
+		t.Fatalf("binding %+v", b)
+	}
+	if c := s.cond(holdfastv1.ConditionFailoverSuspended); c == nil || c.Status != metav1.ConditionTrue {
+		t.Fatalf("FailoverSuspended %+v", c)
+	}
+
+	// An expired unplaced pod that the scheduler places before the margin
+	// is counted by its node, once.
+	s2 := newSim(t, failoverUnit())
+	s2.failedOver()
+	s2.pass()
+	s2.pendingPod("")
+	s2.advance(121 * time.Second)
+	s2.pass()
+	s2.pass()
+	if n := len(s2.u.Status.RuntimeBinding.UnplacedRebinds); n != 1 {
+		t.Fatalf("unplaced %d after the expiry, want 1", n)
+	}
+	s2.schedule("standby-2")
+	s2.pass()
+	b = s2.u.Status.RuntimeBinding
+	if len(b.UnplacedRebinds) != 0 || !slices.Equal(b.UnsettledRebinds, []string{"standby-2"}) {
+		t.Fatalf("placed late: unplaced %+v, ledger %v", b.UnplacedRebinds, b.UnsettledRebinds)
+	}
+}
+
+// TestTheSuspensionNamesEveryStandbyTriedAndWhy: the message names each
+// standby in the ledger (the current binding's with its verdict), and each
+// eligible standby that is not free and why, not only the free ones.
+func TestTheSuspensionNamesEveryStandbyTriedAndWhy(t *testing.T) {
+	u := failoverUnit()
+	u.Spec.Availability.Targets.Nodes = []string{"edge-b", "edge-c", "edge-d"}
+	s := newSim(t, u)
+	s.free = []string{"edge-b", "edge-c", "edge-d"}
+	s.failedOver()
+	for i, node := range []string{"edge-b", "edge-c"} {
+		s.schedule(node)
+		s.pass()
+		s.runtimePod(fmt.Sprintf("uid-%d", i), false)
+		s.loop()
+		s.fail(grantor.Unreachable, "dial tcp 10.0.0.7:9443: connect: connection refused")
+		s.pass()
+		s.advance(121 * time.Second)
+		s.pass()
+		s.advance(20 * time.Second)
+		s.free, s.unavailable = []string{"edge-c", "edge-d"}, map[string]string{"edge-b": "the node the current binding is on"}
+		if i == 1 {
+			// edge-c is where the unit now is; edge-d went NotReady.
+			s.free, s.unavailable = []string{"edge-b"}, map[string]string{"edge-c": "the node the current binding is on", "edge-d": "NotReady"}
+		}
+		s.pass()
+	}
+	c := s.cond(holdfastv1.ConditionFailoverSuspended)
+	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != holdfastv1.ReasonAllTargetsTried {
+		t.Fatalf("FailoverSuspended %+v (records %v)", c, s.reasons())
+	}
+	for _, want := range []string{
+		"edge-b: tried since the runtime was last confirmed, did not take the lease",
+		"edge-c: tried at epoch 3, the current binding: StartupFailed, last renewal attempt Unreachable: dial tcp 10.0.0.7:9443: connect: connection refused",
+		"edge-d: NotReady",
+		"Pod kiln-1-runtime-e3 stays at epoch 3",
+	} {
+		if !strings.Contains(c.Message, want) {
+			t.Errorf("the suspension does not say %q:\n%s", want, c.Message)
+		}
+	}
+	if r := s.records[len(s.records)-1]; r.Reason != EventBudgetExhausted || r.Message != c.Message {
+		t.Fatalf("the Event and audit line carry the same message: %s: %s", r.Reason, r.Message)
 	}
 }
 

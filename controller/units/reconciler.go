@@ -323,7 +323,7 @@ func (r *Reconciler) inputs(ctx context.Context, u *holdfastv1.Unit, pod *corev1
 			}
 			others = all.Items
 		}
-		in.FreeTargets = FreeTargets(u, nodes.Items, others)
+		in.FreeTargets, in.Unavailable = TargetAvailability(u, nodes.Items, others)
 	}
 	return in, nil
 }
@@ -333,6 +333,13 @@ func (r *Reconciler) inputs(ctx context.Context, u *holdfastv1.Unit, pod *corev1
 // cordoned, not the node it is leaving, and, under colocation Refuse,
 // hosting no other unit's runtime. Sorted.
 func FreeTargets(u *holdfastv1.Unit, nodes []corev1.Node, runtimePods []corev1.Pod) []string {
+	free, _ := TargetAvailability(u, nodes, runtimePods)
+	return free
+}
+
+// TargetAvailability is FreeTargets, and for every other eligible standby
+// why it is not free now.
+func TargetAvailability(u *holdfastv1.Unit, nodes []corev1.Node, runtimePods []corev1.Pod) (free []string, unavailable map[string]string) {
 	a := &u.Spec.Availability
 	b := u.Status.RuntimeBinding
 	busy := map[string]bool{}
@@ -342,22 +349,27 @@ func FreeTargets(u *holdfastv1.Unit, nodes []corev1.Node, runtimePods []corev1.P
 			busy[p.Spec.NodeName] = true
 		}
 	}
-	var free []string
+	unavailable = map[string]string{}
 	for i := range nodes {
 		n := &nodes[i]
-		if b != nil && n.Name == b.Node {
+		if !rules.EligibleTarget(u, n) {
 			continue
 		}
-		if !rules.EligibleTarget(u, n) || !nodeFit(n) {
-			continue
+		switch {
+		case b != nil && n.Name == b.Node:
+			unavailable[n.Name] = "the node the current binding is on"
+		case !rules.NodeReady(n):
+			unavailable[n.Name] = "NotReady"
+		case n.Spec.Unschedulable:
+			unavailable[n.Name] = "cordoned"
+		case a.Colocation == holdfastv1.ColocationRefuse && busy[n.Name]:
+			unavailable[n.Name] = "hosts another unit's runtime (colocation Refuse)"
+		default:
+			free = append(free, n.Name)
 		}
-		if a.Colocation == holdfastv1.ColocationRefuse && busy[n.Name] {
-			continue
-		}
-		free = append(free, n.Name)
 	}
 	sort.Strings(free)
-	return free
+	return free, unavailable
 }
 
 // nodeFit: Ready and not cordoned.

@@ -1,0 +1,123 @@
+//go:build integration
+
+package integration
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+
+	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/controller/units"
+)
+
+// TestL5UnplacedRebindCountsAgainstTheBudget: with no scheduler running, no
+// runtime pod is ever placed. Each automatic re-bind whose pod stays Pending
+// past its start-up grace counts as one attempt against the budget (kept in
+// status.runtimeBinding.unplacedRebinds), so the unit ends Suspended after
+// as many re-binds as it has free standbys, and its epoch stops there. The
+// count survives a restart of the controller. The clock is injected: the
+// deadlines are reached by stepping it.
+func TestL5UnplacedRebindCountsAgainstTheBudget(t *testing.T) {
+	t.Parallel()
+	ns := env.Namespace(t)
+	clk := clocktesting.NewFakeClock(time.Now())
+	primary, standbys := ns+"-edge", []string{ns + "-standby-1", ns + "-standby-2"}
+	node(t, primary, map[string]string{"holdfast.io/device": ns})
+	for _, s := range standbys {
+		node(t, s, nil)
+	}
+	c := startController(t, controllerOptions{namespace: ns, clock: clk})
+	u := &holdfastv1.Unit{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "kiln"},
+		Spec: holdfastv1.UnitSpec{
+			Runtime:      holdfastv1.UnitRuntime{Image: "holdfast.local/unit-runtime:dev", HealthPort: 9440, LeasePort: 9443},
+			NodeSelector: map[string]string{"holdfast.io/device": ns},
+			Availability: holdfastv1.Availability{
+				Mode: holdfastv1.Failover, LeaseDurationSeconds: 10, RuntimeStartupGraceSeconds: 10, RebindMarginSeconds: ptr.To(int32(5)),
+				Targets: &holdfastv1.FailoverTargets{Nodes: standbys}, Colocation: holdfastv1.ColocationWarn,
+			},
+		},
+	}
+	if err := env.Client.Create(context.Background(), u); err != nil {
+		t.Fatal(err)
+	}
+	key := types.NamespacedName{Namespace: ns, Name: "kiln"}
+
+	eventually(t, 30*time.Second, "runtime pod e1", func() (bool, string) { return runtimePod(t, u, 1) != nil, "" })
+
+	// The first binding's start-up grace, margin and hold-off all pass. No
+	// pod is ever placed, so each epoch after it is past its grace as soon
+	// as it exists: only the budget stops the re-binds.
+	clk.Step(30 * time.Second)
+	var got *holdfastv1.Unit
+	eventually(t, 60*time.Second, "the suspension", func() (bool, string) {
+		got = getUnit(t, key)
+		b := got.Status.RuntimeBinding
+		return b.Epoch > 3 || meta.IsStatusConditionTrue(got.Status.Conditions, holdfastv1.ConditionFailoverSuspended), fmt.Sprintf("%+v", b)
+	})
+	b := got.Status.RuntimeBinding
+	if b.Epoch != 3 || len(b.UnplacedRebinds) != 2 || len(b.UnsettledRebinds) != 0 {
+		t.Fatalf("with two standbys and no scheduler the unit must suspend at epoch 3 with two unplaced re-binds: epoch %d, unplaced %+v, ledger %v",
+			b.Epoch, b.UnplacedRebinds, b.UnsettledRebinds)
+	}
+	cond := meta.FindStatusCondition(got.Status.Conditions, holdfastv1.ConditionFailoverSuspended)
+	for _, want := range []string{"2 re-bind(s) were never placed on a node",
+		"epoch 2: pod kiln-runtime-e2 stayed Pending and no scheduler reported on it: is holdfast-scheduler running?",
+		"epoch 3: pod kiln-runtime-e3 stayed Pending"} {
+		if cond.Reason != holdfastv1.ReasonRebindsNotPlaced || !strings.Contains(cond.Message, want) {
+			t.Fatalf("FailoverSuspended does not say %q: %s: %s", want, cond.Reason, cond.Message)
+		}
+	}
+	want := []string{units.EventLeaseExpired, units.EventRebound, units.EventLeaseExpired, units.EventRebound,
+		units.EventLeaseExpired, units.EventBudgetExhausted}
+	eventually(t, 15*time.Second, "the events", func() (bool, string) {
+		got := eventReasons(events(t, u))
+		return slices.Equal(got, want), strings.Join(got, ",")
+	})
+
+	// The count lives in status: a new controller process honours it. Its
+	// first pass inside its own hold-off shows the wait; its first pass
+	// after it, with the clock well past every deadline, removes the wait
+	// and re-binds nothing.
+	c.stop()
+	startController(t, controllerOptions{namespace: ns, clock: clk, identity: "ctl-budget-restarted", standDown: 30 * time.Second})
+	holdOff := func(u *holdfastv1.Unit) bool {
+		c := meta.FindStatusCondition(u.Status.Conditions, holdfastv1.ConditionFailoverRequest)
+		return c != nil && c.Reason == holdfastv1.ReasonLeadershipHoldOff
+	}
+	eventually(t, 60*time.Second, "the new leader's pass inside its hold-off", func() (bool, string) {
+		u := getUnit(t, key)
+		return holdOff(u), fmt.Sprintf("%+v", u.Status.Conditions)
+	})
+	clk.Step(10 * time.Minute)
+	eventually(t, 30*time.Second, "the new leader's pass after its hold-off", func() (bool, string) {
+		u := getUnit(t, key)
+		return !holdOff(u), fmt.Sprintf("%+v", u.Status.Conditions)
+	})
+	got = getUnit(t, key)
+	if b := got.Status.RuntimeBinding; b.Epoch != 3 || len(b.UnplacedRebinds) != 2 {
+		t.Fatalf("after a controller restart the suspended unit was re-bound or lost its count: %+v", b)
+	}
+	if !meta.IsStatusConditionTrue(got.Status.Conditions, holdfastv1.ConditionFailoverSuspended) {
+		t.Fatalf("the suspension did not survive the restart: %+v", got.Status.Conditions)
+	}
+	if runtimePod(t, u, 4) != nil {
+		t.Fatal("a suspended unit's epoch 4 pod exists")
+	}
+	if pod := runtimePod(t, u, 3); pod == nil || pod.DeletionTimestamp != nil {
+		t.Fatal("suspension must leave the current pod in place")
+	}
+	if got := eventReasons(events(t, u)); !slices.Equal(got, want) {
+		t.Fatalf("events after the restart %v, want %v", got, want)
+	}
+}
