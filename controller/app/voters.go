@@ -17,6 +17,7 @@ import (
 	"github.com/holdfast-io/holdfast/controller/audit"
 	"github.com/holdfast-io/holdfast/controller/leadership"
 	"github.com/holdfast-io/holdfast/controller/voters"
+	"github.com/holdfast-io/holdfast/webhook/rules"
 )
 
 // VotersElectionID is the voter controller's election Lease, apart from the
@@ -64,6 +65,11 @@ func (vc *VotersConfig) Validate() error {
 	}
 	if vc.RunningEvery <= 0 || vc.IdleEvery <= 0 {
 		errs = append(errs, errors.New("--voter-swap-pass-interval and --voter-idle-pass-interval must be positive"))
+	}
+	// The webhook refuses swaps on a VoterPolicy status older than
+	// rules.MaxStatusAge; idle passes are what keep it fresh.
+	if vc.IdleEvery > rules.StatusHeartbeat {
+		errs = append(errs, fmt.Errorf("--voter-idle-pass-interval (%v) must be at most %v: the VoterPolicy status must be stamped that often or swaps are refused as stale", vc.IdleEvery, rules.StatusHeartbeat))
 	}
 	// The swap Lease is renewed on every pass: at least three passes fit
 	// in it, so one slow pass never lets it lapse mid-swap.
@@ -115,7 +121,7 @@ func votersFlags(fs *flag.FlagSet, _ *Common) {
 	fs.DurationVar(&o.RunningEvery, "voter-swap-pass-interval", 2*time.Second, "")
 	doc("voter-swap-pass-interval", "Between passes while a swap is pending or running (each pass renews the swap Lease and takes at most one action).", "3 x this <= --voter-swap-lease-duration")
 	fs.DurationVar(&o.IdleEvery, "voter-idle-pass-interval", 15*time.Second, "")
-	doc("voter-idle-pass-interval", "Between passes with no swap (the VoterPolicy status and the automatic decisions are refreshed).", "none")
+	doc("voter-idle-pass-interval", "Between passes with no swap (the VoterPolicy status and the automatic decisions are refreshed).", "this <= 15s (the status heartbeat the webhook's swap gates require)")
 	fs.IntVar(&o.Settings.PeerPort, "etcd-peer-port", d.PeerPort, "")
 	doc("etcd-peer-port", "Peer port of a candidate's etcd member when its Node has no holdfast.io/etcd-peer-url annotation (the URL is built from its InternalIP).", "none")
 	fs.StringVar(&o.Settings.PeerScheme, "etcd-peer-scheme", d.PeerScheme, "")

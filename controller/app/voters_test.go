@@ -12,6 +12,7 @@ func TestVotersRoleRefusesBadFlagsWithTheFlagNameAndNothingStarts(t *testing.T) 
 		{[]string{"--role=voters", "--voters-leader-election-lease-duration=5s"}, "--voters-leader-election-lease-duration (5s) must be greater than --voters-leader-election-renew-deadline (10s)"},
 		{[]string{"--role=voters", "--voters-leader-election-retry-period=9s"}, "--voters-leader-election-renew-deadline (10s) must be greater than 1.2 x --voters-leader-election-retry-period (9s)"},
 		{[]string{"--role=voters", "--voter-swap-lease-duration=5s"}, "--voter-swap-lease-duration (5s) must be at least 3 x --voter-swap-pass-interval (2s)"},
+		{[]string{"--role=voters", "--voter-idle-pass-interval=30s"}, "--voter-idle-pass-interval (30s) must be at most 15s: the VoterPolicy status must be stamped that often or swaps are refused as stale"},
 		{[]string{"--role=voters", "--etcd-peer-scheme=ftp"}, `--etcd-peer-scheme ("ftp") must be http or https`},
 		{[]string{"--role=voters", "--etcd-peer-port=0"}, "--etcd-peer-port (0) must be between 1 and 65535"},
 		{[]string{"--role=voters", "--snapshot-dir="}, "--snapshot-dir must not be empty"},
