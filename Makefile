@@ -64,7 +64,7 @@ test: k8s-bin node-deps cri-bin cni-bin $(CONTROLLER_GEN) ## Run everything CI r
 	$(GO) test -tags integration -timeout $(TEST_TIMEOUT) $(GO_TEST_FLAGS) ./...
 
 .PHONY: test-e2e
-test-e2e: k8s-bin node-deps cri-bin cni-bin ## Run everything make test runs plus the long drills (build tag e2e): the matrix on real kubelets, the voter swap drills
+test-e2e: k8s-bin node-deps cri-bin cni-bin $(CONTROLLER_GEN) ## Run everything make test runs plus the long drills (build tag e2e): the matrix on real kubelets, the voter swap drills
 	$(GO) test -tags integration,e2e -timeout 90m $(GO_TEST_FLAGS) ./...
 
 .PHONY: bench

@@ -23,65 +23,51 @@ func inNetns(ns string, argv ...string) []string {
 	return append([]string{"nsenter", "--net=" + netnsPath(ns), "--"}, argv...)
 }
 
-// DialContextIn dials from inside a network namespace: the socket is made on
-// an OS thread that has joined the namespace, so this process reaches the
-// cluster's addresses without any route or address in the machine's own
-// namespace. The thread is never unlocked: it ends with its goroutine and
-// the namespace change with it.
-func DialContextIn(nsPath string) func(ctx context.Context, network, addr string) (net.Conn, error) {
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		type result struct {
-			c   net.Conn
-			err error
-		}
-		ch := make(chan result, 1)
-		go func() {
-			runtime.LockOSThread()
-			f, err := os.Open(nsPath)
-			if err != nil {
-				ch <- result{nil, err}
-				return
-			}
-			defer f.Close()
-			if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
-				ch <- result{nil, err}
-				return
-			}
-			var d net.Dialer
-			c, err := d.DialContext(ctx, network, addr)
-			ch <- result{c, err}
-		}()
-		r := <-ch
-		return r.c, r.err
-	}
-}
-
-// ListenIn listens from inside a network namespace, the way DialContextIn
-// dials: the socket belongs to the namespace it was made in, so a server in
-// this process answers on an address that exists only there.
-func ListenIn(nsPath, network, addr string) (net.Listener, error) {
+// madeInNetns runs mk on an OS thread that has joined the network namespace at
+// nsPath, so the socket it makes belongs to that namespace: this process
+// reaches (or serves) the cluster's addresses without any route or address in
+// the machine's own namespace. The thread is never unlocked: it ends with its
+// goroutine and the namespace change with it.
+func madeInNetns[T any](nsPath string, mk func() (T, error)) (T, error) {
 	type result struct {
-		ln  net.Listener
+		v   T
 		err error
 	}
 	ch := make(chan result, 1)
 	go func() {
-		runtime.LockOSThread() // never unlocked: see DialContextIn
+		runtime.LockOSThread()
+		var zero T
 		f, err := os.Open(nsPath)
 		if err != nil {
-			ch <- result{nil, err}
+			ch <- result{zero, err}
 			return
 		}
 		defer f.Close()
 		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
-			ch <- result{nil, err}
+			ch <- result{zero, err}
 			return
 		}
-		ln, err := net.Listen(network, addr)
-		ch <- result{ln, err}
+		v, err := mk()
+		ch <- result{v, err}
 	}()
 	r := <-ch
-	return r.ln, r.err
+	return r.v, r.err
+}
+
+// DialContextIn dials from inside a network namespace (see madeInNetns).
+func DialContextIn(nsPath string) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		return madeInNetns(nsPath, func() (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, network, addr)
+		})
+	}
+}
+
+// ListenIn listens from inside a network namespace (see madeInNetns), so a server
+// in this process answers on an address that exists only there.
+func ListenIn(nsPath, network, addr string) (net.Listener, error) {
+	return madeInNetns(nsPath, func() (net.Listener, error) { return net.Listen(network, addr) })
 }
 
 // mountNSInode is the mount namespace of a process, as its inode number.
