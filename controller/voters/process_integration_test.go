@@ -3,6 +3,7 @@
 package voters_test
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,9 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/controller/voters"
 	"github.com/holdfast-io/holdfast/test/testenv"
+	"github.com/holdfast-io/holdfast/webhook/rules"
 )
 
 // buildController builds cmd/holdfast-controller into a directory of this
@@ -89,6 +93,19 @@ func TestTheVotersRoleSIGKILLedAtEveryStepCompletesTheSwap(t *testing.T) {
 	}()
 	p := startVotersProcess(t, bin, kubeconfig, dir)
 	waitHealthyStatus(t, "s1", "s2", "s3")
+	// The status an earlier test's controller (on its fake clock) left
+	// behind looks healthy too; the webhook admits the swap only on one this
+	// process, on the real clock, has stamped.
+	eventually(t, time.Minute, "a VoterPolicy status the process stamped", func() (bool, string) {
+		pol := &holdfastv1.VoterPolicy{}
+		if err := env.Client.Get(context.Background(), client.ObjectKey{Name: holdfastv1.VoterPolicyName}, pol); err != nil {
+			return false, err.Error()
+		}
+		if err := rules.StatusFresh(pol, time.Now()); err != nil {
+			return false, err.Error()
+		}
+		return true, ""
+	})
 	cli := c.client("s2", "s3")
 	_, _, clusterID := etcdMembers(t, cli)
 	w := startWriter(cli)
