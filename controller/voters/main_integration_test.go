@@ -65,6 +65,11 @@ func (c *shiftClock) Since(t time.Time) time.Duration {
 }
 func (c *shiftClock) Advance(d time.Duration) { c.mu.Lock(); defer c.mu.Unlock(); c.offset += d }
 
+// Reset puts the clock back on the real time, for a test whose controller
+// is a real process reading the real clock: the webhook must judge that
+// process's status stamps on the same clock.
+func (c *shiftClock) Reset() { c.mu.Lock(); defer c.mu.Unlock(); c.offset = 0 }
+
 // TestMain also lets the test binary stand in for `holdfast-node role-is` in
 // the server and agent units' ExecCondition (the function the real binary
 // runs).

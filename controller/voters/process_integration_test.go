@@ -91,17 +91,21 @@ func TestTheVotersRoleSIGKILLedAtEveryStepCompletesTheSwap(t *testing.T) {
 			t.Logf("controller log:\n%s", b)
 		}
 	}()
+	// The process stamps the VoterPolicy status on the real clock, and the
+	// webhook must judge the stamps on the same clock: earlier tests moved
+	// the suite's clock minutes ahead (make test-e2e saw "status is 7m15s
+	// old" for a stamp the process had just made).
+	shifted.Reset()
 	p := startVotersProcess(t, bin, kubeconfig, dir)
 	waitHealthyStatus(t, "s1", "s2", "s3")
-	// The status an earlier test's controller (on its fake clock) left
-	// behind looks healthy too; the webhook admits the swap only on one this
-	// process, on the real clock, has stamped.
+	// The status an earlier test's controller left behind looks healthy too;
+	// the webhook admits the swap only on one this process has stamped.
 	eventually(t, time.Minute, "a VoterPolicy status the process stamped", func() (bool, string) {
 		pol := &holdfastv1.VoterPolicy{}
 		if err := env.Client.Get(context.Background(), client.ObjectKey{Name: holdfastv1.VoterPolicyName}, pol); err != nil {
 			return false, err.Error()
 		}
-		if err := rules.StatusFresh(pol, time.Now()); err != nil {
+		if err := rules.StatusFresh(pol, shifted.Now()); err != nil {
 			return false, err.Error()
 		}
 		return true, ""
