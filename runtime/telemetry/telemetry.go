@@ -86,7 +86,9 @@ type Config struct {
 	KeepAlive  uint16
 }
 
-// Status is the retained status message.
+// Status is the retained status message. Consumers order statuses by
+// Epoch first (a higher epoch wins, whenever it arrives), then by arrival
+// within an epoch; the retained one converges to the highest epoch's.
 type Status struct {
 	Unit         string    `json:"unit"`
 	Epoch        int64     `json:"epoch"`
