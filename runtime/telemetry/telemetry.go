@@ -26,9 +26,11 @@
 //   - a client that has seen no higher epoch re-publishes its current
 //     status, retained, whenever it sees a status of a lower epoch, an empty
 //     payload (the retained status cleared) or something that is not a
-//     status of its unit: the one race left (a stale runtime's queued
-//     publish leaves on reconnect before its subscription has told it of the
-//     later epoch) heals as soon as the holder sees the stale publish.
+//     status of its unit: the one race left (on reconnect a stale runtime's
+//     queued publish, or a QoS 1 publish its client resends, leaves before
+//     its subscription has told it of the later epoch; MQTT gives no signal
+//     that no retained status exists, so it cannot wait for one) heals as
+//     soon as the holder sees the stale publish.
 //
 // The highest epoch therefore always has the last word. No loop: the
 // lower client stops retaining once it sees the higher one, and the
@@ -181,8 +183,9 @@ func (c *Client) ConnectBackground(ctx context.Context) error {
 			c.connected.Store(true)
 			c.connects.Add(1)
 			c.log.Info("Connected to MQTT broker")
-			// Clean start: the session, and so the subscription, ends with
-			// each connection. Subscribed off this callback, which must not
+			// No session expiry interval: the broker drops the session, and
+			// the subscription with it, when a connection ends, so every
+			// connect subscribes again, off this callback, which must not
 			// block.
 			go c.subscribe(ctx, cm)
 			c.announce()
