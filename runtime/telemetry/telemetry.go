@@ -163,6 +163,9 @@ func New(cfg Config, log klog.Logger) (*Client, error) {
 	return c, nil
 }
 
+// ClientID is the MQTT client ID this client connects with.
+func (c *Client) ClientID() string { return c.cfg.ClientID }
+
 // StatusTopic is where the retained status goes.
 func (c *Client) StatusTopic() string { return c.cfg.TopicPrefix + "/" + c.cfg.Unit + "/status" }
 
