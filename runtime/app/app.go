@@ -131,7 +131,7 @@ func NewFlagSet(o *Options) *flag.FlagSet {
 	fs.StringVar(&o.MQTTBroker, "mqtt-broker", "", "MQTT broker for status and values, mqtt://HOST:PORT or tls://HOST:PORT; empty publishes nothing. Start-up never waits for it")
 	fs.StringVar(&o.MQTTTopic, "mqtt-topic-prefix", telemetry.DefaultTopicPrefix, "topics are PREFIX/NAMESPACE/NAME/status (retained) and PREFIX/NAMESPACE/NAME/values")
 	fs.IntVar(&o.MQTTQueueSize, "mqtt-queue-size", telemetry.DefaultQueueSize, "publishes kept, oldest evicted first, while the broker is away; 0 sends live and drops while away")
-	fs.StringVar(&o.MQTTClientID, "mqtt-client-id", "", "MQTT client ID; empty derives one from the pod name or the unit")
+	fs.StringVar(&o.MQTTClientID, "mqtt-client-id", "", "MQTT client ID, one per runtime; empty derives one from the pod name, or from the unit and the epoch")
 	return fs
 }
 
@@ -302,8 +302,15 @@ func (o *Options) Config(log klog.Logger) (runtime.Config, error) {
 	var tel *telemetry.Client
 	if o.MQTTBroker != "" {
 		clientID := o.MQTTClientID
-		if clientID == "" && o.PodName != "" {
+		switch {
+		case clientID != "":
+		case o.PodName != "":
 			clientID = "holdfast-" + o.PodName
+		default:
+			// Every epoch's runtime subscribes to the unit's status topic
+			// (runtime/telemetry); two sharing one client ID would take
+			// each other's session over on every reconnect.
+			clientID = fmt.Sprintf("holdfast-runtime-%s-e%d", strings.ReplaceAll(o.Unit, "/", "-"), o.Epoch)
 		}
 		var err error
 		tel, err = telemetry.New(telemetry.Config{BrokerURL: o.MQTTBroker, Unit: o.Unit, TopicPrefix: o.MQTTTopic,

@@ -120,6 +120,25 @@ func TestFlagsBuildTheConfig(t *testing.T) {
 	}
 }
 
+// Every epoch's runtime subscribes to the unit's status topic, so two
+// epochs never share an MQTT client ID, even without a pod name.
+func TestEachEpochHasItsOwnMQTTClientID(t *testing.T) {
+	ids := map[string]bool{}
+	for _, extra := range [][]string{{"--epoch", "1"}, {"--epoch", "2"}, {"--epoch", "2", "--pod-name", "kiln-1-runtime-e2"}} {
+		args := append([]string{"--unit", "plant/kiln-1", "--mqtt-broker", "mqtt://127.0.0.1:1883"}, extra...)
+		cfg, _, err := Parse(args, &bytes.Buffer{}, ktesting.NewLogger(t, ktesting.NewConfig()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[cfg.Telemetry.ClientID()] = true
+	}
+	for _, want := range []string{"holdfast-runtime-plant-kiln-1-e1", "holdfast-runtime-plant-kiln-1-e2", "holdfast-kiln-1-runtime-e2"} {
+		if !ids[want] {
+			t.Errorf("client IDs %v, want %s among them", ids, want)
+		}
+	}
+}
+
 // The controller's runtime pod passes the binding through the environment
 // (api/v1alpha1 RuntimeEnv*); with no flags at all the runtime takes it
 // from there, and a value that does not parse is refused naming both.
