@@ -139,7 +139,7 @@ func benchPod(ns, name, schedulerName string, labels map[string]string) *corev1.
 // benchBatch creates, in a fresh namespace with no scheduler running, the
 // units and the same 1000 pods for schedulerName, then starts a scheduler
 // with both profiles and times it from its start until every pod is bound.
-func benchBatch(b *testing.B, profiles []schedconfig.KubeSchedulerProfile, schedulerName string) (time.Duration, int) {
+func benchBatch(b *testing.B, profiles []schedconfig.KubeSchedulerProfile, schedulerName string) batchResult {
 	b.Helper()
 	ctx := context.Background()
 	cs := kubernetes.NewForConfigOrDie(restConfig(benchQPS))
@@ -264,8 +264,10 @@ func benchBatch(b *testing.B, profiles []schedconfig.KubeSchedulerProfile, sched
 		b.Fatal(err)
 	}
 	var cpu []string
+	cpuSpent := map[string]float64{}
 	for _, k := range slices.Sorted(maps.Keys(cpuAfter)) {
-		cpu = append(cpu, fmt.Sprintf("%s %.2fs", k, cpuAfter[k]-cpuBefore[k]))
+		cpuSpent[k] = cpuAfter[k] - cpuBefore[k]
+		cpu = append(cpu, fmt.Sprintf("%s %.2fs", k, cpuSpent[k]))
 	}
 	benchLog(b, "%s CPU time while scheduling: %s", schedulerName, strings.Join(cpu, ", "))
 	writesAfter, err := apiserverWrites(ctx, cs)
@@ -273,9 +275,11 @@ func benchBatch(b *testing.B, profiles []schedconfig.KubeSchedulerProfile, sched
 		b.Fatal(err)
 	}
 	var writes []string
+	var writeCount float64
 	for _, k := range slices.Sorted(maps.Keys(writesAfter)) {
 		if n := writesAfter[k] - writesBefore[k]; n > 0 {
 			writes = append(writes, fmt.Sprintf("%s %.0f", k, n))
+			writeCount += n
 		}
 	}
 	benchLog(b, "%s kube-apiserver writes while scheduling: %s", schedulerName, strings.Join(writes, ", "))
@@ -300,7 +304,16 @@ func benchBatch(b *testing.B, profiles []schedconfig.KubeSchedulerProfile, sched
 	if schedulerName == holdfastv1.SchedulerName && mix != "ordinary" {
 		checkBenchPlacements(b, cs, ns)
 	}
-	return elapsed, total
+	return batchResult{elapsed: elapsed, pods: total, cpu: cpuSpent, writes: writeCount}
+}
+
+// batchResult is what one batch took: wall time, pods, CPU seconds by
+// process, kube-apiserver writes.
+type batchResult struct {
+	elapsed time.Duration
+	pods    int
+	cpu     map[string]float64
+	writes  float64
 }
 
 // schedulerSeconds sums, per extension point and profile, the time the
@@ -379,7 +392,7 @@ func defaultProfile(b *testing.B) schedconfig.KubeSchedulerProfile {
 // alternating which goes first, and reports both throughputs and their
 // ratio (goal: holdfast/default >= 0.95). Run it with
 //
-//	go test -tags integration -run '^$' -bench SchedulingThroughput -benchtime 4x ./scheduler-plugin/integration/
+//	go test -tags integration -run '^$' -bench SchedulingThroughput -benchtime 8x ./scheduler-plugin/integration/
 func BenchmarkSchedulingThroughput(b *testing.B) {
 	b.StopTimer()
 	start := time.Now()
@@ -392,16 +405,25 @@ func BenchmarkSchedulingThroughput(b *testing.B) {
 	var took = map[string]time.Duration{}
 	pods := 0
 	var pairRatios []float64
+	cpu := map[string]map[string]float64{}
+	writes := map[string]float64{}
 	order := []string{corev1.DefaultSchedulerName, holdfastv1.SchedulerName}
 	for i := range b.N {
 		pair := map[string]time.Duration{}
 		for j := range order {
 			name := order[(i+j)%2]
-			d, n := benchBatch(b, profiles, name)
-			took[name] += d
-			pair[name] = d
-			pods += n
-			benchLog(b, "iteration %d/%d: %s bound %d pods in %v", i+1, b.N, name, n, d.Round(time.Millisecond))
+			r := benchBatch(b, profiles, name)
+			took[name] += r.elapsed
+			pair[name] = r.elapsed
+			pods += r.pods
+			if cpu[name] == nil {
+				cpu[name] = map[string]float64{}
+			}
+			for k, s := range r.cpu {
+				cpu[name][k] += s
+			}
+			writes[name] += r.writes
+			benchLog(b, "iteration %d/%d: %s bound %d pods in %v", i+1, b.N, name, r.pods, r.elapsed.Round(time.Millisecond))
 		}
 		ratio := pair[corev1.DefaultSchedulerName].Seconds() / pair[holdfastv1.SchedulerName].Seconds()
 		pairRatios = append(pairRatios, ratio)
@@ -410,11 +432,46 @@ func BenchmarkSchedulingThroughput(b *testing.B) {
 	perProfile := float64(pods / 2)
 	defaultRate := perProfile / took[corev1.DefaultSchedulerName].Seconds()
 	holdfastRate := perProfile / took[holdfastv1.SchedulerName].Seconds()
+	inOrder := slices.Clone(pairRatios)
 	slices.Sort(pairRatios)
 	b.ReportMetric(defaultRate, "default-pods/s")
 	b.ReportMetric(holdfastRate, "holdfast-pods/s")
 	b.ReportMetric(holdfastRate/defaultRate, "holdfast/default")
-	b.ReportMetric(pairRatios[len(pairRatios)/2], "median-pair-ratio")
+	b.ReportMetric(median(pairRatios), "median-pair-ratio")
+	b.ReportMetric(pairRatios[0], "min-pair-ratio")
+	b.ReportMetric(pairRatios[len(pairRatios)-1], "max-pair-ratio")
+	// CPU per batch moves less with the machine's load than wall time: the
+	// ratio of the CPU the two profiles' batches cost (scheduler, clients,
+	// kube-apiserver, etcd together) is the load-robust companion of the
+	// wall-clock ratio.
+	cpuAll := map[string]float64{}
+	for _, name := range order {
+		for k, s := range cpu[name] {
+			cpuAll[name] += s
+			b.ReportMetric(s/float64(b.N), name+"-"+strings.ReplaceAll(k, "+", "-")+"-cpu-s/batch")
+		}
+		b.ReportMetric(writes[name]/float64(b.N), name+"-writes/batch")
+	}
+	b.ReportMetric(cpuAll[corev1.DefaultSchedulerName]/cpuAll[holdfastv1.SchedulerName], "cpu-ratio")
+	var ratios []string
+	for _, r := range inOrder {
+		ratios = append(ratios, fmt.Sprintf("%.3f", r))
+	}
+	benchLog(b, "summary: %d pairs, holdfast/default overall %.3f, median pair %.3f (pairs in order: %s), CPU per batch default %.2fs holdfast %.2fs (ratio %.3f), writes per batch default %.0f holdfast %.0f",
+		b.N, holdfastRate/defaultRate, median(pairRatios), strings.Join(ratios, ", "),
+		cpuAll[corev1.DefaultSchedulerName]/float64(b.N), cpuAll[holdfastv1.SchedulerName]/float64(b.N),
+		cpuAll[corev1.DefaultSchedulerName]/cpuAll[holdfastv1.SchedulerName],
+		writes[corev1.DefaultSchedulerName]/float64(b.N), writes[holdfastv1.SchedulerName]/float64(b.N))
+}
+
+// median is the middle of sorted values, the mean of the middle two for an
+// even count.
+func median(sorted []float64) float64 {
+	n := len(sorted)
+	if n%2 == 1 {
+		return sorted[n/2]
+	}
+	return (sorted[n/2-1] + sorted[n/2]) / 2
 }
 
 // benchLog writes a progress line to stderr as well: go test keeps only
