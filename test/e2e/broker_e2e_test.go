@@ -105,6 +105,20 @@ func TestBrokerAwayDuringRebindDoesNotDelayTheNewHolder(t *testing.T) {
 		t.Fatalf("the epoch 2 runtime's telemetry queue never drained after the broker came back")
 	}
 	t.Logf("broker reachable again: epoch 2's status and values received within %v", time.Since(backAt).Round(time.Millisecond))
+	// A SCADA client subscribing now is told the current holder: the retained
+	// status is epoch 2's Held, never epoch 1's (runtime/README, the status
+	// topic).
+	var retained telemetry.Status
+	if err := poll(d.ctx, time.Minute, func() bool {
+		st, ok, err := broker.Retained(telemetry.DefaultTopicPrefix + "/" + d.u.Key.String() + "/status")
+		if err != nil {
+			t.Fatal(err)
+		}
+		retained = st
+		return ok && st.Epoch == 2 && st.State == string(lease.Held) && !st.Fenced
+	}); err != nil {
+		t.Fatalf("the broker's retained status for %s is not epoch 2 Held: %+v", d.u.Key, retained)
+	}
 	d.oneHolder(2, b2.Node)
 }
 

@@ -88,7 +88,8 @@ func (d *drill) dump() {
 			d.t.Logf("pod event %s %s %s by %s: %s", scenario.EventTime(e).Format(time.RFC3339Nano), e.Regarding.Name, e.Reason, e.ReportingController, e.Note)
 		}
 	}
-	for _, c := range world.Controllers {
+	d.t.Logf("units role: %d supervisor restarts", world.ControllerRestarts())
+	for _, c := range world.ControllerList() {
 		d.t.Logf("%s log tail:\n%s", c.Identity, c.Tail(20))
 	}
 	d.t.Logf("holdfast-scheduler (%d restarts) log tail:\n%s", world.SchedulerRestarts(), world.SchedulerLog(30))
@@ -370,7 +371,7 @@ func (d *drill) metric(name string, labels map[string]string, min float64) {
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		var sum float64
-		for _, c := range world.Controllers {
+		for _, c := range world.ControllerList() {
 			v, err := scrape(world.HTTPClient(), c.Metrics+"/metrics", name, labels)
 			if err != nil {
 				last = err.Error()

@@ -160,7 +160,8 @@ func TestGrantorLeaderSIGKILLedNeverFences(t *testing.T) {
 		t.Fatal(err)
 	}
 	leader := -1
-	for i, c := range world.Controllers {
+	ctls := world.ControllerList()
+	for i, c := range ctls {
 		if el.Spec.HolderIdentity != nil && strings.HasPrefix(*el.Spec.HolderIdentity, c.Identity+"_") {
 			leader = i
 		}
@@ -168,9 +169,9 @@ func TestGrantorLeaderSIGKILLedNeverFences(t *testing.T) {
 	if leader < 0 {
 		t.Fatalf("no controller holds the grantor's election: %v", el.Spec.HolderIdentity)
 	}
-	other := world.Controllers[1-leader].Identity
+	other := ctls[1-leader].Identity
 	killedAt := time.Now()
-	world.Controllers[leader].Kill()
+	world.KillController(leader)
 	t.Cleanup(func() {
 		if err := world.RestartController(context.Background(), leader); err != nil {
 			t.Error(err)

@@ -93,6 +93,21 @@ func (b *Broker) From(client string) []Message {
 	return out
 }
 
+// Retained decodes the status the broker would hand a new subscriber on
+// topic (its retained message); ok is false when it holds none.
+func (b *Broker) Retained(topic string) (st telemetry.Status, ok bool, err error) {
+	for _, pk := range b.srv.Topics.Messages(topic) {
+		if pk.TopicName != topic || len(pk.Payload) == 0 {
+			continue
+		}
+		if err := json.Unmarshal(pk.Payload, &st); err != nil {
+			return st, false, fmt.Errorf("retained status on %s: %q: %w", topic, pk.Payload, err)
+		}
+		return st, true, nil
+	}
+	return st, false, nil
+}
+
 // Statuses decodes the status messages client published, oldest first.
 func (b *Broker) Statuses(client string) ([]telemetry.Status, error) {
 	var out []telemetry.Status

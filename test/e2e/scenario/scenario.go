@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -48,6 +49,10 @@ type World struct {
 	// would (kube-scheduler exits when it loses its election).
 	Scheduler   *cluster.Process
 	NodePlugins []*NodePlugin
+	// Controllers are the units role's replicas, kept running by the same
+	// supervisor: the role exits by design when it loses its election (an
+	// apiserver slower than its renew deadline), and its Deployment starts
+	// it again. Read them with ControllerList while drills run.
 	Controllers []*cluster.Controller
 	// VotersController is holdfast-controller --role voters (Options.Voters).
 	VotersController *cluster.Controller
@@ -56,10 +61,14 @@ type World struct {
 	plants           int
 	standDown        time.Duration
 
-	mu                sync.Mutex
-	schedulerRestarts int
-	stopSupervisor    chan struct{}
-	supervisorDone    chan struct{}
+	mu                 sync.Mutex
+	schedulerRestarts  int
+	controllerRestarts int
+	// ctlBusy marks a replica a drill (or the supervisor) is stopping or
+	// starting: the supervisor leaves it alone.
+	ctlBusy        map[int]bool
+	stopSupervisor chan struct{}
+	supervisorDone chan struct{}
 }
 
 // RuntimeImage is the unit runtime's image on every node.
@@ -99,7 +108,7 @@ func Up(ctx context.Context, o Options) (w *World, err error) {
 	if err != nil {
 		return nil, err
 	}
-	w = &World{Cluster: c, logf: o.Logf, standDown: o.LeaseStandDown}
+	w = &World{Cluster: c, logf: o.Logf, standDown: o.LeaseStandDown, ctlBusy: map[int]bool{}}
 	defer func() {
 		if err != nil {
 			w.stopSupervision()
@@ -120,7 +129,7 @@ func Up(ctx context.Context, o Options) (w *World, err error) {
 	if w.Scheduler, err = c.StartHoldfastScheduler(ctx, holdfastv1.SchedulerName, SchedulerPort); err != nil {
 		return w, fmt.Errorf("holdfast-scheduler: %w", err)
 	}
-	w.superviseScheduler()
+	w.supervise()
 	for i := 0; i < o.Controllers; i++ {
 		id := fmt.Sprintf("holdfast-controller-%d", i)
 		o.Logf("starting %s", id)
@@ -128,7 +137,9 @@ func Up(ctx context.Context, o Options) (w *World, err error) {
 		if err != nil {
 			return w, fmt.Errorf("%s: %w", id, err)
 		}
+		w.mu.Lock()
 		w.Controllers = append(w.Controllers, ctl)
+		w.mu.Unlock()
 	}
 	if o.Voters != nil {
 		if err = w.startVoters(ctx, *o.Voters); err != nil {
@@ -149,26 +160,98 @@ func (w *World) Down() error {
 	return err
 }
 
+// ControllerList is the units role's replicas now.
+func (w *World) ControllerList() []*cluster.Controller {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.Controllers)
+}
+
+// ControllerRestarts is how often the supervisor started a units-role
+// replica again.
+func (w *World) ControllerRestarts() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.controllerRestarts
+}
+
+// KillController SIGKILLs the i-th replica and keeps the supervisor from
+// starting it again until the drill calls RestartController.
+func (w *World) KillController(i int) {
+	w.mu.Lock()
+	w.ctlBusy[i] = true
+	c := w.Controllers[i]
+	w.mu.Unlock()
+	c.Kill()
+}
+
 // RestartController starts the i-th holdfast-controller again (after a
-// drill killed it), with the same identity and ports.
+// drill killed or stopped it), with the same identity and ports, and hands
+// it back to the supervisor.
 func (w *World) RestartController(ctx context.Context, i int) error {
+	w.mu.Lock()
+	w.ctlBusy[i] = true
 	old := w.Controllers[i]
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		delete(w.ctlBusy, i)
+		w.mu.Unlock()
+	}()
 	if !old.Exited() {
 		return fmt.Errorf("%s is running", old.Identity)
 	}
+	return w.startControllerAgain(ctx, i, old)
+}
+
+func (w *World) startControllerAgain(ctx context.Context, i int, old *cluster.Controller) error {
 	ctl, err := w.StartController(ctx, "units", old.Identity, 8200+10*i, "--lease-stand-down="+w.standDown.String())
 	if err != nil {
 		return err
 	}
+	w.mu.Lock()
 	w.Controllers[i] = ctl
+	w.mu.Unlock()
 	return nil
 }
 
-// superviseScheduler starts holdfast-scheduler again whenever it exits, as
-// the kubelet does for the chart's Deployment (restartPolicy Always):
-// kube-scheduler ends itself when it loses its leader election, for one when
-// the apiserver is away longer than its renew deadline.
-func (w *World) superviseScheduler() {
+// superviseControllers starts again every units-role replica that exited
+// on its own (not one a drill holds down).
+func (w *World) superviseControllers() {
+	w.mu.Lock()
+	var exited []int
+	for i, c := range w.Controllers {
+		if !w.ctlBusy[i] && c.Exited() {
+			w.ctlBusy[i] = true
+			exited = append(exited, i)
+		}
+	}
+	w.mu.Unlock()
+	for _, i := range exited {
+		w.mu.Lock()
+		old := w.Controllers[i]
+		w.mu.Unlock()
+		w.logf("%s exited (%s); starting it again", old.Identity, old.Tail(1))
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		err := w.startControllerAgain(ctx, i, old)
+		cancel()
+		w.mu.Lock()
+		if err != nil {
+			w.logf("%s: starting again: %v", old.Identity, err)
+		} else {
+			w.controllerRestarts++
+		}
+		delete(w.ctlBusy, i)
+		w.mu.Unlock()
+	}
+}
+
+// supervise starts holdfast-scheduler and the units role's replicas again
+// whenever they exit, as the kubelet does for the chart's Deployments
+// (restartPolicy Always): both end themselves when they lose their leader
+// election, for one when the apiserver is away or slower than their renew
+// deadline.
+func (w *World) supervise() {
 	w.stopSupervisor, w.supervisorDone = make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(w.supervisorDone)
@@ -178,6 +261,7 @@ func (w *World) superviseScheduler() {
 				return
 			case <-time.After(500 * time.Millisecond):
 			}
+			w.superviseControllers()
 			w.mu.Lock()
 			p := w.Scheduler
 			w.mu.Unlock()
@@ -236,7 +320,10 @@ func (w *World) stopSupervision() {
 // its election.
 func (w *World) SetLeaseStandDown(ctx context.Context, d time.Duration) error {
 	w.standDown = d
-	for i, c := range w.Controllers {
+	for i, c := range w.ControllerList() {
+		w.mu.Lock()
+		w.ctlBusy[i] = true
+		w.mu.Unlock()
 		c.Stop(30 * time.Second)
 		if err := w.RestartController(ctx, i); err != nil {
 			return err
