@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -21,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/webhook/rules"
 )
 
 // Report is what `status -o json` prints; its field names are stable.
@@ -44,6 +46,13 @@ type UnitReport struct {
 	// Held is the Held condition's status: True while outputs are on hold.
 	Held  string `json:"held,omitempty"`
 	Ready string `json:"ready,omitempty"`
+	// UnplacedRebinds counts the automatic re-binds since the runtime was
+	// last confirmed whose pod no scheduler placed; each spent one attempt
+	// of the failover budget.
+	UnplacedRebinds int `json:"unplacedRebinds,omitempty"`
+	// LastUnplaced is why the latest of them was never placed, as the
+	// controller recorded it (the scheduler's FailedScheduling message).
+	LastUnplaced string `json:"lastUnplaced,omitempty"`
 	// Attention lists what an operator should look at, most urgent first.
 	Attention []string `json:"attention,omitempty"`
 }
@@ -61,6 +70,13 @@ type VoterReport struct {
 	EvenSince         string   `json:"evenSince,omitempty"`
 	ProposedSwap      string   `json:"proposedSwap,omitempty"`
 	LastSwap          string   `json:"lastSwap,omitempty"`
+	// ObservedTime is status.observedTime, when the voters role last
+	// observed etcd; ObservedAge is how long ago, at the plugin's clock.
+	ObservedTime string `json:"observedTime,omitempty"`
+	ObservedAge  string `json:"observedAge,omitempty"`
+	// Stale is why the swap gates refuse this status as too old (or never
+	// stamped, or stamped in the future); empty while it is fresh.
+	Stale string `json:"stale,omitempty"`
 }
 
 // SwapReport is an unfinished VoterSwap.
@@ -153,7 +169,7 @@ func collect(ctx context.Context, c client.Client, ns string, now time.Time) (*R
 	var policy holdfastv1.VoterPolicy
 	switch err := c.Get(ctx, client.ObjectKey{Name: holdfastv1.VoterPolicyName}, &policy); {
 	case err == nil:
-		r.Voters = voterReport(ctx, c, &policy, r)
+		r.Voters = voterReport(ctx, c, &policy, r, now)
 	case apierrors.IsNotFound(err):
 		r.Notes = append(r.Notes, "VoterPolicy default does not exist: voter swaps are not configured")
 	default:
@@ -209,6 +225,11 @@ func unitReport(u *holdfastv1.Unit, now time.Time) UnitReport {
 			ur.Attention = append(ur.Attention, fmt.Sprintf("lease expired %s ago: %s, last renewal %s",
 				duration.HumanDuration(now.Sub(b.Expiry.At.Time)), b.Expiry.Verdict, b.Expiry.LastAttempt))
 		}
+		if n := len(b.UnplacedRebinds); n > 0 {
+			last := slices.MaxFunc(b.UnplacedRebinds, func(x, y holdfastv1.UnplacedRebind) int { return cmp.Compare(x.Epoch, y.Epoch) })
+			ur.UnplacedRebinds, ur.LastUnplaced = n, last.Message
+			ur.Attention = append(ur.Attention, fmt.Sprintf("%d re-bind(s) never placed, last (epoch %d): %s", n, last.Epoch, short(last.Message)))
+		}
 	} else {
 		ur.Attention = append(ur.Attention, "not bound yet")
 	}
@@ -234,7 +255,7 @@ func unitReport(u *holdfastv1.Unit, now time.Time) UnitReport {
 	return ur
 }
 
-func voterReport(ctx context.Context, c client.Client, p *holdfastv1.VoterPolicy, r *Report) *VoterReport {
+func voterReport(ctx context.Context, c client.Client, p *holdfastv1.VoterPolicy, r *Report, now time.Time) *VoterReport {
 	st := p.Status
 	v := &VoterReport{
 		Target: p.Spec.TargetVoters, DryRun: p.Spec.DryRun == nil || *p.Spec.DryRun,
@@ -242,6 +263,14 @@ func voterReport(ctx context.Context, c client.Client, p *holdfastv1.VoterPolicy
 	}
 	if v.Voters == nil {
 		v.Voters = []string{}
+	}
+	if t := st.ObservedTime; t != nil {
+		v.ObservedTime = t.UTC().Format(time.RFC3339)
+		v.ObservedAge = ago(now, t.Time)
+	}
+	// The gates' own rule, so status says stale exactly when a swap is refused.
+	if err := rules.StatusFresh(p, now); err != nil {
+		v.Stale = err.Detail
 	}
 	if st.EvenSince != nil {
 		v.EvenSince = st.EvenSince.UTC().Format(time.RFC3339)
@@ -267,6 +296,32 @@ func voterReport(ctx context.Context, c client.Client, p *holdfastv1.VoterPolicy
 	}
 	sort.Strings(v.LabelledNotVoting)
 	return v
+}
+
+// ago is how long before now t was, as kubectl prints ages; a t after now
+// (the clocks disagree) reads "in ...".
+func ago(now, t time.Time) string {
+	if d := now.Sub(t); d < -time.Second {
+		return "in " + duration.HumanDuration(-d)
+	}
+	return duration.HumanDuration(now.Sub(t)) + " ago"
+}
+
+// shortLen is how much of a recorded message the table shows; -o json
+// carries all of it.
+const shortLen = 80
+
+// short is the scheduler's own words from an unplaced re-bind's message
+// (the controller prefixes them with the pod's name and what it means),
+// cut to shortLen runes for one table cell.
+func short(msg string) string {
+	if _, after, ok := strings.Cut(msg, "could not place it: "); ok {
+		msg = after
+	}
+	if r := []rune(msg); len(r) > shortLen {
+		msg = string(r[:shortLen-1]) + "…"
+	}
+	return msg
 }
 
 func orScheduler(node string) string {
@@ -333,7 +388,7 @@ func printReport(w io.Writer, r *Report, ns string, wide bool) {
 	if len(r.Units) == 0 {
 		fmt.Fprintln(tw, "  none")
 	} else {
-		fmt.Fprintln(tw, "  NAMESPACE\tUNIT\tMODE\tNODE\tEPOCH\tLEASE\tHELD\tREADY\tATTENTION")
+		fmt.Fprintln(tw, "  NAMESPACE\tUNIT\tMODE\tNODE\tEPOCH\tLEASE\tHELD\tREADY\tUNPLACED\tATTENTION")
 		for _, u := range r.Units {
 			epoch := "-"
 			if u.Epoch > 0 {
@@ -348,13 +403,28 @@ func printReport(w io.Writer, r *Report, ns string, wide bool) {
 					attention = strings.Join(u.Attention, "; ")
 				}
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", u.Namespace, u.Name, u.Mode, dash(u.Node), epoch,
-				dash(u.LeaseState), dash(u.Held), dash(u.Ready), attention)
+			unplaced := "-"
+			if u.UnplacedRebinds > 0 {
+				unplaced = fmt.Sprint(u.UnplacedRebinds)
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", u.Namespace, u.Name, u.Mode, dash(u.Node), epoch,
+				dash(u.LeaseState), dash(u.Held), dash(u.Ready), unplaced, attention)
 		}
 	}
 	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "VOTERS (by etcd's vote)")
 	if v := r.Voters; v != nil {
+		observed := "never"
+		if v.ObservedAge != "" {
+			observed = v.ObservedAge
+		}
+		if v.Stale != "" {
+			observed += " (stale: swaps refused)"
+			if wide {
+				observed += ": " + v.Stale
+			}
+		}
+		fmt.Fprintf(tw, "  observed:\t%s\n", observed)
 		voters := make([]string, 0, len(v.Voters))
 		for _, n := range v.Voters {
 			if n == v.Leader {
