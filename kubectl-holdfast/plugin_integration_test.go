@@ -278,8 +278,14 @@ func TestStatusShowsUnitsVotersAndTheSwapInProgress(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = env.Client.Delete(ctx, s) })
 	}
+	// In Promote for 4 minutes: since its first record there, not its last.
+	ago := func(d time.Duration) metav1.Time { return metav1.NewTime(now.Add(-d)) }
+	started, inPromote := ago(10*time.Minute), ago(4*time.Minute)
 	running.Status = holdfastv1.VoterSwapStatus{SwapID: "20261129T195900Z-cp-3-edge-7", Incoming: "edge-7", Step: holdfastv1.StepPromote, Phase: holdfastv1.SwapRunning,
-		StartedAt: &now, History: []holdfastv1.SwapStepRecord{{Step: holdfastv1.StepPromote, Outcome: "Started", Message: "learner added", At: now}}}
+		StartedAt: &started, History: []holdfastv1.SwapStepRecord{
+			{Step: holdfastv1.StepGates, Outcome: "Done", At: started},
+			{Step: holdfastv1.StepPromote, Outcome: "Started", At: inPromote},
+			{Step: holdfastv1.StepPromote, Outcome: "LearnerAdded", Message: "learner added", At: ago(time.Minute)}}}
 	done.Status = holdfastv1.VoterSwapStatus{Phase: holdfastv1.SwapSucceeded}
 	for _, s := range []*holdfastv1.VoterSwap{running, done} {
 		if err := env.Client.Status().Update(ctx, s); err != nil {
@@ -314,13 +320,15 @@ func TestStatusShowsUnitsVotersAndTheSwapInProgress(t *testing.T) {
 		"learners:                   edge-7",
 		"labelled etcd, not voting:  cp-4",
 		"automatic swaps:            dry run (proposed only)",
-		"swap-cp3-edge7  cp-3  edge-7  Promote  Running",
-		"Promote Started: learner added",
+		"Promote LearnerAdded: learner added",
 		"swap Lease held by holdfast-controller-0 for 20261129T195900Z-cp-3-edge-7 (nodes cp-3,edge-7)",
 	} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("status lacks %q:\n%s", want, r.stdout)
 		}
+	}
+	if !regexp.MustCompile(`\nswap-cp3-edge7 cp-3 edge-7 Promote 4m(\ds)? Running `).MatchString(squashLines(r.stdout)) {
+		t.Errorf("status lacks the swap in Promote for 4m:\n%s", r.stdout)
 	}
 	if strings.Contains(r.stdout, "swap-old") {
 		t.Errorf("a finished swap is not in progress:\n%s", r.stdout)
@@ -346,7 +354,8 @@ func TestStatusShowsUnitsVotersAndTheSwapInProgress(t *testing.T) {
 		rep.Voters.ObservedTime != "" || !strings.Contains(rep.Voters.Stale, "carries no observation time") {
 		t.Errorf("voters in JSON: %+v", rep.Voters)
 	}
-	if len(rep.Swaps) != 1 || rep.Swaps[0].Name != "swap-cp3-edge7" || rep.Swaps[0].Step != "Promote" || rep.Lease == nil {
+	if len(rep.Swaps) != 1 || rep.Swaps[0].Name != "swap-cp3-edge7" || rep.Swaps[0].Step != "Promote" || rep.Lease == nil ||
+		rep.Swaps[0].StepSince != inPromote.UTC().Format(time.RFC3339) || !strings.HasPrefix(rep.Swaps[0].InStep, "4m") {
 		t.Errorf("swaps in JSON: %+v lease %+v", rep.Swaps, rep.Lease)
 	}
 
@@ -374,7 +383,7 @@ func TestStatusShowsUnitsVotersAndTheSwapInProgress(t *testing.T) {
 		"voters: cp-1, cp-2 (leader), cp-3, cp-4 4 of target 3",
 		"EVEN VOTER COUNT since: 2026-11-29T21:00:00Z (the next pass finishes the swap left behind)",
 		"last swap: swap-old Succeeded at 2026-11-29T20:30:00Z",
-		"swap-cp3-edge7 cp-3 edge-7 Promote Running",
+		"swap-cp3-edge7 cp-3 edge-7 Promote 4m",
 		"swap Lease held by holdfast-controller-0 for 20261129T195900Z-cp-3-edge-7 (nodes cp-3,edge-7)",
 	} {
 		if !strings.Contains(squash(r.stdout), want) {

@@ -87,10 +87,14 @@ type SwapReport struct {
 	Incoming string `json:"incoming,omitempty"`
 	Origin   string `json:"origin,omitempty"`
 	Step     string `json:"step,omitempty"`
-	Phase    string `json:"phase"`
-	Started  string `json:"startedAt,omitempty"`
-	Deadline string `json:"deadline,omitempty"`
-	Last     string `json:"last,omitempty"`
+	// StepSince is when the swap entered its current step (the first of
+	// the history records that end it at this step); InStep is how long ago.
+	StepSince string `json:"stepSince,omitempty"`
+	InStep    string `json:"inStep,omitempty"`
+	Phase     string `json:"phase"`
+	Started   string `json:"startedAt,omitempty"`
+	Deadline  string `json:"deadline,omitempty"`
+	Last      string `json:"last,omitempty"`
 }
 
 // SwapLeaseRef is the holder of the swap Lease kube-system/holdfast-voter-swap.
@@ -188,7 +192,7 @@ func collect(ctx context.Context, c client.Client, ns string, now time.Time) (*R
 	}
 	for i := range swaps.Items {
 		if s := &swaps.Items[i]; !s.Status.Phase.Finished() {
-			r.Swaps = append(r.Swaps, swapReport(s))
+			r.Swaps = append(r.Swaps, swapReport(s, now))
 		}
 	}
 
@@ -331,7 +335,7 @@ func orScheduler(node string) string {
 	return node
 }
 
-func swapReport(s *holdfastv1.VoterSwap) SwapReport {
+func swapReport(s *holdfastv1.VoterSwap, now time.Time) SwapReport {
 	sr := SwapReport{
 		Name: s.Name, SwapID: s.Status.SwapID, Outgoing: s.Spec.Outgoing, Origin: string(s.Spec.Origin),
 		Step: string(s.Status.Step), Phase: string(s.Status.Phase),
@@ -349,6 +353,10 @@ func swapReport(s *holdfastv1.VoterSwap) SwapReport {
 	if s.Status.Deadline != nil {
 		sr.Deadline = s.Status.Deadline.UTC().Format(time.RFC3339)
 	}
+	if since := stepSince(s); since != nil {
+		sr.StepSince = since.UTC().Format(time.RFC3339)
+		sr.InStep = duration.HumanDuration(now.Sub(since.Time))
+	}
 	if h := s.Status.History; len(h) > 0 {
 		last := h[len(h)-1]
 		sr.Last = fmt.Sprintf("%s %s", last.Step, last.Outcome)
@@ -357,6 +365,18 @@ func swapReport(s *holdfastv1.VoterSwap) SwapReport {
 		}
 	}
 	return sr
+}
+
+// stepSince is when the swap entered status.step: the first record of the
+// history's last run of records at that step. Nil when the history does not
+// end at the step (nothing recorded there yet).
+func stepSince(s *holdfastv1.VoterSwap) *metav1.Time {
+	var since *metav1.Time
+	h := s.Status.History
+	for i := len(h) - 1; i >= 0 && s.Status.Step != "" && h[i].Step == s.Status.Step; i-- {
+		since = &h[i].At
+	}
+	return since
 }
 
 func leaseRef(l *coordinationv1.Lease, now time.Time) *SwapLeaseRef {
@@ -460,9 +480,9 @@ func printReport(w io.Writer, r *Report, ns string, wide bool) {
 	if len(r.Swaps) == 0 {
 		fmt.Fprintln(tw, "  none")
 	} else {
-		fmt.Fprintln(tw, "  NAME\tOUT\tIN\tSTEP\tPHASE\tSTARTED\tDEADLINE\tLAST")
+		fmt.Fprintln(tw, "  NAME\tOUT\tIN\tSTEP\tFOR\tPHASE\tSTARTED\tDEADLINE\tLAST")
 		for _, s := range r.Swaps {
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Name, s.Outgoing, s.Incoming, dash(s.Step), s.Phase,
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Name, s.Outgoing, s.Incoming, dash(s.Step), dash(s.InStep), s.Phase,
 				dash(s.Started), dash(s.Deadline), dash(s.Last))
 		}
 	}
