@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -29,6 +30,7 @@ import (
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	plugin "github.com/holdfast-io/holdfast/kubectl-holdfast"
 	"github.com/holdfast-io/holdfast/test/testenv"
+	"github.com/holdfast-io/holdfast/webhook/rules"
 )
 
 var (
@@ -240,6 +242,18 @@ func TestStatusShowsUnitsVotersAndTheSwapInProgress(t *testing.T) {
 			Expiry: &holdfastv1.LeaseExpiryRecord{Verdict: holdfastv1.VerdictSelfFenced, LastAttempt: holdfastv1.RenewalUnreachable, At: now, Epoch: 9}},
 		cond(holdfastv1.ConditionFailoverSuspended, metav1.ConditionTrue, holdfastv1.ReasonAllTargetsTried, "every standby was tried: standby-1"))
 	mkUnit(t, ns, "mixer-3", holdfastv1.Autonomy, nil)
+	// Two automatic re-binds no scheduler placed, as the unit controller
+	// records them; the table shows the count and the latest one's
+	// FailedScheduling words (listed first here: latest by epoch, not by
+	// position).
+	mkUnit(t, ns, "oven-4", holdfastv1.Failover,
+		&holdfastv1.RuntimeBinding{Epoch: 8, Pod: "oven-4-runtime-e8", LeaseState: holdfastv1.LeasePending, LeaseStateEpoch: 8,
+			Origin: holdfastv1.OriginAutomatic, UnplacedRebinds: []holdfastv1.UnplacedRebind{
+				{Epoch: 7, Message: "pod oven-4-runtime-e7 stayed Pending, the scheduler could not place it: 0/3 nodes are available: " +
+					"1 node(s) had untolerated taint {node.kubernetes.io/unreachable: }, 2 node(s) didn't match Pod's node affinity/selector. " +
+					"preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling. (Unschedulable)"},
+				{Epoch: 6, Message: "pod oven-4-runtime-e6 stayed Pending and no scheduler reported on it: is holdfast-scheduler running?"},
+			}})
 
 	for _, n := range []string{"cp-1", "cp-2", "cp-3", "cp-4"} {
 		mkNode(t, n, map[string]string{holdfastv1.LabelEtcdRole: "true"})
@@ -264,8 +278,14 @@ func TestStatusShowsUnitsVotersAndTheSwapInProgress(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = env.Client.Delete(ctx, s) })
 	}
+	// In Promote for 4 minutes: since its first record there, not its last.
+	ago := func(d time.Duration) metav1.Time { return metav1.NewTime(now.Add(-d)) }
+	started, inPromote := ago(10*time.Minute), ago(4*time.Minute)
 	running.Status = holdfastv1.VoterSwapStatus{SwapID: "20261129T195900Z-cp-3-edge-7", Incoming: "edge-7", Step: holdfastv1.StepPromote, Phase: holdfastv1.SwapRunning,
-		StartedAt: &now, History: []holdfastv1.SwapStepRecord{{Step: holdfastv1.StepPromote, Outcome: "Started", Message: "learner added", At: now}}}
+		StartedAt: &started, History: []holdfastv1.SwapStepRecord{
+			{Step: holdfastv1.StepGates, Outcome: "Done", At: started},
+			{Step: holdfastv1.StepPromote, Outcome: "Started", At: inPromote},
+			{Step: holdfastv1.StepPromote, Outcome: "LearnerAdded", Message: "learner added", At: ago(time.Minute)}}}
 	done.Status = holdfastv1.VoterSwapStatus{Phase: holdfastv1.SwapSucceeded}
 	for _, s := range []*holdfastv1.VoterSwap{running, done} {
 		if err := env.Client.Status().Update(ctx, s); err != nil {
@@ -291,18 +311,24 @@ func TestStatusShowsUnitsVotersAndTheSwapInProgress(t *testing.T) {
 		"kiln-1   Failover  edge-1  4      Held     False  True   -",
 		"press-2  Failover  edge-2  9      Expired",
 		"FAILOVER SUSPENDED: every standby was tried: standby-1 (+1 more: -o wide)",
-		"mixer-3  Autonomy  -       -      -        -      -      not bound yet",
+		"mixer-3  Autonomy  -       -      -        -      -      -         not bound yet",
+		"oven-4   Failover  -       8      Pending  -      -      2         2 re-bind(s) never placed, last (epoch 7): " +
+			"0/3 nodes are available: 1 node(s) had untolerated taint {node.kubernetes.io/un…\n",
+		// No voters role ever stamped this status: the gates refuse it.
+		"observed:                   never (stale: swaps refused)\n",
 		"voters:                     cp-1, cp-2 (leader), cp-3  3 of target 3",
 		"learners:                   edge-7",
 		"labelled etcd, not voting:  cp-4",
 		"automatic swaps:            dry run (proposed only)",
-		"swap-cp3-edge7  cp-3  edge-7  Promote  Running",
-		"Promote Started: learner added",
+		"Promote LearnerAdded: learner added",
 		"swap Lease held by holdfast-controller-0 for 20261129T195900Z-cp-3-edge-7 (nodes cp-3,edge-7)",
 	} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("status lacks %q:\n%s", want, r.stdout)
 		}
+	}
+	if !regexp.MustCompile(`\nswap-cp3-edge7 cp-3 edge-7 Promote 4m(\ds)? Running `).MatchString(squashLines(r.stdout)) {
+		t.Errorf("status lacks the swap in Promote for 4m:\n%s", r.stdout)
 	}
 	if strings.Contains(r.stdout, "swap-old") {
 		t.Errorf("a finished swap is not in progress:\n%s", r.stdout)
@@ -315,15 +341,21 @@ func TestStatusShowsUnitsVotersAndTheSwapInProgress(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
 		t.Fatalf("status -o json is not JSON: %v\n%s", err, r.stdout)
 	}
-	if len(rep.Units) != 3 || rep.Units[1].Name != "mixer-3" || rep.Units[2].Name != "press-2" ||
-		rep.Units[2].LeaseState != "Expired" || !strings.HasPrefix(rep.Units[2].Attention[0], "FAILOVER SUSPENDED") ||
-		!strings.Contains(rep.Units[2].Attention[1], "SelfFenced, last renewal Unreachable") {
+	if len(rep.Units) != 4 || rep.Units[1].Name != "mixer-3" || rep.Units[3].Name != "press-2" ||
+		rep.Units[3].LeaseState != "Expired" || !strings.HasPrefix(rep.Units[3].Attention[0], "FAILOVER SUSPENDED") ||
+		!strings.Contains(rep.Units[3].Attention[1], "SelfFenced, last renewal Unreachable") || rep.Units[3].UnplacedRebinds != 0 {
 		t.Errorf("units in JSON: %+v", rep.Units)
 	}
-	if rep.Voters == nil || rep.Voters.Leader != "cp-2" || len(rep.Voters.Voters) != 3 || rep.Voters.LabelledNotVoting[0] != "cp-4" {
+	if u := rep.Units[2]; u.Name != "oven-4" || u.UnplacedRebinds != 2 || !strings.HasPrefix(u.LastUnplaced, "pod oven-4-runtime-e7 stayed Pending") ||
+		!strings.HasSuffix(u.LastUnplaced, "(Unschedulable)") {
+		t.Errorf("unplaced re-binds in JSON: %+v", u)
+	}
+	if rep.Voters == nil || rep.Voters.Leader != "cp-2" || len(rep.Voters.Voters) != 3 || rep.Voters.LabelledNotVoting[0] != "cp-4" ||
+		rep.Voters.ObservedTime != "" || !strings.Contains(rep.Voters.Stale, "carries no observation time") {
 		t.Errorf("voters in JSON: %+v", rep.Voters)
 	}
-	if len(rep.Swaps) != 1 || rep.Swaps[0].Name != "swap-cp3-edge7" || rep.Swaps[0].Step != "Promote" || rep.Lease == nil {
+	if len(rep.Swaps) != 1 || rep.Swaps[0].Name != "swap-cp3-edge7" || rep.Swaps[0].Step != "Promote" || rep.Lease == nil ||
+		rep.Swaps[0].StepSince != inPromote.UTC().Format(time.RFC3339) || !strings.HasPrefix(rep.Swaps[0].InStep, "4m") {
 		t.Errorf("swaps in JSON: %+v lease %+v", rep.Swaps, rep.Lease)
 	}
 
@@ -336,17 +368,22 @@ func TestStatusShowsUnitsVotersAndTheSwapInProgress(t *testing.T) {
 	policy.Status.Learners = nil
 	policy.Status.EvenSince = &even
 	policy.Status.LastSwap = &holdfastv1.SwapOutcome{Name: "swap-old", SwapID: "20261129T200000Z-cp-9-cp-4", Phase: holdfastv1.SwapSucceeded, FinishedAt: &finished}
+	// Stamped half a heartbeat ago, as the voters role stamps it.
+	policy.Status.ObservedTime = &metav1.Time{Time: time.Now().Add(-rules.StatusHeartbeat / 2)}
 	if err := env.Client.Status().Update(ctx, policy); err != nil {
 		t.Fatal(err)
 	}
 	r = admin(t, "status", "-n", ns)
 	wantExit(t, r, plugin.ExitOK)
 	squash := func(s string) string { return strings.Join(strings.Fields(s), " ") }
+	if !regexp.MustCompile(`\n  observed: +\d+s ago\n`).MatchString(r.stdout) {
+		t.Errorf("a fresh status reads as its age alone:\n%s", r.stdout)
+	}
 	for _, want := range []string{
 		"voters: cp-1, cp-2 (leader), cp-3, cp-4 4 of target 3",
 		"EVEN VOTER COUNT since: 2026-11-29T21:00:00Z (the next pass finishes the swap left behind)",
 		"last swap: swap-old Succeeded at 2026-11-29T20:30:00Z",
-		"swap-cp3-edge7 cp-3 edge-7 Promote Running",
+		"swap-cp3-edge7 cp-3 edge-7 Promote 4m",
 		"swap Lease held by holdfast-controller-0 for 20261129T195900Z-cp-3-edge-7 (nodes cp-3,edge-7)",
 	} {
 		if !strings.Contains(squash(r.stdout), want) {
@@ -362,8 +399,47 @@ func TestStatusShowsUnitsVotersAndTheSwapInProgress(t *testing.T) {
 		t.Fatalf("status -o json is not JSON: %v\n%s", err, r.stdout)
 	}
 	if rep.Voters == nil || len(rep.Voters.Voters) != 4 || rep.Voters.EvenSince != "2026-11-29T21:00:00Z" ||
-		rep.Voters.LastSwap != "swap-old Succeeded at 2026-11-29T20:30:00Z" || rep.Lease == nil || rep.Lease.Holder != "holdfast-controller-0" {
+		rep.Voters.LastSwap != "swap-old Succeeded at 2026-11-29T20:30:00Z" || rep.Voters.Stale != "" || rep.Voters.ObservedAge == "" || rep.Lease == nil || rep.Lease.Holder != "holdfast-controller-0" {
 		t.Errorf("voters in JSON: %+v lease %+v", rep.Voters, rep.Lease)
+	}
+
+	// The age of the voters role's last look at etcd, and whether the swap
+	// gates still trust it: stale past rules.MaxStatusAge, or stamped that
+	// far in the future by a clock that disagrees.
+	// The clock runs between the write and the plugin's read: the ages are
+	// matched to the second they may have moved.
+	for _, c := range []struct {
+		offset           time.Duration
+		table, wide, jsn string
+	}{
+		{offset: -7 * time.Minute, table: `(^|\n)observed: 7m(\ds)? ago \(stale: swaps refused\)\n`,
+			wide: `(^|\n)observed: 7m(\ds)? ago \(stale: swaps refused\): voter policy status is 7m\ds old; the voters role is not observing etcd \(its status may be at most 1m0s old\)\n`,
+			jsn:  `^voter policy status is 7m\ds old`},
+		{offset: 5 * time.Minute, table: `(^|\n)observed: in (4m5\ds|5m) \(stale: swaps refused\)\n`,
+			wide: `\(stale: swaps refused\): voter policy status is stamped (4m5\ds|5m0s) in the future; the voters role's clock and this one disagree\n`,
+			jsn:  `^voter policy status is stamped (4m5\ds|5m0s) in the future`},
+	} {
+		policy.Status.ObservedTime = &metav1.Time{Time: time.Now().Add(c.offset)}
+		if err := env.Client.Status().Update(ctx, policy); err != nil {
+			t.Fatal(err)
+		}
+		r = admin(t, "status", "-n", ns)
+		wantExit(t, r, plugin.ExitOK)
+		if !regexp.MustCompile(c.table).MatchString(squashLines(r.stdout)) {
+			t.Errorf("observed %v: status lacks %s:\n%s", c.offset, c.table, r.stdout)
+		}
+		r = admin(t, "status", "-n", ns, "-o", "wide")
+		if !regexp.MustCompile(c.wide).MatchString(squashLines(r.stdout)) {
+			t.Errorf("observed %v: status -o wide lacks %s:\n%s", c.offset, c.wide, r.stdout)
+		}
+		r = admin(t, "status", "-n", ns, "-o", "json")
+		rep = plugin.Report{}
+		if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+			t.Fatalf("status -o json is not JSON: %v\n%s", err, r.stdout)
+		}
+		if rep.Voters == nil || rep.Voters.ObservedTime == "" || !regexp.MustCompile(c.jsn).MatchString(rep.Voters.Stale) {
+			t.Errorf("observed %v: voters in JSON: %+v", c.offset, rep.Voters)
+		}
 	}
 
 	// A person who may not read the swap Lease still gets the rest, with a note.
@@ -381,6 +457,16 @@ func TestStatusShowsUnitsVotersAndTheSwapInProgress(t *testing.T) {
 	if err != nil || !strings.Contains(string(out), "kiln-1") {
 		t.Errorf("kubectl holdfast status: %v\n%s", err, out)
 	}
+}
+
+// squashLines squashes each line's runs of blanks to one space, so a test
+// asserts a table line without counting the padding.
+func squashLines(s string) string {
+	lines := strings.Split(s, "\n")
+	for i, l := range lines {
+		lines[i] = strings.Join(strings.Fields(l), " ")
+	}
+	return strings.Join(lines, "\n")
 }
 
 // setReady sets a Node's Ready condition, as its kubelet would.

@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -21,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/webhook/rules"
 )
 
 // Report is what `status -o json` prints; its field names are stable.
@@ -44,6 +46,13 @@ type UnitReport struct {
 	// Held is the Held condition's status: True while outputs are on hold.
 	Held  string `json:"held,omitempty"`
 	Ready string `json:"ready,omitempty"`
+	// UnplacedRebinds counts the automatic re-binds since the runtime was
+	// last confirmed whose pod no scheduler placed; each spent one attempt
+	// of the failover budget.
+	UnplacedRebinds int `json:"unplacedRebinds,omitempty"`
+	// LastUnplaced is why the latest of them was never placed, as the
+	// controller recorded it (the scheduler's FailedScheduling message).
+	LastUnplaced string `json:"lastUnplaced,omitempty"`
 	// Attention lists what an operator should look at, most urgent first.
 	Attention []string `json:"attention,omitempty"`
 }
@@ -61,6 +70,13 @@ type VoterReport struct {
 	EvenSince         string   `json:"evenSince,omitempty"`
 	ProposedSwap      string   `json:"proposedSwap,omitempty"`
 	LastSwap          string   `json:"lastSwap,omitempty"`
+	// ObservedTime is status.observedTime, when the voters role last
+	// observed etcd; ObservedAge is how long ago, at the plugin's clock.
+	ObservedTime string `json:"observedTime,omitempty"`
+	ObservedAge  string `json:"observedAge,omitempty"`
+	// Stale is why the swap gates refuse this status as too old (or never
+	// stamped, or stamped in the future); empty while it is fresh.
+	Stale string `json:"stale,omitempty"`
 }
 
 // SwapReport is an unfinished VoterSwap.
@@ -71,10 +87,14 @@ type SwapReport struct {
 	Incoming string `json:"incoming,omitempty"`
 	Origin   string `json:"origin,omitempty"`
 	Step     string `json:"step,omitempty"`
-	Phase    string `json:"phase"`
-	Started  string `json:"startedAt,omitempty"`
-	Deadline string `json:"deadline,omitempty"`
-	Last     string `json:"last,omitempty"`
+	// StepSince is when the swap entered its current step (the first of
+	// the history records that end it at this step); InStep is how long ago.
+	StepSince string `json:"stepSince,omitempty"`
+	InStep    string `json:"inStep,omitempty"`
+	Phase     string `json:"phase"`
+	Started   string `json:"startedAt,omitempty"`
+	Deadline  string `json:"deadline,omitempty"`
+	Last      string `json:"last,omitempty"`
 }
 
 // SwapLeaseRef is the holder of the swap Lease kube-system/holdfast-voter-swap.
@@ -153,7 +173,7 @@ func collect(ctx context.Context, c client.Client, ns string, now time.Time) (*R
 	var policy holdfastv1.VoterPolicy
 	switch err := c.Get(ctx, client.ObjectKey{Name: holdfastv1.VoterPolicyName}, &policy); {
 	case err == nil:
-		r.Voters = voterReport(ctx, c, &policy, r)
+		r.Voters = voterReport(ctx, c, &policy, r, now)
 	case apierrors.IsNotFound(err):
 		r.Notes = append(r.Notes, "VoterPolicy default does not exist: voter swaps are not configured")
 	default:
@@ -172,7 +192,7 @@ func collect(ctx context.Context, c client.Client, ns string, now time.Time) (*R
 	}
 	for i := range swaps.Items {
 		if s := &swaps.Items[i]; !s.Status.Phase.Finished() {
-			r.Swaps = append(r.Swaps, swapReport(s))
+			r.Swaps = append(r.Swaps, swapReport(s, now))
 		}
 	}
 
@@ -209,6 +229,11 @@ func unitReport(u *holdfastv1.Unit, now time.Time) UnitReport {
 			ur.Attention = append(ur.Attention, fmt.Sprintf("lease expired %s ago: %s, last renewal %s",
 				duration.HumanDuration(now.Sub(b.Expiry.At.Time)), b.Expiry.Verdict, b.Expiry.LastAttempt))
 		}
+		if n := len(b.UnplacedRebinds); n > 0 {
+			last := slices.MaxFunc(b.UnplacedRebinds, func(x, y holdfastv1.UnplacedRebind) int { return cmp.Compare(x.Epoch, y.Epoch) })
+			ur.UnplacedRebinds, ur.LastUnplaced = n, last.Message
+			ur.Attention = append(ur.Attention, fmt.Sprintf("%d re-bind(s) never placed, last (epoch %d): %s", n, last.Epoch, short(last.Message)))
+		}
 	} else {
 		ur.Attention = append(ur.Attention, "not bound yet")
 	}
@@ -234,7 +259,7 @@ func unitReport(u *holdfastv1.Unit, now time.Time) UnitReport {
 	return ur
 }
 
-func voterReport(ctx context.Context, c client.Client, p *holdfastv1.VoterPolicy, r *Report) *VoterReport {
+func voterReport(ctx context.Context, c client.Client, p *holdfastv1.VoterPolicy, r *Report, now time.Time) *VoterReport {
 	st := p.Status
 	v := &VoterReport{
 		Target: p.Spec.TargetVoters, DryRun: p.Spec.DryRun == nil || *p.Spec.DryRun,
@@ -242,6 +267,14 @@ func voterReport(ctx context.Context, c client.Client, p *holdfastv1.VoterPolicy
 	}
 	if v.Voters == nil {
 		v.Voters = []string{}
+	}
+	if t := st.ObservedTime; t != nil {
+		v.ObservedTime = t.UTC().Format(time.RFC3339)
+		v.ObservedAge = ago(now, t.Time)
+	}
+	// The gates' own rule, so status says stale exactly when a swap is refused.
+	if err := rules.StatusFresh(p, now); err != nil {
+		v.Stale = err.Detail
 	}
 	if st.EvenSince != nil {
 		v.EvenSince = st.EvenSince.UTC().Format(time.RFC3339)
@@ -269,6 +302,32 @@ func voterReport(ctx context.Context, c client.Client, p *holdfastv1.VoterPolicy
 	return v
 }
 
+// ago is how long before now t was, as kubectl prints ages; a t after now
+// (the clocks disagree) reads "in ...".
+func ago(now, t time.Time) string {
+	if d := now.Sub(t); d < -time.Second {
+		return "in " + duration.HumanDuration(-d)
+	}
+	return duration.HumanDuration(now.Sub(t)) + " ago"
+}
+
+// shortLen is how much of a recorded message the table shows; -o json
+// carries all of it.
+const shortLen = 80
+
+// short is the scheduler's own words from an unplaced re-bind's message
+// (the controller prefixes them with the pod's name and what it means),
+// cut to shortLen runes for one table cell.
+func short(msg string) string {
+	if _, after, ok := strings.Cut(msg, "could not place it: "); ok {
+		msg = after
+	}
+	if r := []rune(msg); len(r) > shortLen {
+		msg = string(r[:shortLen-1]) + "…"
+	}
+	return msg
+}
+
 func orScheduler(node string) string {
 	if node == "" {
 		return "(scheduler picks)"
@@ -276,7 +335,7 @@ func orScheduler(node string) string {
 	return node
 }
 
-func swapReport(s *holdfastv1.VoterSwap) SwapReport {
+func swapReport(s *holdfastv1.VoterSwap, now time.Time) SwapReport {
 	sr := SwapReport{
 		Name: s.Name, SwapID: s.Status.SwapID, Outgoing: s.Spec.Outgoing, Origin: string(s.Spec.Origin),
 		Step: string(s.Status.Step), Phase: string(s.Status.Phase),
@@ -294,6 +353,10 @@ func swapReport(s *holdfastv1.VoterSwap) SwapReport {
 	if s.Status.Deadline != nil {
 		sr.Deadline = s.Status.Deadline.UTC().Format(time.RFC3339)
 	}
+	if since := stepSince(s); since != nil {
+		sr.StepSince = since.UTC().Format(time.RFC3339)
+		sr.InStep = duration.HumanDuration(now.Sub(since.Time))
+	}
 	if h := s.Status.History; len(h) > 0 {
 		last := h[len(h)-1]
 		sr.Last = fmt.Sprintf("%s %s", last.Step, last.Outcome)
@@ -302,6 +365,18 @@ func swapReport(s *holdfastv1.VoterSwap) SwapReport {
 		}
 	}
 	return sr
+}
+
+// stepSince is when the swap entered status.step: the first record of the
+// history's last run of records at that step. Nil when the history does not
+// end at the step (nothing recorded there yet).
+func stepSince(s *holdfastv1.VoterSwap) *metav1.Time {
+	var since *metav1.Time
+	h := s.Status.History
+	for i := len(h) - 1; i >= 0 && s.Status.Step != "" && h[i].Step == s.Status.Step; i-- {
+		since = &h[i].At
+	}
+	return since
 }
 
 func leaseRef(l *coordinationv1.Lease, now time.Time) *SwapLeaseRef {
@@ -333,7 +408,7 @@ func printReport(w io.Writer, r *Report, ns string, wide bool) {
 	if len(r.Units) == 0 {
 		fmt.Fprintln(tw, "  none")
 	} else {
-		fmt.Fprintln(tw, "  NAMESPACE\tUNIT\tMODE\tNODE\tEPOCH\tLEASE\tHELD\tREADY\tATTENTION")
+		fmt.Fprintln(tw, "  NAMESPACE\tUNIT\tMODE\tNODE\tEPOCH\tLEASE\tHELD\tREADY\tUNPLACED\tATTENTION")
 		for _, u := range r.Units {
 			epoch := "-"
 			if u.Epoch > 0 {
@@ -348,13 +423,28 @@ func printReport(w io.Writer, r *Report, ns string, wide bool) {
 					attention = strings.Join(u.Attention, "; ")
 				}
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", u.Namespace, u.Name, u.Mode, dash(u.Node), epoch,
-				dash(u.LeaseState), dash(u.Held), dash(u.Ready), attention)
+			unplaced := "-"
+			if u.UnplacedRebinds > 0 {
+				unplaced = fmt.Sprint(u.UnplacedRebinds)
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", u.Namespace, u.Name, u.Mode, dash(u.Node), epoch,
+				dash(u.LeaseState), dash(u.Held), dash(u.Ready), unplaced, attention)
 		}
 	}
 	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "VOTERS (by etcd's vote)")
 	if v := r.Voters; v != nil {
+		observed := "never"
+		if v.ObservedAge != "" {
+			observed = v.ObservedAge
+		}
+		if v.Stale != "" {
+			observed += " (stale: swaps refused)"
+			if wide {
+				observed += ": " + v.Stale
+			}
+		}
+		fmt.Fprintf(tw, "  observed:\t%s\n", observed)
 		voters := make([]string, 0, len(v.Voters))
 		for _, n := range v.Voters {
 			if n == v.Leader {
@@ -390,9 +480,9 @@ func printReport(w io.Writer, r *Report, ns string, wide bool) {
 	if len(r.Swaps) == 0 {
 		fmt.Fprintln(tw, "  none")
 	} else {
-		fmt.Fprintln(tw, "  NAME\tOUT\tIN\tSTEP\tPHASE\tSTARTED\tDEADLINE\tLAST")
+		fmt.Fprintln(tw, "  NAME\tOUT\tIN\tSTEP\tFOR\tPHASE\tSTARTED\tDEADLINE\tLAST")
 		for _, s := range r.Swaps {
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Name, s.Outgoing, s.Incoming, dash(s.Step), s.Phase,
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Name, s.Outgoing, s.Incoming, dash(s.Step), dash(s.InStep), s.Phase,
 				dash(s.Started), dash(s.Deadline), dash(s.Last))
 		}
 	}

@@ -182,7 +182,7 @@ func releaseLease(t *testing.T) {
 func waitReport(t *testing.T, node, step, phase string) *holdfastv1.ActuatorReport {
 	t.Helper()
 	var last, loggedFailure string
-	deadline := time.Now().Add(90 * time.Second)
+	deadline := time.Now().Add(waitTimeout)
 	for time.Now().Before(deadline) {
 		n := &corev1.Node{}
 		if err := env.Client.Get(context.Background(), client.ObjectKey{Name: node}, n); err != nil {
@@ -213,9 +213,19 @@ func waitReport(t *testing.T, node, step, phase string) *holdfastv1.ActuatorRepo
 	return nil
 }
 
+// waitTimeout bounds each wait for the host or etcd to reach a state:
+// generous, because a real-etcd step on a 2-core machine at load 50-60 can
+// take a minute and more (etcd refuses a reconfiguration until its members
+// have been connected for 5 s without a break), and bounded, so a step that
+// never happens fails the test by name. etcdCallTimeout bounds one call.
+const (
+	waitTimeout     = 3 * time.Minute
+	etcdCallTimeout = 15 * time.Second
+)
+
 func eventually(t *testing.T, what string, cond func() (bool, error)) {
 	t.Helper()
-	deadline := time.Now().Add(90 * time.Second)
+	deadline := time.Now().Add(waitTimeout)
 	var err error
 	for time.Now().Before(deadline) {
 		var ok bool
@@ -224,7 +234,7 @@ func eventually(t *testing.T, what string, cond func() (bool, error)) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	t.Fatalf("%s: not within 90s (last error %v)", what, err)
+	t.Fatalf("%s: not within %v (last error %v)", what, waitTimeout, err)
 }
 
 // writer puts keys throughout and remembers every acknowledged one.
@@ -263,7 +273,9 @@ func (w *writer) check(t *testing.T, cli *clientv3.Client) {
 	t.Helper()
 	close(w.stop)
 	<-w.done
-	resp, err := cli.Get(context.Background(), "/holdfast-test/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	ctx, cancel := context.WithTimeout(t.Context(), etcdCallTimeout)
+	defer cancel()
+	resp, err := cli.Get(ctx, "/holdfast-test/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -309,12 +321,20 @@ func TestPromoteStepDownFinishDemoteWithRealEtcd(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cli.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	if err := etcdproc.WaitHealthy(ctx, cli); err != nil {
+	// No budget for the whole test: on a starved machine its steps add up
+	// to minutes (one such budget ran out during the removal at load
+	// 50-60). Each wait has its own deadline and each etcd call its own
+	// bound, so a slow step never leaves a later one without time.
+	ctx := t.Context()
+	call := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, etcdCallTimeout) }
+	hctx, hcancel := context.WithTimeout(ctx, waitTimeout)
+	defer hcancel()
+	if err := etcdproc.WaitHealthy(hctx, cli); err != nil {
 		t.Fatal(err)
 	}
-	st0, err := cli.Status(ctx, voters[0].ClientURL)
+	cctx, ccancel := call()
+	defer ccancel()
+	st0, err := cli.Status(cctx, voters[0].ClientURL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -349,7 +369,9 @@ func TestPromoteStepDownFinishDemoteWithRealEtcd(t *testing.T) {
 	var added *clientv3.MemberAddResponse
 	eventually(t, "learner added", func() (bool, error) {
 		var err error
-		added, err = cli.MemberAddAsLearner(ctx, []string{standby.PeerURL})
+		c, cancel := call()
+		defer cancel()
+		added, err = cli.MemberAddAsLearner(c, []string{standby.PeerURL})
 		return err == nil, err
 	})
 	var join []string
@@ -366,10 +388,14 @@ func TestPromoteStepDownFinishDemoteWithRealEtcd(t *testing.T) {
 		t.Fatalf("promote report %+v, want startedAt, role server and the swap", rep)
 	}
 	eventually(t, "learner promoted to voter", func() (bool, error) {
-		_, err := cli.MemberPromote(ctx, added.Member.ID)
+		c, cancel := call()
+		defer cancel()
+		_, err := cli.MemberPromote(c, added.Member.ID)
 		return err == nil, err
 	})
-	ml, err := cli.MemberList(ctx)
+	cctx, ccancel = call()
+	defer ccancel()
+	ml, err := cli.MemberList(cctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -405,7 +431,9 @@ func TestPromoteStepDownFinishDemoteWithRealEtcd(t *testing.T) {
 	// while after the step-down restart ("unhealthy cluster"); a controller
 	// retries while they are healthy.
 	eventually(t, "member removed", func() (bool, error) {
-		_, err := cli.MemberRemove(ctx, added.Member.ID)
+		c, cancel := call()
+		defer cancel()
+		_, err := cli.MemberRemove(c, added.Member.ID)
 		return err == nil, err
 	})
 	var ts *holdfastv1.Tombstone
@@ -461,7 +489,9 @@ func TestPromoteStepDownFinishDemoteWithRealEtcd(t *testing.T) {
 	}
 
 	w.check(t, cli)
-	ml, err = cli.MemberList(ctx)
+	cctx, ccancel = call()
+	defer ccancel()
+	ml, err = cli.MemberList(cctx)
 	if err != nil {
 		t.Fatal(err)
 	}

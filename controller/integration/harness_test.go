@@ -228,9 +228,9 @@ func runtimePod(t testing.TB, u *holdfastv1.Unit, epoch int64) *corev1.Pod {
 	return &p
 }
 
-// schedule plays holdfast-scheduler: PreBind records the node in the
-// binding with an optimistic-concurrency write (only for the pod's epoch),
-// then the pod is bound through the binding subresource.
+// schedule plays holdfast-scheduler: UnitPlacement's Bind records the node
+// in the binding with an optimistic-concurrency write (only for the pod's
+// epoch), then binds the pod through the binding subresource.
 func schedule(t testing.TB, key types.NamespacedName, epoch int64, nodeName string) {
 	t.Helper()
 	ctx := context.Background()

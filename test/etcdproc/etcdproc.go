@@ -49,6 +49,21 @@ func InitialCluster(members ...Member) string {
 	return strings.Join(parts, ",")
 }
 
+// HeartbeatInterval and ElectionTimeout are etcd's raft timing for test
+// members: etcd's default heartbeat, and an election timeout twice etcd's
+// default. Tests share two cores with an apiserver, controllers and other
+// packages' tests; at load 50-60 a member can go unscheduled for longer
+// than a 500 ms election timeout, its followers then call an election, and
+// an election drops the proposals in flight (a member removal, a
+// promotion) for the test or the controller to retry. The price: a lost
+// leader costs 2-4 s (raft randomises the timeout between one and two of
+// these) before a new one is elected; tests that pause or stop a leader
+// wait that long.
+const (
+	HeartbeatInterval = 100 * time.Millisecond
+	ElectionTimeout   = 2 * time.Second
+)
+
 // Command is the etcd command line for m with its data in dataDir, joining
 // initialCluster in clusterState (new or existing).
 func Command(bin string, m Member, dataDir, initialCluster, clusterState string) *exec.Cmd {
@@ -59,7 +74,8 @@ func Command(bin string, m Member, dataDir, initialCluster, clusterState string)
 		"--listen-peer-urls="+m.PeerURL, "--initial-advertise-peer-urls="+m.PeerURL,
 		"--initial-cluster="+initialCluster, "--initial-cluster-state="+clusterState,
 		"--initial-cluster-token=holdfast-test",
-		"--heartbeat-interval=50", "--election-timeout=500",
+		"--heartbeat-interval="+fmt.Sprint(HeartbeatInterval.Milliseconds()),
+		"--election-timeout="+fmt.Sprint(ElectionTimeout.Milliseconds()),
 		"--log-level=warn", "--unsafe-no-fsync",
 	)
 	// etcd logs a lot; keep it beside its data for a failing test to show.
