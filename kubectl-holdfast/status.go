@@ -319,7 +319,7 @@ const shortLen = 80
 // (the controller prefixes them with the pod's name and what it means),
 // cut to shortLen runes for one table cell.
 func short(msg string) string {
-	if _, after, ok := strings.Cut(msg, "could not place it: "); ok {
+	if _, after, ok := strings.Cut(msg, holdfastv1.UnplacedSchedulerWords); ok {
 		msg = after
 	}
 	if r := []rune(msg); len(r) > shortLen {

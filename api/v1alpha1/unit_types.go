@@ -251,6 +251,11 @@ type LeaseExpiryRecord struct {
 	Epoch int64 `json:"epoch"`
 }
 
+// UnplacedSchedulerWords precedes the scheduler's own words in an
+// UnplacedRebind's message; kubectl holdfast status cuts there to show them
+// alone in a table cell.
+const UnplacedSchedulerWords = "the scheduler could not place it: "
+
 // UnplacedRebind is an automatic re-bind whose runtime pod was never placed.
 type UnplacedRebind struct {
 	// epoch of the binding that was never placed.

@@ -178,7 +178,7 @@ func unplacedWhy(b *holdfastv1.RuntimeBinding, pod *corev1.Pod) string {
 	}
 	for _, c := range pod.Status.Conditions {
 		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Message != "" {
-			return truncate(fmt.Sprintf("pod %s stayed Pending, the scheduler could not place it: %s (%s)", pod.Name, c.Message, c.Reason), 512)
+			return truncate(fmt.Sprintf("pod %s stayed Pending, %s%s (%s)", pod.Name, holdfastv1.UnplacedSchedulerWords, c.Message, c.Reason), 512)
 		}
 	}
 	return fmt.Sprintf("pod %s stayed Pending and no scheduler reported on it: is %s running?", pod.Name, pod.Spec.SchedulerName)
