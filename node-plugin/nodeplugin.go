@@ -200,7 +200,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	if err != nil {
 		return err
 	}
-	if err := mgr.Add(&fence.Loop{Agent: agent, Probe: probe, Every: time.Second}); err != nil {
+	if err := mgr.Add(&fence.Loop{Agent: agent, Probe: probe, Every: time.Second, Clock: clock.RealClock{}}); err != nil {
 		return err
 	}
 	images, err := prestage.NewCRI(ctx, o.CRIEndpoint)

@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -20,6 +19,7 @@ import (
 	"github.com/holdfast-io/holdfast/node-plugin/hoststate"
 	"github.com/holdfast-io/holdfast/node-plugin/report"
 	"github.com/holdfast-io/holdfast/test/dbusdouble"
+	"github.com/holdfast-io/holdfast/test/systemdhost"
 )
 
 // TestReporterPublishesProvisionedRoleTombstoneAndFitness: the Node shows
@@ -27,25 +27,7 @@ import (
 // rate-limited on the injected clock.
 func TestReporterPublishesProvisionedRoleTombstoneAndFitness(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	bus, err := dbusdouble.StartBus(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(bus.Close)
-	m, err := dbusdouble.Serve(bus, dbusdouble.Config{DropInDir: filepath.Join(dir, "systemd"), Units: []dbusdouble.Unit{
-		{Name: serverUnit, Enabled: true, Active: true}, {Name: agentUnit}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(m.Close)
-	conn, err := bus.Systemd(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(conn.Close)
-	state := hoststate.State{Dir: filepath.Join(dir, "holdfast"), MemberDataDir: filepath.Join(dir, "db")}
-	act := actuator.New(&actuator.DBusSystemd{Conn: conn}, actuator.Config{ServerUnit: serverUnit, AgentUnit: agentUnit, State: state})
+	act, state := reporterHost(t)
 	createNode(t, "rep1")
 
 	// One voter answers on its peer port, one does not.
@@ -130,5 +112,100 @@ func TestReporterPublishesProvisionedRoleTombstoneAndFitness(t *testing.T) {
 	}
 	if err := jsonUnmarshal(n.Annotations[holdfastv1.AnnotationFitness], &fit); err != nil || !fit.At.Time.Equal(clk.Now()) {
 		t.Fatalf("fitness not probed again after FitnessEvery: %+v %v", fit, err)
+	}
+}
+
+// reporterHost is a provisioned voter host: its server unit enabled and
+// active on a systemd double, and an actuator on it.
+func reporterHost(t *testing.T) (*actuator.Actuator, hoststate.State) {
+	t.Helper()
+	h := systemdhost.Start(t, func(hoststate.State, func(string) []string) []dbusdouble.Unit {
+		return []dbusdouble.Unit{{Name: serverUnit, Enabled: true, Active: true}, {Name: agentUnit}}
+	})
+	return actuator.New(h.Systemd, actuator.Config{ServerUnit: serverUnit, AgentUnit: agentUnit, State: h.State}), h.State
+}
+
+// gatedUnits holds each pass at its start (its first systemd question)
+// until the test lets it go: a pass received means the one before it has
+// finished.
+type gatedUnits struct {
+	report.Units
+	clk     *clocktesting.FakeClock
+	passes  chan time.Time
+	release chan struct{}
+}
+
+func (g gatedUnits) Provisioned(ctx context.Context) (bool, error) {
+	g.passes <- g.clk.Now()
+	<-g.release
+	return g.Units.Provisioned(ctx)
+}
+
+// TestReporterPassesOnTheInjectedClock: Reporter.Start reports at once and
+// then on every tick of Every on its clock, here a fake one: a tombstone
+// written between two ticks reaches the Node on the next tick, half an
+// interval is no tick, and no real time is waited. Every is longer than the
+// test waits for a pass, so a reporter on a real ticker fails it.
+func TestReporterPassesOnTheInjectedClock(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	act, state := reporterHost(t)
+	createNode(t, "rep2")
+	clk := clocktesting.NewFakeClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	g := gatedUnits{Units: act, clk: clk, passes: make(chan time.Time), release: make(chan struct{})}
+	rep := &report.Reporter{Client: env.Client, NodeName: "rep2", Units: g, State: state, Clock: clk,
+		Every: time.Minute, FitnessEvery: time.Hour, FsyncSamples: 5}
+	done := make(chan error)
+	go func() { done <- rep.Start(ctx) }()
+	start := clk.Now()
+	next := func(want time.Duration) {
+		t.Helper()
+		select {
+		case at := <-g.passes:
+			if at.Sub(start) != want {
+				t.Fatalf("a pass at %v, want at %v (one a tick of Every on the injected clock)", at.Sub(start), want)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("no pass within 30s of the injected clock reaching %v", want)
+		}
+	}
+	node := func() *corev1.Node {
+		n := &corev1.Node{}
+		if err := env.Client.Get(ctx, client.ObjectKey{Name: "rep2"}, n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+
+	next(0)
+	g.release <- struct{}{}
+	clk.Step(time.Minute)
+	next(time.Minute) // the first pass has finished
+	n := node()
+	if n.Annotations[holdfastv1.AnnotationProvisioned] != "true" || n.Labels[holdfastv1.LabelRole] != holdfastv1.RoleServer {
+		t.Fatalf("after the first pass: provisioned %q role %q", n.Annotations[holdfastv1.AnnotationProvisioned], n.Labels[holdfastv1.LabelRole])
+	}
+	if _, ok := n.Annotations[holdfastv1.AnnotationTombstone]; ok {
+		t.Fatal("tombstone annotation without a tombstone")
+	}
+	ts := holdfastv1.Tombstone{MemberID: "8e9e05c52164694d", ClusterID: "cdf818194e3a8c32", At: metav1.Time{Time: clk.Now()}}
+	if err := state.SetTombstone(ts); err != nil {
+		t.Fatal(err)
+	}
+	g.release <- struct{}{}
+	clk.Step(30 * time.Second)
+	clk.Step(30 * time.Second)
+	next(2 * time.Minute) // the second pass has finished
+	if got, err := holdfastv1.ParseTombstone(node().Annotations[holdfastv1.AnnotationTombstone]); err != nil || got.MemberID != ts.MemberID {
+		t.Fatalf("the pass after the tombstone: annotation %+v, %v", got, err)
+	}
+	cancel()
+	g.release <- struct{}{}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Start returned %v at the context's end", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Start did not end with its context")
 	}
 }

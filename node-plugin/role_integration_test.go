@@ -31,6 +31,7 @@ import (
 	"github.com/holdfast-io/holdfast/node-plugin/tombstone"
 	"github.com/holdfast-io/holdfast/test/dbusdouble"
 	"github.com/holdfast-io/holdfast/test/etcdproc"
+	"github.com/holdfast-io/holdfast/test/systemdhost"
 )
 
 const (
@@ -58,31 +59,11 @@ const tombstoneEvery = 5 * time.Second
 // tombstoneCheck lets the watcher run one more check.
 func (p *plugin) tombstoneCheck() { p.tombstoneClock.Step(tombstoneEvery) }
 
-func startPlugin(t *testing.T, node string, units func(state hoststate.State, cond func(string) []string) []dbusdouble.Unit, etcd tombstone.Etcd) *plugin {
+func startPlugin(t *testing.T, node string, units systemdhost.Units, etcd tombstone.Etcd) *plugin {
 	t.Helper()
-	dir := t.TempDir()
-	state := hoststate.State{Dir: filepath.Join(dir, "holdfast"), MemberDataDir: filepath.Join(dir, "db")}
-	cond := func(r string) []string {
-		return []string{os.Args[0], "role-is", "--host-dir", state.Dir, "--member-data-dir", state.MemberDataDir, r}
-	}
-	bus, err := dbusdouble.StartBus(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(bus.Close)
-	systemdDir := filepath.Join(dir, "systemd")
-	m, err := dbusdouble.Serve(bus, dbusdouble.Config{DropInDir: systemdDir, Units: units(state, cond)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(m.Close)
-	conn, err := bus.Systemd(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(conn.Close)
-	sd := &actuator.DBusSystemd{Conn: conn}
-	act := actuator.New(sd, actuator.Config{ServerUnit: serverUnit, AgentUnit: agentUnit, SystemdDir: systemdDir, State: state})
+	h := systemdhost.Start(t, units)
+	state, sd := h.State, h.Systemd
+	act := actuator.New(sd, actuator.Config{ServerUnit: serverUnit, AgentUnit: agentUnit, SystemdDir: h.SystemdDir, State: state})
 
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
 		Scheme:  env.Scheme,
@@ -118,7 +99,7 @@ func startPlugin(t *testing.T, node string, units func(state hoststate.State, co
 	var once sync.Once
 	stop := func() { once.Do(func() { cancel(); <-done }) }
 	t.Cleanup(stop)
-	return &plugin{node: node, mgr: m, sd: sd, state: state, stop: stop, tombstoneClock: clk}
+	return &plugin{node: node, mgr: h.Manager, sd: sd, state: state, stop: stop, tombstoneClock: clk}
 }
 
 // ctrlConfig lets several test managers register a controller of the same

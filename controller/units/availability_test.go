@@ -109,7 +109,8 @@ func (s *sim) fail(o grantor.Outcome, msg string) {
 	s.obs.LastAttempt = grantor.Attempt{At: s.now, Outcome: o, Message: msg}
 }
 
-// schedule plays the scheduler's PreBind: it records the node.
+// schedule plays the scheduler's Bind (UnitPlacement records the binding's
+// node at Bind): the node and the time are on the Unit.
 func (s *sim) schedule(node string) {
 	b := s.u.Status.RuntimeBinding
 	b.Node = node
@@ -161,6 +162,46 @@ func (s *sim) failedOver() {
 		s.t.Fatalf("setup: records %v, want expiry, Hold, re-bind", got)
 	}
 	s.records = nil
+}
+
+// lapse lets the runtime's renewals go unanswered for d (Unreachable
+// since the last acknowledgement) and passes once.
+func (s *sim) lapse(d time.Duration) {
+	s.fail(grantor.Unreachable, "timeout")
+	s.advance(d)
+	s.pass()
+}
+
+// heldOffExpiry: a held unit whose runtime's lease runs out during this
+// process's hold-off (leadership taken at t0: 90s stand-down + 30s lease +
+// 20s margin), and the pass that sees the expiry.
+func (s *sim) heldOffExpiry() {
+	s.held()
+	s.holdOff = t0.Add(140 * time.Second)
+	s.lapse(30 * time.Second)
+}
+
+// silentRebind places the current re-bind on node, whose runtime gets an
+// address and never answers (every renewal Unreachable with why), and
+// passes after each of the two.
+func (s *sim) silentRebind(node, uid, why string) {
+	s.schedule(node)
+	s.pass()
+	s.runtimePod(uid, false)
+	s.loop()
+	s.fail(grantor.Unreachable, why)
+	s.pass()
+}
+
+// silentTurn is a silentRebind run past its start-up grace (120s from its
+// first address: StartupFailed) and the margin after it (a re-bind or the
+// suspension).
+func (s *sim) silentTurn(node, uid, why string) {
+	s.silentRebind(node, uid, why)
+	s.advance(121 * time.Second)
+	s.pass() // StartupFailed
+	s.advance(20 * time.Second)
+	s.pass() // re-bind or suspension
 }
 
 func TestReconcileAvailability_AReplacementThatNeverComesUpIsRecorded(t *testing.T) {
@@ -399,9 +440,7 @@ func TestLeaseEstablishedByIsWrittenOnceAndOnlyWithAnAcknowledgement(t *testing.
 func TestARuntimeThatRecoversInsideTheHoldBoundRidesThroughWithNoHold(t *testing.T) {
 	s := newSim(t, failoverUnit())
 	s.held()
-	s.fail(grantor.Unreachable, "timeout")
-	s.advance(30 * time.Second)
-	s.pass()
+	s.lapse(30 * time.Second)
 	s.advance(14 * time.Second) // inside the 15s hold bound
 	s.pass()
 	s.ack()
@@ -429,9 +468,7 @@ func TestFailoverMarginCoversHoldBound(t *testing.T) {
 			u.Spec.Availability.RebindMarginSeconds = margin
 			s := newSim(t, u)
 			s.held()
-			s.fail(grantor.Unreachable, "timeout")
-			s.advance(time.Duration(lease) * time.Second)
-			s.pass()
+			s.lapse(time.Duration(lease) * time.Second)
 			expiredAt := s.u.Status.RuntimeBinding.Expiry.At.Time
 			var reboundAt time.Time
 			for step := 0; step < 700*10 && reboundAt.IsZero(); step++ {
@@ -460,9 +497,7 @@ func TestTheExpiryInstantIsNeverRoundedEarlier(t *testing.T) {
 	s := newSim(t, failoverUnit())
 	s.now = t0.Add(400 * time.Millisecond)
 	s.held()
-	s.fail(grantor.Unreachable, "timeout")
-	s.advance(30 * time.Second)
-	s.pass()
+	s.lapse(30 * time.Second)
 	at := s.u.Status.RuntimeBinding.Expiry.At.Time
 	if at.Before(t0.Add(30400*time.Millisecond)) || at.Nanosecond() != 0 {
 		t.Fatalf("expiry at %v, the lease ran out at %v", at, t0.Add(30400*time.Millisecond))
@@ -473,16 +508,7 @@ func TestTheBudgetTriesEachFreeStandbyOnceThenSuspendsAndTheFirstRenewalLiftsIt(
 	s := newSim(t, failoverUnit())
 	s.failedOver() // epoch 2, ledger empty so far
 	for i, node := range []string{"standby-1", "standby-2"} {
-		s.schedule(node)
-		s.pass()
-		s.runtimePod(fmt.Sprintf("uid-s%d", i), false)
-		s.loop()
-		s.fail(grantor.Unreachable, "connection refused")
-		s.pass()
-		s.advance(121 * time.Second)
-		s.pass() // StartupFailed
-		s.advance(20 * time.Second)
-		s.pass() // re-bind or suspension
+		s.silentTurn(node, fmt.Sprintf("uid-s%d", i), "connection refused")
 	}
 	if got := s.reasons(); !slices.Equal(got, []string{EventLeaseExpired, EventRebound, EventLeaseExpired, EventBudgetExhausted}) {
 		t.Fatalf("records %v", got)
@@ -531,12 +557,7 @@ func TestTheBudgetEdges(t *testing.T) {
 	t.Run("a tried standby that went unfit leaves nothing free: no eligible target, not a suspension", func(t *testing.T) {
 		s := newSim(t, failoverUnit())
 		s.failedOver()
-		s.schedule("standby-1")
-		s.pass()
-		s.runtimePod("uid-s1", false)
-		s.loop()
-		s.fail(grantor.Unreachable, "connection refused")
-		s.pass()
+		s.silentRebind("standby-1", "uid-s1", "connection refused")
 		s.free = nil // standby-1 is the node being left; standby-2 went NotReady
 		s.advance(141 * time.Second)
 		s.pass()
@@ -557,12 +578,7 @@ func TestTheBudgetEdges(t *testing.T) {
 	t.Run("the only free standby already tried: suspended", func(t *testing.T) {
 		s := newSim(t, failoverUnit())
 		s.failedOver()
-		s.schedule("standby-1")
-		s.pass()
-		s.runtimePod("uid-s1", false)
-		s.loop()
-		s.fail(grantor.Unreachable, "connection refused")
-		s.pass()
+		s.silentRebind("standby-1", "uid-s1", "connection refused")
 		s.free = []string{"standby-1", "standby-2"}
 		s.u.Status.RuntimeBinding.UnsettledRebinds = []string{"standby-1", "standby-2"}
 		s.advance(141 * time.Second)
@@ -594,12 +610,7 @@ func TestTheBudgetEdges(t *testing.T) {
 
 func TestTheHoldOffDeadlineAndItsRemoval(t *testing.T) {
 	s := newSim(t, failoverUnit())
-	s.held()
-	// This process took leadership at t0: 90s stand-down + 30s lease + 20s margin.
-	s.holdOff = t0.Add(140 * time.Second)
-	s.fail(grantor.Unreachable, "timeout")
-	s.advance(30 * time.Second)
-	s.pass() // the expiry itself is recorded: it is what the grantor saw
+	s.heldOffExpiry() // the expiry itself is recorded: it is what the grantor saw
 	s.advance(30 * time.Second)
 	p := s.pass()
 	c := s.cond(holdfastv1.ConditionFailoverRequest)
@@ -628,11 +639,7 @@ func TestTheHoldOffDeadlineAndItsRemoval(t *testing.T) {
 
 func TestAConfirmedFenceBypassesTheHoldOff(t *testing.T) {
 	s := newSim(t, failoverUnit())
-	s.held()
-	s.holdOff = t0.Add(140 * time.Second)
-	s.fail(grantor.Unreachable, "timeout")
-	s.advance(30 * time.Second)
-	s.pass()
+	s.heldOffExpiry()
 	s.u.Annotations = map[string]string{holdfastv1.AnnotationFailoverTo: "standby-2", holdfastv1.AnnotationFailoverConfirmFenced: "edge-1 unplugged"}
 	s.advance(time.Second)
 	s.pass()
@@ -875,16 +882,7 @@ func TestTheBudgetCountsAReBindPlacedLateByItsNodeNotTwice(t *testing.T) {
 	s.unplacedTurn("")
 	// Epoch 3 is placed on standby-1 and never answers: one unplaced and one
 	// node tried is the budget of two free standbys.
-	s.schedule("standby-1")
-	s.pass()
-	s.runtimePod("uid-s1", false)
-	s.loop()
-	s.fail(grantor.Unreachable, "connection refused")
-	s.pass()
-	s.advance(121 * time.Second)
-	s.pass()
-	s.advance(20 * time.Second)
-	s.pass()
+	s.silentTurn("standby-1", "uid-s1", "connection refused")
 	b := s.u.Status.RuntimeBinding
 	if b.Epoch != 3 || !slices.Equal(b.UnsettledRebinds, []string{"standby-1"}) || len(b.UnplacedRebinds) != 1 {
 		t.Fatalf("binding %+v", b)
@@ -923,12 +921,7 @@ func TestTheSuspensionNamesEveryStandbyTriedAndWhy(t *testing.T) {
 	s.free = []string{"edge-b", "edge-c", "edge-d"}
 	s.failedOver()
 	for i, node := range []string{"edge-b", "edge-c"} {
-		s.schedule(node)
-		s.pass()
-		s.runtimePod(fmt.Sprintf("uid-%d", i), false)
-		s.loop()
-		s.fail(grantor.Unreachable, "dial tcp 10.0.0.7:9443: connect: connection refused")
-		s.pass()
+		s.silentRebind(node, fmt.Sprintf("uid-%d", i), "dial tcp 10.0.0.7:9443: connect: connection refused")
 		s.advance(121 * time.Second)
 		s.pass()
 		s.advance(20 * time.Second)
@@ -960,11 +953,7 @@ func TestTheSuspensionNamesEveryStandbyTriedAndWhy(t *testing.T) {
 
 func TestTheHoldOffIsARebindPendingForTheWebhook(t *testing.T) {
 	s := newSim(t, failoverUnit())
-	s.held()
-	s.holdOff = t0.Add(140 * time.Second)
-	s.fail(grantor.Unreachable, "timeout")
-	s.advance(30 * time.Second)
-	s.pass()
+	s.heldOffExpiry()
 	s.pass()
 	if !rules.RebindPending(s.u) {
 		t.Fatal("the webhook's RebindPending must read the controller's hold-off and expiry the way the controller writes them")

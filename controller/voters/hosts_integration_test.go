@@ -45,6 +45,7 @@ import (
 	"github.com/holdfast-io/holdfast/test/dbusdouble"
 	"github.com/holdfast-io/holdfast/test/etcdproc"
 	"github.com/holdfast-io/holdfast/test/etcdwatch"
+	"github.com/holdfast-io/holdfast/test/systemdhost"
 )
 
 const (
@@ -131,34 +132,17 @@ func (c *cluster) client(names ...string) *clientv3.Client {
 
 func (h *host) start(t testing.TB) {
 	t.Helper()
-	dir := t.TempDir()
-	h.state = hoststate.State{Dir: filepath.Join(dir, "holdfast"), MemberDataDir: filepath.Join(dir, "db")}
-	cond := func(r string) []string {
-		return []string{os.Args[0], "role-is", "--host-dir", h.state.Dir, "--member-data-dir", h.state.MemberDataDir, r}
-	}
-	bus, err := dbusdouble.StartBus(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(bus.Close)
-	systemdDir := filepath.Join(dir, "systemd")
 	voter := h.initial != ""
-	h.sd, err = dbusdouble.Serve(bus, dbusdouble.Config{DropInDir: systemdDir, Units: []dbusdouble.Unit{
-		{Name: serverUnit, ExecCondition: cond(holdfastv1.RoleServer), RestartAlways: true, RestartSec: 200 * time.Millisecond,
-			Enabled: voter, Start: h.startEtcd},
-		{Name: agentUnit, ExecCondition: cond(holdfastv1.RoleAgent), Enabled: !voter, Active: !voter},
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(h.sd.Close)
-	conn, err := bus.Systemd(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(conn.Close)
-	h.act = actuator.New(&actuator.DBusSystemd{Conn: conn}, actuator.Config{ServerUnit: serverUnit, AgentUnit: agentUnit,
-		SystemdDir: systemdDir, State: h.state})
+	sh := systemdhost.Start(t, func(_ hoststate.State, roleIs func(string) []string) []dbusdouble.Unit {
+		return []dbusdouble.Unit{
+			{Name: serverUnit, ExecCondition: roleIs(holdfastv1.RoleServer), RestartAlways: true, RestartSec: 200 * time.Millisecond,
+				Enabled: voter, Start: h.startEtcd},
+			{Name: agentUnit, ExecCondition: roleIs(holdfastv1.RoleAgent), Enabled: !voter, Active: !voter},
+		}
+	})
+	h.state, h.sd = sh.State, sh.Manager
+	h.act = actuator.New(sh.Systemd, actuator.Config{ServerUnit: serverUnit, AgentUnit: agentUnit,
+		SystemdDir: sh.SystemdDir, State: h.state})
 	if voter {
 		if _, err := h.sd.StartDirect(serverUnit); err != nil {
 			t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 	"github.com/holdfast-io/holdfast/node-plugin/hoststate"
 	"github.com/holdfast-io/holdfast/node-plugin/tombstone"
 	"github.com/holdfast-io/holdfast/test/dbusdouble"
+	"github.com/holdfast-io/holdfast/test/systemdhost"
 )
 
 const (
@@ -38,7 +39,6 @@ func TestMain(m *testing.M) {
 
 type host struct {
 	t     *testing.T
-	bus   *dbusdouble.Bus
 	mgr   *dbusdouble.Manager
 	sd    *actuator.DBusSystemd
 	state hoststate.State
@@ -52,33 +52,15 @@ type host struct {
 // connects go-systemd to it.
 func newHost(t *testing.T, serverActive bool) *host {
 	t.Helper()
-	dir := t.TempDir()
-	bus, err := dbusdouble.StartBus(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(bus.Close)
-	state := hoststate.State{Dir: filepath.Join(dir, "holdfast"), MemberDataDir: filepath.Join(dir, "db")}
-	systemdDir := filepath.Join(dir, "systemd")
-	cond := func(role string) []string {
-		return []string{os.Args[0], "role-is", "--host-dir", state.Dir, "--member-data-dir", state.MemberDataDir, role}
-	}
-	mgr, err := dbusdouble.Serve(bus, dbusdouble.Config{DropInDir: systemdDir, Units: []dbusdouble.Unit{
-		{Name: server, ExecCondition: cond(holdfastv1.RoleServer), Enabled: serverActive, Active: serverActive},
-		{Name: agent, ExecCondition: cond(holdfastv1.RoleAgent), Enabled: !serverActive, Active: !serverActive},
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(mgr.Close)
-	conn, err := bus.Systemd(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(conn.Close)
-	h := &host{t: t, bus: bus, mgr: mgr, sd: &actuator.DBusSystemd{Conn: conn}, state: state,
+	sh := systemdhost.Start(t, func(_ hoststate.State, roleIs func(string) []string) []dbusdouble.Unit {
+		return []dbusdouble.Unit{
+			{Name: server, ExecCondition: roleIs(holdfastv1.RoleServer), Enabled: serverActive, Active: serverActive},
+			{Name: agent, ExecCondition: roleIs(holdfastv1.RoleAgent), Enabled: !serverActive, Active: !serverActive},
+		}
+	})
+	h := &host{t: t, mgr: sh.Manager, sd: sh.Systemd, state: sh.State,
 		clock: clocktesting.NewFakeClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))}
-	h.cfg = actuator.Config{ServerUnit: server, AgentUnit: agent, SystemdDir: systemdDir, State: state, Clock: h.clock}
+	h.cfg = actuator.Config{ServerUnit: server, AgentUnit: agent, SystemdDir: sh.SystemdDir, State: sh.State, Clock: h.clock}
 	h.act = actuator.New(h.sd, h.cfg)
 	return h
 }

@@ -12,11 +12,13 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/holdfast-io/holdfast/api/lease"
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/node-plugin/periodic"
 )
 
 // CacheUnits reads units from the manager's cache.
@@ -131,7 +133,10 @@ func (r *UnitReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 type Loop struct {
 	Agent *Agent
 	Probe func(ctx context.Context) error
+	// Every is the pass interval (1s when zero), on Clock (the real clock
+	// when nil).
 	Every time.Duration
+	Clock clock.WithTicker
 }
 
 // Pass runs one pass.
@@ -161,14 +166,5 @@ func (l *Loop) Start(ctx context.Context) error {
 	if every == 0 {
 		every = time.Second
 	}
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		l.Pass(ctx)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-	}
+	return periodic.Run(ctx, l.Clock, every, l.Pass)
 }

@@ -235,3 +235,87 @@ func TestWedgedMessageSaysWhetherTheRuntimeStillAnswers(t *testing.T) {
 		})
 	}
 }
+
+// TestLoopPacesItsPassesOnTheInjectedClock: Loop.Start passes at once and
+// then on every tick of its injected clock, so a wedged runtime's stop is
+// decided by stepping fake clocks, with no real time waited. Every is a
+// minute, longer than the test waits for a pass, so a loop on a real ticker
+// fails it. With the apiserver away a silent runtime (lease 10s, hold bound
+// 5s) is left by the pass at the outage's start, stopped by the pass a
+// minute in, and not again by the next.
+func TestLoopPacesItsPassesOnTheInjectedClock(t *testing.T) {
+	cri := critesting.NewFakeRuntimeService()
+	cri.SetFakeSandboxes([]*critesting.FakePodSandbox{runtimeSandbox("sb1")})
+	cri.SetFakeContainers([]*critesting.FakeContainer{runtimeContainer("sb1", "c1")})
+	u := &holdfastv1.Unit{Spec: holdfastv1.UnitSpec{Availability: holdfastv1.Availability{Mode: holdfastv1.Failover, LeaseDurationSeconds: 10}},
+		Status: holdfastv1.UnitStatus{RuntimeBinding: &holdfastv1.RuntimeBinding{Epoch: 1}}}
+	// The loop ticks on ticks; the agent judges on judge, set to the tick's
+	// time as each pass begins, so the test stepping ticks during a pass
+	// does not move the time that pass judges by.
+	ticks := clocktesting.NewFakeClock(time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC))
+	judge := clocktesting.NewFakeClock(ticks.Now())
+	agent := &fence.Agent{CRI: cri, Units: units{"plant/u": u}, Lease: &leaseAnswers{}, Clock: judge, AuditDir: t.TempDir()}
+	// Each pass begins with the probe: it hands the test the pass's time and
+	// waits to be released, so a pass received means the one before it has
+	// finished and this one has not begun its work.
+	passes, release := make(chan time.Time), make(chan struct{})
+	loop := &fence.Loop{Agent: agent, Every: time.Minute, Clock: ticks, Probe: func(context.Context) error {
+		judge.SetTime(ticks.Now())
+		passes <- ticks.Now()
+		<-release
+		return errors.New("dial tcp 127.0.0.1:6443: connect: connection refused")
+	}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- loop.Start(ctx) }()
+	next := func() time.Time {
+		t.Helper()
+		select {
+		case at := <-passes:
+			return at
+		case <-time.After(30 * time.Second):
+			t.Fatal("no pass within 30s of the injected clock's tick")
+			return time.Time{}
+		}
+	}
+	stops := func() int {
+		n := 0
+		for _, c := range cri.GetCalls() {
+			if c == "StopContainer" {
+				n++
+			}
+		}
+		return n
+	}
+
+	start := next()
+	if !start.Equal(ticks.Now()) {
+		t.Fatalf("the first pass at %v, want at once", start)
+	}
+	release <- struct{}{}
+	for _, want := range []struct {
+		// finished is the pass, in seconds into the outage, that the next
+		// one proves finished; stops is what it left.
+		finished, stops int
+	}{{0, 0}, {60, 1}, {120, 1}} {
+		// Half an interval is no tick: the pass comes with the second half.
+		ticks.Step(30 * time.Second)
+		ticks.Step(30 * time.Second)
+		if at := next(); !at.Equal(start.Add(time.Duration(want.finished+60) * time.Second)) {
+			t.Fatalf("a pass at %v, want one a tick of a minute on the injected clock", at.Sub(start))
+		}
+		if got := stops(); got != want.stops {
+			t.Fatalf("after the pass %ds into the outage: %d StopContainer calls, want %d (calls %v)", want.finished, got, want.stops, cri.GetCalls())
+		}
+		release <- struct{}{}
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Start returned %v at the context's end", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Start did not end with its context")
+	}
+}

@@ -29,6 +29,7 @@ import (
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/node-plugin/hoststate"
+	"github.com/holdfast-io/holdfast/node-plugin/periodic"
 )
 
 // Units is what the reporter asks systemd.
@@ -44,7 +45,8 @@ type Reporter struct {
 	NodeName string
 	Units    Units
 	State    hoststate.State
-	Clock    clock.PassiveClock
+	// Clock stamps the fitness probes and paces the passes.
+	Clock clock.WithTicker
 	// Peers returns the voters' peer URLs (nil when unknown).
 	Peers func(ctx context.Context) ([]string, error)
 	// Every is the pass interval; FitnessEvery bounds the fitness probes.
@@ -213,16 +215,9 @@ func (r *Reporter) Start(ctx context.Context) error {
 	if r.FitnessEvery == 0 {
 		r.FitnessEvery = 5 * time.Minute
 	}
-	t := time.NewTicker(r.Every)
-	defer t.Stop()
-	for {
+	return periodic.Run(ctx, r.Clock, r.Every, func(ctx context.Context) {
 		if err := r.Pass(ctx); err != nil {
 			klog.FromContext(ctx).Error(err, "Node report failed")
 		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-	}
+	})
 }

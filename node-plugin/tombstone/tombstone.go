@@ -24,6 +24,7 @@ import (
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/node-plugin/hoststate"
+	"github.com/holdfast-io/holdfast/node-plugin/periodic"
 )
 
 // Etcd is what the watcher asks etcd.
@@ -110,16 +111,9 @@ func (w *Watcher) Start(ctx context.Context) error {
 	if w.Every == 0 {
 		w.Every = 5 * time.Second
 	}
-	t := w.Clock.NewTicker(w.Every)
-	defer t.Stop()
-	for {
+	return periodic.Run(ctx, w.Clock, w.Every, func(ctx context.Context) {
 		if _, err := w.Check(ctx); err != nil {
 			klog.FromContext(ctx).Error(err, "Tombstone check failed")
 		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C():
-		}
-	}
+	})
 }

@@ -10,14 +10,8 @@
 package e2e
 
 import (
-	"context"
-	"fmt"
-	"os"
 	"testing"
 	"time"
-
-	"github.com/go-logr/logr"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/holdfast-io/holdfast/test/e2e/scenario"
 )
@@ -25,30 +19,5 @@ import (
 var world *scenario.World
 
 func TestMain(m *testing.M) {
-	// The harness's clients log nothing of their own.
-	ctrllog.SetLogger(logr.Discard())
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	start := time.Now()
-	logf := func(f string, a ...any) {
-		fmt.Fprintf(os.Stderr, "e2e %6.1fs: %s\n", time.Since(start).Seconds(), fmt.Sprintf(f, a...))
-	}
-	w, err := scenario.Up(ctx, scenario.Options{Nodes: clusterNodes, Logf: logf})
-	cancel()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "e2e: starting the cluster: %v\n", err)
-		os.Exit(1)
-	}
-	world = w
-	logf("cluster up")
-	code := m.Run()
-	logf("drills done; stopping the cluster")
-	if err := w.Down(); err != nil {
-		fmt.Fprintf(os.Stderr, "e2e: stopping the cluster: %v\n", err)
-		if code == 0 {
-			code = 1
-		}
-	} else {
-		logf("cluster stopped; nothing left behind")
-	}
-	os.Exit(code)
+	scenario.Main(m, "e2e", 10*time.Minute, scenario.Options{Nodes: clusterNodes}, &world)
 }

@@ -90,6 +90,40 @@ func createSwap(t *testing.T, out, in string) (string, error) {
 	return s.Name, err
 }
 
+// swapSucceeds asks for the swap of out for in and waits within for it to
+// succeed, each step it passes given to onStep (nil: none).
+func swapSucceeds(t *testing.T, out, in string, within time.Duration, onStep func(step string)) *holdfastv1.VoterSwap {
+	t.Helper()
+	name, err := createSwap(t, out, in)
+	if err != nil {
+		t.Fatalf("creating the swap %s -> %s: %v", out, in, err)
+	}
+	return waitPhase(t, name, holdfastv1.SwapSucceeded, within, onStep)
+}
+
+// wantSwapped checks etcd's own vote after the swap s of out for in: the
+// voters before but out, and in; no learner; the one cluster ID. It returns
+// the voters.
+func wantSwapped(t *testing.T, cli *clientv3.Client, before []string, out, in string, clusterID uint64, s *holdfastv1.VoterSwap) []string {
+	t.Helper()
+	after, learners, id := members(t, cli)
+	want := slices.Sorted(slices.Values(append(except(before, out), in)))
+	if !slices.Equal(after, want) || len(learners) > 0 || id != clusterID {
+		t.Fatalf("after the swap %s -> %s: voters %v learners %v cluster %x; want %v, none, %x\nhistory:\n%s", out, in, after, learners, id, want, clusterID, history(s))
+	}
+	return after
+}
+
+func except(s []string, x string) []string {
+	return slices.DeleteFunc(slices.Clone(s), func(v string) bool { return v == x })
+}
+
+// logStep logs a step the swap passes, with the wall time.
+func logStep(t *testing.T, step string) {
+	t.Helper()
+	t.Logf("%s step %s", time.Now().UTC().Format("15:04:05.000"), step)
+}
+
 func getSwap(t *testing.T, name string) *holdfastv1.VoterSwap {
 	t.Helper()
 	s := &holdfastv1.VoterSwap{}

@@ -14,14 +14,8 @@
 package voters
 
 import (
-	"context"
-	"fmt"
-	"os"
 	"testing"
 	"time"
-
-	"github.com/go-logr/logr"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/holdfast-io/holdfast/test/e2e/scenario"
 )
@@ -35,30 +29,6 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	ctrllog.SetLogger(logr.Discard())
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
-	start := time.Now()
-	logf := func(f string, a ...any) {
-		fmt.Fprintf(os.Stderr, "e2e-voters %6.1fs: %s\n", time.Since(start).Seconds(), fmt.Sprintf(f, a...))
-	}
-	w, err := scenario.Up(ctx, scenario.Options{Nodes: append(append([]string{}, voterNodes...), standbyNodes...),
-		Controllers: 1, Logf: logf, Voters: &scenario.VotersOptions{Voters: voterNodes, Standbys: standbyNodes}})
-	cancel()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "e2e-voters: starting the cluster: %v\n", err)
-		os.Exit(1)
-	}
-	world = w
-	logf("cluster up")
-	code := m.Run()
-	logf("drills done; stopping the cluster")
-	if err := w.Down(); err != nil {
-		fmt.Fprintf(os.Stderr, "e2e-voters: stopping the cluster: %v\n", err)
-		if code == 0 {
-			code = 1
-		}
-	} else {
-		logf("cluster stopped; nothing left behind")
-	}
-	os.Exit(code)
+	scenario.Main(m, "e2e-voters", 20*time.Minute, scenario.Options{Nodes: append(append([]string{}, voterNodes...), standbyNodes...),
+		Controllers: 1, Voters: &scenario.VotersOptions{Voters: voterNodes, Standbys: standbyNodes}}, &world)
 }

@@ -180,11 +180,7 @@ func TestSwapRefusedWhileAVoterIsPaused(t *testing.T) {
 	})
 	s := waitPhase(t, n2, holdfastv1.SwapSucceeded, 6*time.Minute, nil)
 	y.check(t)
-	after, learners, id = members(t, cli)
-	want := slices.Sorted(slices.Values(append(except(before, out), in)))
-	if !slices.Equal(after, want) || len(learners) > 0 || id != clusterID {
-		t.Fatalf("after the swap: voters %v learners %v cluster %x; want %v, none, %x\nhistory:\n%s", after, learners, id, want, clusterID, history(s))
-	}
+	after = wantSwapped(t, cli, before, out, in, clusterID, s)
 	if err := world.WaitVotersHealthy(ctx, 2*time.Minute, after...); err != nil {
 		t.Error(err)
 	}
@@ -209,16 +205,9 @@ func TestFormerMemberPromotedAgain(t *testing.T) {
 	x := watch(cli, "/holdfast-writer/former-member/")
 
 	// 1. former out, standby in.
-	name, err := createSwap(t, former, standby)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s1 := waitPhase(t, name, holdfastv1.SwapSucceeded, 6*time.Minute, nil)
+	s1 := swapSucceeds(t, former, standby, 6*time.Minute, nil)
 	oldID := s1.Status.OutgoingMemberID
-	mid, _, id := members(t, cli)
-	if id != clusterID || slices.Contains(mid, former) {
-		t.Fatalf("after the first swap: voters %v cluster %x; want %s gone, cluster %x", mid, id, former, clusterID)
-	}
+	mid := wantSwapped(t, cli, before, former, standby, clusterID, s1)
 	// The removal's tombstone is retired with the data (FinishDemote).
 	h := world.Nodes[former].Host
 	eventually(t, time.Minute, former+" finished to an agent, its tombstone retired", func() (bool, string) {
@@ -247,18 +236,10 @@ func TestFormerMemberPromotedAgain(t *testing.T) {
 			break
 		}
 	}
-	name, err = createSwap(t, out2, former)
-	if err != nil {
-		t.Fatalf("swapping the former member %s back in: %v", former, err)
-	}
-	s2 := waitPhase(t, name, holdfastv1.SwapSucceeded, 6*time.Minute, nil)
+	s2 := swapSucceeds(t, out2, former, 6*time.Minute, nil)
 	x.check(t)
 	t.Logf("second swap history:\n%s", history(s2))
-	after, learners, id := members(t, cli)
-	want := slices.Sorted(slices.Values(append(except(mid, out2), former)))
-	if !slices.Equal(after, want) || len(learners) > 0 || id != clusterID {
-		t.Fatalf("after the former member's return: voters %v learners %v cluster %x; want %v, none, %x", after, learners, id, want, clusterID)
-	}
+	after := wantSwapped(t, cli, mid, out2, former, clusterID, s2)
 	if newID := s2.Status.IncomingMemberID; newID == "" || newID == oldID {
 		t.Errorf("%s came back as member %q, its old member was %q: want a new member", former, newID, oldID)
 	}
@@ -295,10 +276,6 @@ func etcdClientOn(t *testing.T, nodes ...string) *clientv3.Client {
 	}
 	t.Cleanup(func() { c.Close() })
 	return c
-}
-
-func except(s []string, x string) []string {
-	return slices.DeleteFunc(slices.Clone(s), func(v string) bool { return v == x })
 }
 
 func policy(t *testing.T) *holdfastv1.VoterPolicy {

@@ -33,26 +33,19 @@ func TestFullSwapWithWritesThroughout(t *testing.T) {
 		t.Fatal(err)
 	}
 	x := watch(cli, "/holdfast-writer/full-swap/")
-	name, err := createSwap(t, out, in)
-	if err != nil {
-		t.Fatalf("creating the swap %s -> %s: %v", out, in, err)
-	}
 	var seen []string
-	s := waitPhase(t, name, holdfastv1.SwapSucceeded, 5*time.Minute, func(step string) {
-		t.Logf("%s step %s", time.Now().UTC().Format("15:04:05.000"), step)
+	s := swapSucceeds(t, out, in, 5*time.Minute, func(step string) {
+		logStep(t, step)
 		seen = append(seen, step)
 	})
+	name := s.Name
 	r := x.check(t)
 	took := s.Status.FinishedAt.Sub(s.Status.StartedAt.Time)
 	t.Logf("swap %s: %s -> %s in %v, longest write stall %v; history:\n%s", s.Status.SwapID, out, in, took.Round(time.Millisecond),
 		r.Longest.Round(time.Millisecond), history(s))
 
 	// etcd's own vote.
-	after, learners, id := members(t, cli)
-	want := slices.Sorted(slices.Values(append(slices.DeleteFunc(slices.Clone(before), func(n string) bool { return n == out }), in)))
-	if !slices.Equal(after, want) || len(learners) > 0 || id != clusterID {
-		t.Fatalf("after the swap: voters %v learners %v cluster %x; want %v, none, %x", after, learners, id, want, clusterID)
-	}
+	after := wantSwapped(t, cli, before, out, in, clusterID, s)
 	// The host half, as holdfast-node left it.
 	h := world.Nodes[out].Host
 	if !h.DataMovedAside() {
@@ -156,14 +149,10 @@ func TestOutgoingVoterPausedAfterPromotionIsStillRemoved(t *testing.T) {
 	}
 	out, in := before[0], nonVoter(t, before)
 	x := watch(cli, "/holdfast-writer/outgoing-paused/")
-	name, err := createSwap(t, out, in)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var resume func()
 	var pausedAt time.Time
-	s := waitPhase(t, name, holdfastv1.SwapSucceeded, 5*time.Minute, func(step string) {
-		t.Logf("%s step %s", time.Now().UTC().Format("15:04:05.000"), step)
+	s := swapSucceeds(t, out, in, 5*time.Minute, func(step string) {
+		logStep(t, step)
 		// Regate can pass between two polls (200 ms): the first step seen
 		// after Promote, Regate or StepDown, is the member still voting with
 		// the candidate promoted.
@@ -188,11 +177,7 @@ func TestOutgoingVoterPausedAfterPromotionIsStillRemoved(t *testing.T) {
 	resume()
 	x.check(t)
 	t.Logf("history:\n%s", history(s))
-	after, learners, id := members(t, cli)
-	want := slices.Sorted(slices.Values(append(slices.DeleteFunc(slices.Clone(before), func(n string) bool { return n == out }), in)))
-	if !slices.Equal(after, want) || len(learners) > 0 || id != clusterID {
-		t.Fatalf("after the swap: voters %v learners %v cluster %x; want %v, none, %x", after, learners, id, want, clusterID)
-	}
+	after := wantSwapped(t, cli, before, out, in, clusterID, s)
 	h := world.Nodes[out].Host
 	eventually(t, time.Minute, out+" an agent with its data moved aside", func() (bool, string) {
 		st := h.Systemd.ActiveState(cluster.ServerUnit)
@@ -232,7 +217,7 @@ func TestLearnerStalledByABlockedPeerPortIsRolledBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := waitPhase(t, name, holdfastv1.SwapRolledBack, 6*time.Minute, func(step string) { t.Logf("%s step %s", time.Now().UTC().Format("15:04:05.000"), step) })
+	s := waitPhase(t, name, holdfastv1.SwapRolledBack, 6*time.Minute, func(step string) { logStep(t, step) })
 	x.check(t)
 	t.Logf("history:\n%s", history(s))
 	if err := unblock(); err != nil {
@@ -280,12 +265,8 @@ func TestVotersRoleSIGKILLedAtEveryStepCompletes(t *testing.T) {
 	}
 	out, in := before[0], nonVoter(t, before)
 	x := watch(cli, "/holdfast-writer/sigkill/")
-	name, err := createSwap(t, out, in)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var killedAt []string
-	s := waitPhase(t, name, holdfastv1.SwapSucceeded, 8*time.Minute, func(step string) {
+	s := swapSucceeds(t, out, in, 8*time.Minute, func(step string) {
 		if step == "" {
 			return
 		}
@@ -300,11 +281,7 @@ func TestVotersRoleSIGKILLedAtEveryStepCompletes(t *testing.T) {
 	if len(killedAt) < 5 {
 		t.Errorf("killed at only %v", killedAt)
 	}
-	after, learners, id := members(t, cli)
-	want := slices.Sorted(slices.Values(append(slices.DeleteFunc(slices.Clone(before), func(n string) bool { return n == out }), in)))
-	if !slices.Equal(after, want) || len(learners) > 0 || id != clusterID {
-		t.Fatalf("after the swap: voters %v learners %v cluster %x; want %v, none, %x", after, learners, id, want, clusterID)
-	}
+	after := wantSwapped(t, cli, before, out, in, clusterID, s)
 	if err := world.WaitVotersHealthy(ctx, time.Minute, after...); err != nil {
 		t.Error(err)
 	}

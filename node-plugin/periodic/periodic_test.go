@@ -1,0 +1,61 @@
+package periodic_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/holdfast-io/holdfast/node-plugin/periodic"
+)
+
+// TestRunPassesAtOnceThenOnEveryTickOfTheInjectedClock: the first pass runs
+// at once, the next only when the fake clock has moved a whole interval, and
+// the loop ends with its context. No real time passes between ticks.
+func TestRunPassesAtOnceThenOnEveryTickOfTheInjectedClock(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC))
+	passes := make(chan time.Time)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() {
+		done <- periodic.Run(ctx, clk, time.Minute, func(context.Context) { passes <- clk.Now() })
+	}()
+	start := clk.Now()
+	if at := nextPass(t, passes); !at.Equal(start) {
+		t.Fatalf("first pass at %v, want at once (%v)", at, start)
+	}
+	for i := 1; i <= 3; i++ {
+		// Half an interval is no tick: the pass that follows the second
+		// half is the interval's one.
+		clk.Step(30 * time.Second)
+		clk.Step(30 * time.Second)
+		if at, want := nextPass(t, passes), start.Add(time.Duration(i)*time.Minute); !at.Equal(want) {
+			t.Fatalf("pass %d at %v, want %v (one a tick)", i+1, at, want)
+		}
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run returned %v, want nil at the context's end", err)
+		}
+	case at := <-passes:
+		t.Fatalf("a pass at %v after the context ended, with no tick", at)
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not end with its context")
+	}
+}
+
+// nextPass is the time of the next pass; a pass that never comes is a
+// failure after a generous deadline (a loop on another clock never ticks).
+func nextPass(t *testing.T, passes <-chan time.Time) time.Time {
+	t.Helper()
+	select {
+	case at := <-passes:
+		return at
+	case <-time.After(30 * time.Second):
+		t.Fatal("no pass within 30s of the fake clock's tick")
+		return time.Time{}
+	}
+}

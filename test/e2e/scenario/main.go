@@ -1,0 +1,47 @@
+package scenario
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+)
+
+// Main is a drill package's TestMain: it starts the cluster o describes
+// (given startWithin to come up), sets *world to it, runs the package's
+// tests and stops the cluster, logging each stage to stderr under name. It
+// exits with the tests' code, or 1 when the cluster did not start or did
+// not stop clean.
+func Main(m *testing.M, name string, startWithin time.Duration, o Options, world **World) {
+	// The harness's clients log nothing of their own.
+	ctrllog.SetLogger(logr.Discard())
+	ctx, cancel := context.WithTimeout(context.Background(), startWithin)
+	start := time.Now()
+	logf := func(f string, a ...any) {
+		fmt.Fprintf(os.Stderr, "%s %6.1fs: %s\n", name, time.Since(start).Seconds(), fmt.Sprintf(f, a...))
+	}
+	o.Logf = logf
+	w, err := Up(ctx, o)
+	cancel()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: starting the cluster: %v\n", name, err)
+		os.Exit(1)
+	}
+	*world = w
+	logf("cluster up")
+	code := m.Run()
+	logf("drills done; stopping the cluster")
+	if err := w.Down(); err != nil {
+		fmt.Fprintf(os.Stderr, "%s: stopping the cluster: %v\n", name, err)
+		if code == 0 {
+			code = 1
+		}
+	} else {
+		logf("cluster stopped; nothing left behind")
+	}
+	os.Exit(code)
+}
