@@ -47,7 +47,8 @@ func TestBinaryServesTheRules(t *testing.T) {
 	cmd := exec.Command(bin,
 		"--host", env.Webhooks.LocalServingHost, "--port", strconv.Itoa(env.Webhooks.LocalServingPort),
 		"--cert-dir", env.Webhooks.LocalServingCertDir,
-		"--health-probe-bind-address", "127.0.0.1:0", "--metrics-bind-address", "0")
+		"--health-probe-bind-address", "127.0.0.1:0", "--metrics-bind-address", "0",
+		"--voters-service-account", "holdfast-system/holdfast-controller-voters")
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+env.Kubeconfig)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Start(); err != nil {
@@ -94,7 +95,8 @@ func TestBinaryServesTheRules(t *testing.T) {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
-	refusal(t, "", res, `admission webhook "nodes.holdfast.io" denied the request`, "only the holdfast controller")
+	refusal(t, "", res, `admission webhook "nodes.holdfast.io" denied the request`,
+		"only the holdfast voter controller (system:serviceaccount:holdfast-system:holdfast-controller-voters)")
 
 	// An admin's manual failover of an expired lease is allowed and audited.
 	allowed(t, k.Run(t, "", "annotate", "-n", kiln, "unit", "kiln-1", "holdfast.io/failover-to=edge-2"))

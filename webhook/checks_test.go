@@ -78,7 +78,7 @@ var oos = corev1.Taint{Key: corev1.TaintNodeOutOfService, Value: "nodeshutdown",
 
 func TestNodeRules(t *testing.T) {
 	o := testOptions()
-	ctl := "only the holdfast controller (system:serviceaccount:holdfast-system:holdfast-controller) may change it"
+	ctl := "only the holdfast voter controller (system:serviceaccount:holdfast-system:holdfast-controller) may change it"
 	for _, tc := range []struct {
 		name     string
 		r        requester
@@ -161,7 +161,7 @@ func TestSwapLeaseRules(t *testing.T) {
 	held := heldLease("cp-3,edge-7")
 	with := func(f func(*coordinationv1.Lease)) *coordinationv1.Lease { l := held.DeepCopy(); f(l); return l }
 	renewed := with(func(l *coordinationv1.Lease) { l.Spec.RenewTime = &metav1.MicroTime{Time: t0} })
-	onlyCtl := "spec.holderIdentity: Forbidden: only the holdfast controller (system:serviceaccount:holdfast-system:holdfast-controller) may acquire, renew or release the swap Lease"
+	onlyCtl := "spec.holderIdentity: Forbidden: only the holdfast voter controller (system:serviceaccount:holdfast-system:holdfast-controller) may acquire, renew or release the swap Lease"
 	heldBy := "spec.holderIdentity: Forbidden: the swap Lease is held by ctl until 2026-11-29T20:00:50Z; another holder may take it only after it expires or is released"
 	for _, tc := range []struct {
 		name     string
@@ -192,7 +192,7 @@ func TestSwapLeaseRules(t *testing.T) {
 		}},
 		{"controller adds a node", controller, held, with(func(l *coordinationv1.Lease) { l.Annotations[holdfastv1.AnnotationSwapNodes] = "cp-3,edge-7,edge-8" }), t0, nil},
 		{"admin edits the record", admin, held, with(func(l *coordinationv1.Lease) { l.Annotations[holdfastv1.AnnotationSwapNodes] = "cp-3,edge-7,x" }), t0,
-			[]string{"metadata.annotations[holdfast.io/swap-nodes]: Forbidden: only the holdfast controller (system:serviceaccount:holdfast-system:holdfast-controller) may change it"}},
+			[]string{"metadata.annotations[holdfast.io/swap-nodes]: Forbidden: only the holdfast voter controller (system:serviceaccount:holdfast-system:holdfast-controller) may change it"}},
 		{"guard label removed", controller, held, with(func(l *coordinationv1.Lease) { l.Labels = nil }), t0,
 			[]string{`metadata.labels[holdfast.io/guarded]: Forbidden: must be "true" on the swap Lease, so that every change of it is checked`}},
 		{"held without a record", controller, nil, with(func(l *coordinationv1.Lease) {
@@ -428,7 +428,7 @@ func TestVoterSwapRules(t *testing.T) {
 		{"operator's manual swap", operator, s, nil, []string{
 			"spec: Forbidden: user olivia (groups plant-operators, system:authenticated) may not request a manual swap: requires membership in one of the groups [system:masters]"}, false},
 		{"admin's automatic swap", admin, auto, nil, []string{
-			"spec.origin: Forbidden: only the holdfast controller (system:serviceaccount:holdfast-system:holdfast-controller) creates Automatic swaps; a person's swap is Manual"}, false},
+			"spec.origin: Forbidden: only the holdfast voter controller (system:serviceaccount:holdfast-system:holdfast-controller) creates Automatic swaps; a person's swap is Manual"}, false},
 		{"a second swap while one is pending and one running", admin, s, []holdfastv1.VoterSwap{swap("a", "cp-1", "", ""), func() holdfastv1.VoterSwap {
 			x := swap("b", "cp-2", "edge-8", holdfastv1.SwapRunning)
 			x.Status.Step = holdfastv1.StepRegate
@@ -537,6 +537,60 @@ func TestOptionsFlags(t *testing.T) {
 		if err := fs.Parse([]string{bad}); err == nil {
 			t.Errorf("%s accepted", bad)
 		}
+	}
+}
+
+// --voters-service-account: empty keeps the voters rights with the
+// controller account (existing installs); set, the voters rights move to it
+// alone. No account may be another component's.
+func TestVotersServiceAccountFlag(t *testing.T) {
+	o := DefaultOptions()
+	if o.VotersUser() != o.Controller {
+		t.Fatalf("unset, the voters rights stay with %s; got %s", o.Controller, o.VotersUser())
+	}
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	o.AddFlags(fs)
+	if err := fs.Parse([]string{"--voters-service-account=plant/hf-voters"}); err != nil {
+		t.Fatal(err)
+	}
+	if o.VotersUser() != "system:serviceaccount:plant:hf-voters" || o.Controller != DefaultOptions().Controller {
+		t.Fatalf("flag not applied: %+v", o)
+	}
+	if err := o.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	// The voters rights are the voters account's alone.
+	units := requester{User: o.Controller}
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{holdfastv1.LabelDesiredRole: holdfastv1.RoleServer}}}
+	if v := checkNode(&o, units, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, n, nodeFacts{}); v.allowed() {
+		t.Fatal("the controller account set a desired role with a voters account configured")
+	}
+	for _, bad := range []string{"--voters-service-account=hf-voters", "--voters-service-account=Plant/hf", "--voters-service-account=plant/"} {
+		if err := fs.Parse([]string{bad}); err == nil {
+			t.Errorf("%s accepted", bad)
+		}
+	}
+	for _, c := range []struct {
+		set  func(*Options)
+		want string
+	}{
+		{func(o *Options) { o.Voters = o.NodePlugin }, "nodePluginServiceAccount: Invalid value: \"system:serviceaccount:holdfast-system:holdfast-node\": is also votersServiceAccount"},
+		{func(o *Options) { o.Scheduler = o.Controller }, "schedulerServiceAccount: Invalid value: \"system:serviceaccount:holdfast-system:holdfast-controller\": is also controllerServiceAccount"},
+		{func(o *Options) { o.Controller = "" }, "controllerServiceAccount: Required value"},
+		{func(o *Options) { o.Voters = "holdfast-controller-voters" }, "votersServiceAccount: Invalid value"},
+	} {
+		o := DefaultOptions()
+		c.set(&o)
+		if err := o.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("got %v, want an error saying %q", err, c.want)
+		}
+	}
+	// One account for both roles, spelled out, is the same as unset.
+	o = DefaultOptions()
+	o.Voters = o.Controller
+	if err := o.Validate(); err != nil {
+		t.Errorf("voters account = controller account: %v", err)
 	}
 }
 

@@ -85,12 +85,12 @@ func TestNeverBricksTheCluster(t *testing.T) {
 			t.Errorf("renewing Lease %s/%s with the webhook down: %v", l.Namespace, l.Name, err)
 		}
 	}
-	// holdfast's own routine writes: the controller renews the swap Lease and
-	// the grantor writes a Unit's status.
-	ctrl := clientAs(t, controllerUser, nil)
+	// holdfast's own routine writes: the voters role renews the swap Lease
+	// and the grantor (units role) writes a Unit's status.
+	voters := clientAs(t, votersUser, nil)
 	l := getSwapLease(t)
 	l.Spec.RenewTime = &metav1.MicroTime{Time: epoch0}
-	if err := ctrl.Update(ctx, l); err != nil {
+	if err := voters.Update(ctx, l); err != nil {
 		t.Errorf("the controller renewing the swap Lease with the webhook down: %v", err)
 	}
 	var u holdfastv1.Unit
@@ -98,7 +98,7 @@ func TestNeverBricksTheCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	u.Status.RuntimeBinding.LastAcknowledgedRenewal = &metav1.MicroTime{Time: time.Now()}
-	if err := ctrl.Status().Update(ctx, &u); err != nil {
+	if err := clientAs(t, controllerUser, nil).Status().Update(ctx, &u); err != nil {
 		t.Errorf("the grantor's Unit status write with the webhook down: %v", err)
 	}
 

@@ -38,7 +38,8 @@ func checkSwapLease(o *Options, r requester, old, newL *coordinationv1.Lease, no
 	}
 	holderPath := field.NewPath("spec", "holderIdentity")
 	annPath := field.NewPath("metadata", "annotations")
-	isController := r.User == o.Controller
+	// The voters role alone runs swaps.
+	isVoters := r.User == o.VotersUser()
 	oldHeld := old != nil && rules.SwapLeaseHeld(old, now)
 
 	if newL == nil {
@@ -60,16 +61,16 @@ func checkSwapLease(o *Options, r requester, old, newL *coordinationv1.Lease, no
 	if old != nil {
 		oldSpec, oldAnn = old.Spec, old.Annotations
 	}
-	if !isController && !equality.Semantic.DeepEqual(oldSpec, newL.Spec) {
+	if !isVoters && !equality.Semantic.DeepEqual(oldSpec, newL.Spec) {
 		v.forbid(field.Forbidden(holderPath, fmt.Sprintf(
-			"only the holdfast controller (%s) may acquire, renew or release the swap Lease", o.Controller)))
+			"only the holdfast voter controller (%s) may acquire, renew or release the swap Lease", o.VotersUser())))
 	}
 	swapKeys := changedKeys(oldAnn, newL.Annotations, func(k string) bool {
 		return k == holdfastv1.AnnotationSwapID || k == holdfastv1.AnnotationSwapNodes
 	})
-	if !isController {
+	if !isVoters {
 		for _, k := range swapKeys {
-			v.forbid(field.Forbidden(annPath.Key(k), fmt.Sprintf("only the holdfast controller (%s) may change it", o.Controller)))
+			v.forbid(field.Forbidden(annPath.Key(k), fmt.Sprintf("only the holdfast voter controller (%s) may change it", o.VotersUser())))
 		}
 	}
 

@@ -72,6 +72,7 @@ var (
 
 const (
 	controllerUser = "system:serviceaccount:holdfast-system:holdfast-controller"
+	votersUser     = "system:serviceaccount:holdfast-system:holdfast-controller-voters"
 	nodePluginUser = "system:serviceaccount:holdfast-system:holdfast-node"
 	schedulerUser  = "system:serviceaccount:holdfast-system:holdfast-scheduler"
 	operatorGroup  = "plant-operators"
@@ -109,6 +110,9 @@ func run(m *testing.M) (int, error) {
 
 	opts = webhook.DefaultOptions()
 	opts.Audit = auditOut
+	// The chart's split: the units role and the voters role each under
+	// their own account.
+	opts.Voters = votersUser
 	opts.Now = clock.Now
 	// Shift leads may confirm a fence and ask for a failover besides admins;
 	// nobody but admins may ask for a swap.
@@ -173,6 +177,7 @@ func grantRBAC() error {
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
 		Subjects: []rbacv1.Subject{
 			{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: controllerUser},
+			{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: votersUser},
 			{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: nodePluginUser},
 			{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: schedulerUser},
 			{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: operatorGroup},

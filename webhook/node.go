@@ -104,19 +104,19 @@ func checkNode(o *Options, r requester, old, newN *corev1.Node, f nodeFacts) ver
 	anns := changedKeys(oldAnn, newN.Annotations, holdfastKey)
 	labelPath := field.NewPath("metadata", "labels")
 	annPath := field.NewPath("metadata", "annotations")
-	isController := r.User == o.Controller
-
-	// The voter controller alone drives role switches.
+	// The voters role alone drives role switches (not the units role: a
+	// role label moves an etcd voter).
+	isVoters := r.User == o.VotersUser()
 	for _, k := range labels {
-		if controllerOnlyKey(k) && !isController {
+		if controllerOnlyKey(k) && !isVoters {
 			v.forbid(field.Forbidden(labelPath.Key(k), fmt.Sprintf(
-				"only the holdfast controller (%s) may change it: the voter controller sets the desired role during a swap; create a VoterSwap instead", o.Controller)))
+				"only the holdfast voter controller (%s) may change it: the voter controller sets the desired role during a swap; create a VoterSwap instead", o.VotersUser())))
 		}
 	}
 	for _, k := range anns {
-		if controllerOnlyKey(k) && !isController {
+		if controllerOnlyKey(k) && !isVoters {
 			v.forbid(field.Forbidden(annPath.Key(k), fmt.Sprintf(
-				"only the holdfast controller (%s) may change it: role steps belong to the swap in progress", o.Controller)))
+				"only the holdfast voter controller (%s) may change it: role steps belong to the swap in progress", o.VotersUser())))
 		}
 	}
 	if val, ok := newN.Labels[holdfastv1.LabelDesiredRole]; ok && containsKey(labels, holdfastv1.LabelDesiredRole) &&

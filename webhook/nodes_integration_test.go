@@ -24,7 +24,7 @@ func makeNode(t testing.TB, name string, labels, annotations map[string]string, 
 	t.Helper()
 	ctx := context.Background()
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels, Annotations: annotations}}
-	if err := clientAs(t, controllerUser, nil).Create(ctx, n); err != nil {
+	if err := clientAs(t, votersUser, nil).Create(ctx, n); err != nil {
 		t.Fatalf("creating node %s: %v", name, err)
 	}
 	t.Cleanup(func() {
@@ -99,7 +99,7 @@ func heldSwapLease(t *testing.T, swapID, nodes string) *coordinationv1.Lease {
 			RenewTime:            &metav1.MicroTime{Time: epoch0.Add(-10 * time.Second)},
 		},
 	}
-	if err := clientAs(t, controllerUser, nil).Create(context.Background(), l); err != nil {
+	if err := clientAs(t, votersUser, nil).Create(context.Background(), l); err != nil {
 		t.Fatalf("the controller creating the held swap Lease: %v", err)
 	}
 	t.Cleanup(func() { removeSwapLease(t) })
@@ -109,7 +109,7 @@ func heldSwapLease(t *testing.T, swapID, nodes string) *coordinationv1.Lease {
 // removeSwapLease releases (as the controller) and deletes the swap Lease.
 func removeSwapLease(t *testing.T) {
 	ctx := context.Background()
-	c := clientAs(t, controllerUser, nil)
+	c := clientAs(t, votersUser, nil)
 	var l coordinationv1.Lease
 	if err := c.Get(ctx, client.ObjectKey{Namespace: holdfastv1.SwapLeaseNamespace, Name: holdfastv1.SwapLeaseName}, &l); err != nil {
 		return
@@ -128,7 +128,7 @@ func TestDesiredRoleAndRoleStepsOnlyByController(t *testing.T) {
 	k := env.Kubectl()
 
 	res := k.Run(t, "", "label", "node", "n1", "holdfast.io/desired-role=server")
-	refusal(t, "desired-role-by-admin", res, `metadata.labels[holdfast.io/desired-role]: Forbidden: only the holdfast controller`)
+	refusal(t, "desired-role-by-admin", res, `metadata.labels[holdfast.io/desired-role]: Forbidden: only the holdfast voter controller`)
 	res = k.Run(t, "", "annotate", "node", "n1", "holdfast.io/role-step=promote", "holdfast.io/role-swap=20261129T200000Z-cp-3-edge-7")
 	refusal(t, "role-annotations-by-admin", res,
 		`metadata.annotations[holdfast.io/role-step]: Forbidden`, `metadata.annotations[holdfast.io/role-swap]: Forbidden`)
@@ -137,14 +137,14 @@ func TestDesiredRoleAndRoleStepsOnlyByController(t *testing.T) {
 	}
 
 	// The same changes by the controller's service account are allowed.
-	allowed(t, kubectlAs(t, controllerUser, "label", "node", "n1", "holdfast.io/desired-role=server"))
-	allowed(t, kubectlAs(t, controllerUser, "annotate", "node", "n1", "holdfast.io/role-step=promote"))
+	allowed(t, kubectlAs(t, votersUser, "label", "node", "n1", "holdfast.io/desired-role=server"))
+	allowed(t, kubectlAs(t, votersUser, "annotate", "node", "n1", "holdfast.io/role-step=promote"))
 	// A value the node plugin would not understand is malformed, even from
 	// the controller.
-	res = kubectlAs(t, controllerUser, "label", "node", "n1", "--overwrite", "holdfast.io/desired-role=voter")
+	res = kubectlAs(t, votersUser, "label", "node", "n1", "--overwrite", "holdfast.io/desired-role=voter")
 	refusal(t, "desired-role-unknown-value", res, `Unsupported value: "voter"`)
 	// Removing it is a change too.
-	refusal(t, "", k.Run(t, "", "label", "node", "n1", "holdfast.io/desired-role-"), "only the holdfast controller")
+	refusal(t, "", k.Run(t, "", "label", "node", "n1", "holdfast.io/desired-role-"), "only the holdfast voter controller")
 
 	// nodes/status keeps metadata changes, so it is guarded the same way.
 	n := getNode(t, "n1")
@@ -170,7 +170,7 @@ func TestEtcdRoleLabelKeptOnMember(t *testing.T) {
 		t.Fatal("the refused removal took the label")
 	}
 	// Not even the controller removes it before the member is gone.
-	refusal(t, "", kubectlAs(t, controllerUser, "label", "node", "cp-1", "node-role.kubernetes.io/control-plane-"), "still an etcd member")
+	refusal(t, "", kubectlAs(t, votersUser, "label", "node", "cp-1", "node-role.kubernetes.io/control-plane-"), "still an etcd member")
 	// A node that is no member (any more) may lose it.
 	allowed(t, k.Run(t, "", "label", "node", "cp-9", "node-role.kubernetes.io/etcd-", "node-role.kubernetes.io/control-plane-"))
 }

@@ -9,12 +9,18 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apiserver/pkg/authentication/serviceaccount"
 )
 
 // DefaultNamespace is the release namespace holdfast's service accounts live
 // in unless the chart says otherwise.
 const DefaultNamespace = "holdfast-system"
+
+// ChartVotersUser is the voters role's account as the chart names it
+// (--voters-service-account); the configuration's matchConditions name it.
+var ChartVotersUser = serviceaccount.MakeUsername(DefaultNamespace, "holdfast-controller-voters")
 
 // ClusterAdminGroup is who may confirm a fence, ask for a manual failover or
 // a manual swap unless configured otherwise.
@@ -25,8 +31,16 @@ const ClusterAdminGroup = "system:masters"
 // service account user names; everyone else is a person or a foreign tool.
 type Options struct {
 	// Controller, NodePlugin and Scheduler are user names
-	// (system:serviceaccount:<ns>:<name>).
+	// (system:serviceaccount:<ns>:<name>). Controller is holdfast-controller
+	// --role=units: the grantor, the only writer of a Unit's epoch and
+	// leaseEstablishedBy.
 	Controller string
+	// Voters is holdfast-controller --role=voters: the only writer of a
+	// Node's desired role and role steps, of the swap Lease, and of
+	// Automatic VoterSwaps. Empty means the Controller account (one account
+	// runs both roles, as before the split); set, the Controller account
+	// loses these rights and Voters gets none of the units role's.
+	Voters     string
 	NodePlugin string
 	Scheduler  string
 	// ConfirmFencedGroups may set holdfast.io/failover-confirm-fenced,
@@ -62,11 +76,61 @@ func DefaultOptions() Options {
 // given as <namespace>/<name>, groups as comma-separated lists.
 func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.Var(saFlag{&o.Controller}, "controller-service-account", "service account of holdfast-controller, <namespace>/<name>")
+	fs.Var(saFlag{&o.Voters}, "voters-service-account", "service account of holdfast-controller --role=voters, <namespace>/<name>; "+
+		"it alone may set a Node's desired role and role steps, hold the swap Lease and create Automatic VoterSwaps. "+
+		"Empty: the --controller-service-account account, which then keeps these rights (one account for both roles); "+
+		"set, that account loses them, and neither account holds the other's")
 	fs.Var(saFlag{&o.NodePlugin}, "node-plugin-service-account", "service account of holdfast-node, <namespace>/<name>")
 	fs.Var(saFlag{&o.Scheduler}, "scheduler-service-account", "service account of holdfast-scheduler, <namespace>/<name>")
 	fs.Var(groupsFlag{&o.ConfirmFencedGroups}, "confirm-fenced-groups", "groups that may set holdfast.io/failover-confirm-fenced (comma separated)")
 	fs.Var(groupsFlag{&o.FailoverGroups}, "failover-groups", "groups that may set holdfast.io/failover-to (comma separated)")
 	fs.Var(groupsFlag{&o.SwapGroups}, "swap-groups", "groups that may create a manual VoterSwap (comma separated)")
+}
+
+// VotersUser is the user name of holdfast-controller --role=voters: Voters,
+// or Controller when no separate account is configured.
+func (o *Options) VotersUser() string {
+	if o.Voters != "" {
+		return o.Voters
+	}
+	return o.Controller
+}
+
+// Validate refuses options that would give one holdfast account another
+// component's rights: each account is a distinct user, except that Voters
+// may be empty or repeat Controller (one account runs both controller roles,
+// as before the split).
+func (o *Options) Validate() error {
+	var errs field.ErrorList
+	seen := map[string]string{}
+	for _, a := range []struct {
+		name, user string
+		optional   bool
+	}{
+		{"controllerServiceAccount", o.Controller, false},
+		{"votersServiceAccount", o.Voters, true},
+		{"nodePluginServiceAccount", o.NodePlugin, false},
+		{"schedulerServiceAccount", o.Scheduler, false},
+	} {
+		p := field.NewPath(a.name)
+		switch other, dup := seen[a.user]; {
+		case a.user == "" && a.optional:
+		case a.user == "":
+			errs = append(errs, field.Required(p, "name holdfast's own service account as <namespace>/<name>"))
+		case !isServiceAccountUser(a.user):
+			errs = append(errs, field.Invalid(p, a.user, "must be a service account user name (system:serviceaccount:<namespace>:<name>)"))
+		case dup && !(a.name == "votersServiceAccount" && other == "controllerServiceAccount"):
+			errs = append(errs, field.Invalid(p, a.user, "is also "+other+": one account would hold both components' rights"))
+		default:
+			seen[a.user] = a.name
+		}
+	}
+	return errs.ToAggregate()
+}
+
+func isServiceAccountUser(u string) bool {
+	_, _, err := serviceaccount.SplitUsername(u)
+	return err == nil
 }
 
 type saFlag struct{ user *string }
@@ -85,6 +149,12 @@ func (f saFlag) Set(v string) error {
 	ns, name, ok := strings.Cut(v, "/")
 	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
 		return fmt.Errorf("%q: want <namespace>/<name>", v)
+	}
+	if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
+		return fmt.Errorf("%q: namespace %s", v, msgs[0])
+	}
+	if msgs := validation.IsDNS1123Subdomain(name); len(msgs) > 0 {
+		return fmt.Errorf("%q: name %s", v, msgs[0])
 	}
 	*f.user = serviceaccount.MakeUsername(ns, name)
 	return nil

@@ -29,7 +29,9 @@ func swapRunning(s *holdfastv1.VoterSwap) bool {
 func checkVoterSwapCreate(o *Options, r requester, s *holdfastv1.VoterSwap, others []holdfastv1.VoterSwap, gates rules.GateInput) (verdict, []AuditRecord) {
 	var v verdict
 	specPath := field.NewPath("spec")
-	isController := r.User == o.Controller
+	// The voters role alone creates Automatic swaps and asks for one
+	// without being in a swap group.
+	isVoters := r.User == o.VotersUser()
 	for _, f := range []struct {
 		path  *field.Path
 		value string
@@ -49,10 +51,10 @@ func checkVoterSwapCreate(o *Options, r requester, s *holdfastv1.VoterSwap, othe
 		origin = holdfastv1.SwapManual
 	}
 	switch {
-	case origin == holdfastv1.SwapAutomatic && !isController:
+	case origin == holdfastv1.SwapAutomatic && !isVoters:
 		v.forbid(field.Forbidden(specPath.Child("origin"), fmt.Sprintf(
-			"only the holdfast controller (%s) creates Automatic swaps; a person's swap is Manual", o.Controller)))
-	case origin == holdfastv1.SwapManual && !isController && !inAnyGroup(r.Groups, o.SwapGroups):
+			"only the holdfast voter controller (%s) creates Automatic swaps; a person's swap is Manual", o.VotersUser())))
+	case origin == holdfastv1.SwapManual && !isVoters && !inAnyGroup(r.Groups, o.SwapGroups):
 		v.forbid(field.Forbidden(specPath, groupsNeeded("request a manual swap", r, o.SwapGroups)))
 	}
 	for i := range others {

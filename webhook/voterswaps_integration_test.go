@@ -38,7 +38,7 @@ func healthyCluster(t *testing.T) {
 func runningSwap(t *testing.T, name, out, in string) *holdfastv1.VoterSwap {
 	t.Helper()
 	ctx := context.Background()
-	c := clientAs(t, controllerUser, nil)
+	c := clientAs(t, votersUser, nil)
 	sw := &holdfastv1.VoterSwap{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec:       holdfastv1.VoterSwapSpec{Outgoing: out, Incoming: in, Origin: holdfastv1.SwapAutomatic, Reason: "fsync p99 above 10ms"},
@@ -59,7 +59,7 @@ func runningSwap(t *testing.T, name, out, in string) *holdfastv1.VoterSwap {
 
 func finishAndDeleteSwap(t *testing.T, name string) {
 	ctx := context.Background()
-	c := clientAs(t, controllerUser, nil)
+	c := clientAs(t, votersUser, nil)
 	var sw holdfastv1.VoterSwap
 	if err := c.Get(ctx, client.ObjectKey{Name: name}, &sw); err != nil {
 		return
@@ -152,7 +152,7 @@ func TestManualSwapOnlyByConfiguredGroups(t *testing.T) {
 		"user olivia (groups plant-operators, system:authenticated) may not request a manual swap: requires membership in one of the groups [system:masters]")
 
 	res = env.Kubectl().Run(t, strings.Replace(secondSwap, "reason: disk replacement", "reason: x, origin: Automatic", 1), "create", "-f", "-")
-	refusal(t, "automatic-swap-by-person", res, "spec.origin: Forbidden: only the holdfast controller")
+	refusal(t, "automatic-swap-by-person", res, "spec.origin: Forbidden: only the holdfast voter controller")
 
 	// An admin's swap passes every gate, and is audited.
 	allowed(t, env.Kubectl().Run(t, secondSwap, "create", "-f", "-"))

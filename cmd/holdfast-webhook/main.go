@@ -39,6 +39,9 @@ func run() error {
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return err
 	}
+	if err := opts.Validate(); err != nil {
+		return fmt.Errorf("flags: %w", err)
+	}
 	ctrl.SetLogger(textlogger.NewLogger(logCfg))
 
 	scheme, err := webhook.NewScheme()
@@ -67,6 +70,6 @@ func run() error {
 	if err := mgr.AddReadyzCheck("webhook", srv.StartedChecker()); err != nil {
 		return err
 	}
-	klog.InfoS("Starting holdfast-webhook", "port", *port, "controller", opts.Controller, "nodePlugin", opts.NodePlugin, "scheduler", opts.Scheduler)
+	klog.InfoS("Starting holdfast-webhook", "port", *port, "controller", opts.Controller, "voters", opts.VotersUser(), "nodePlugin", opts.NodePlugin, "scheduler", opts.Scheduler)
 	return mgr.Start(ctrl.SetupSignalHandler())
 }

@@ -64,8 +64,21 @@ func TestChartRendersEveryCase(t *testing.T) {
 		for _, m := range ms {
 			kinds[m.Kind]++
 		}
-		if kinds["Deployment"] < 3 || kinds["DaemonSet"] != 1 || kinds["ValidatingWebhookConfiguration"] != 1 || kinds["ServiceAccount"] != 4 {
+		if kinds["Deployment"] < 3 || kinds["DaemonSet"] != 1 || kinds["ValidatingWebhookConfiguration"] != 1 || kinds["ServiceAccount"] != kinds["Deployment"]+kinds["DaemonSet"] {
 			t.Errorf("%s: rendered kinds %v", c.Name, kinds)
+		}
+		// One account per workload: each controller role runs under its own.
+		for _, m := range ms {
+			if m.Kind != "Deployment" || !strings.HasPrefix(m.Name, "holdfast-controller-") {
+				continue
+			}
+			want := map[string]string{"holdfast-controller-units": "holdfast-controller", "holdfast-controller-voters": "holdfast-controller-voters"}[m.Name]
+			spec, _ := m.Object["spec"].(map[string]any)
+			tmpl, _ := spec["template"].(map[string]any)
+			pod, _ := tmpl["spec"].(map[string]any)
+			if got := pod["serviceAccountName"]; got != want {
+				t.Errorf("%s: %s runs as %v, want %s", c.Name, m.Name, got, want)
+			}
 		}
 		if !strings.Contains(notes, "kubectl holdfast status") {
 			t.Errorf("%s: NOTES.txt lacks the next steps:\n%s", c.Name, notes)

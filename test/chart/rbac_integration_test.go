@@ -75,10 +75,10 @@ var components = []component{
 	{name: "webhook", cmd: "./cmd/holdfast-webhook", scenario: webhookScenario},
 	{name: "controller", cmd: "./cmd/holdfast-controller", scenario: controllerScenario},
 	{name: "scheduler", cmd: "./cmd/holdfast-scheduler", scenario: schedulerScenario, unexercised: map[string]string{
-		"get units.holdfast.io (ClusterRole/holdfast-scheduler)": "UnitPlacement's PreBind reads the apiserver's copy only when its cached copy conflicts or refuses (scheduler-plugin/unitplacement: PreBind)",
+		"get units.holdfast.io (ClusterRole/holdfast-scheduler)": "UnitPlacement's Bind reads the apiserver's copy only when its cached copy conflicts or refuses (scheduler-plugin/unitplacement: Bind)",
 	}},
 	{name: "node", cmd: "./cmd/holdfast-node", scenario: nodeScenario},
-	{name: "controller-voters", sa: "holdfast-controller", values: "voters-values.yaml", cmd: "./cmd/holdfast-controller", scenario: votersScenario,
+	{name: "controller-voters", sa: "holdfast-controller-voters", values: "voters-values.yaml", cmd: "./cmd/holdfast-controller", scenario: votersScenario,
 		unexercised: votersUnexercised},
 }
 

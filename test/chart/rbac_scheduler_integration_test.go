@@ -26,7 +26,7 @@ import (
 // schedulerScenario runs holdfast-scheduler with the chart's rendered
 // configuration (the ConfigMap it mounts) and args: it wins its election
 // Lease in the release namespace, places a unit's first runtime pod on the
-// primary and records the node in the unit's binding (PreBind).
+// primary and records the node in the unit's binding (at Bind).
 func schedulerScenario(t *testing.T, bin, kubeconfig string, chartArgs []string) {
 	ctx := context.Background()
 	ns := env.Namespace(t)
@@ -130,7 +130,7 @@ func schedulerScenario(t *testing.T, bin, kubeconfig string, chartArgs []string)
 		p, _ := cs.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
 		t.Fatalf("the scheduler never recorded rs-primary in the binding of %s: %v; pod conditions %+v", u.Name, err, p.Status.Conditions)
 	}
-	// PreBind records the binding before the Binding is posted: wait for
+	// Bind records the binding before it posts the Binding: wait for
 	// the pod to be bound.
 	var p *corev1.Pod
 	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {

@@ -30,8 +30,12 @@ import (
 // votersUnexercised are the voters role's grants its scenario does not
 // reach, each with why it stays.
 var votersUnexercised = map[string]string{
-	"create voterswaps.holdfast.io (ClusterRole/holdfast-controller)": "an automatic swap (dry run off) is created only after a voter is unfit for a whole fitness window (at least 60s); " +
+	"create voterswaps.holdfast.io (ClusterRole/holdfast-controller-voters)": "an automatic swap (dry run off) is created only after a voter is unfit for a whole fitness window (at least 60s); " +
 		"controller/voters TestNextIdleAndDecisions holds the decision, TestAnUnfitVoterIsOnlyProposedUnderDryRun drills it on real etcd",
+	"create pods in holdfast-system (Role/holdfast-system/holdfast-controller-voter-candidate)": "the voter-candidate pod is placed only for a swap that names no incoming node; " +
+		"this scenario's swap names its candidate (controller/voters TestFullSwapWithRealEtcd places and deletes one on real etcd)",
+	"delete pods in holdfast-system (Role/holdfast-system/holdfast-controller-voter-candidate)": "the voter-candidate pod is deleted once the scheduler's pick is recorded, so only after a swap that placed one",
+	"patch events.events.k8s.io (ClusterRole/holdfast-controller-voters)":                       "an Event is patched only when the same decision is recorded again within the event series window; this scenario records each once",
 }
 
 // renderCI renders the chart with charts/holdfast/ci/<file>.
@@ -77,7 +81,7 @@ func addedGrants(t *testing.T, defaults []Manifest, b Bound, sa string) Bound {
 	return out
 }
 
-// applyRBAC puts the RBAC objects rendered in with in place of those in
+// applyRBAC puts the ServiceAccounts and RBAC objects rendered in with in place of those in
 // base (the helm-installed defaults) for the test, and puts base back after.
 func applyRBAC(t *testing.T, base, with []Manifest) {
 	t.Helper()
@@ -89,7 +93,7 @@ func applyRBAC(t *testing.T, base, with []Manifest) {
 	}
 	for _, m := range with {
 		switch m.Kind {
-		case "ClusterRole", "Role", "ClusterRoleBinding", "RoleBinding":
+		case "ServiceAccount", "ClusterRole", "Role", "ClusterRoleBinding", "RoleBinding":
 		default:
 			continue
 		}
@@ -266,7 +270,7 @@ func votersScenario(t *testing.T, bin, kubeconfig string, chartArgs []string) {
 	proc.stop(t)
 
 	// Secrets: only the one named in VoterPolicy, only by name.
-	reqs, err := Requests(auditLog, saUser("holdfast-controller"))
+	reqs, err := Requests(auditLog, saUser("holdfast-controller-voters"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -134,7 +134,7 @@ func TestWebhookLetsTheNodePluginWriteOnlyItsOwnNode(t *testing.T) {
 		"annotations": map[string]any{holdfastv1.AnnotationFitness: `{"disk":"full"}`}}}), "pod-bound service account token")
 	// The desired role and the role steps are the controller's, even on its own Node.
 	refused("the node plugin setting its own desired role", patch(podBound, "own-edge-1", map[string]any{"metadata": map[string]any{
-		"labels": map[string]any{holdfastv1.LabelDesiredRole: holdfastv1.RoleServer}}}), "metadata.labels["+holdfastv1.LabelDesiredRole+"]", "only the holdfast controller")
+		"labels": map[string]any{holdfastv1.LabelDesiredRole: holdfastv1.RoleServer}}}), "metadata.labels["+holdfastv1.LabelDesiredRole+"]", "only the holdfast voter controller (system:serviceaccount:"+Namespace+":holdfast-controller-voters)")
 
 	after, err := cs.CoreV1().Nodes().Get(ctx, "own-edge-2", metav1.GetOptions{})
 	if err != nil {

@@ -73,6 +73,17 @@ func (c *Cluster) waitHTTPS(ctx context.Context, p *Process, url string, timeout
 	})
 }
 
+// ControllerServiceAccount is the service account holdfast-controller
+// --role role runs as under the chart: the units role keeps
+// holdfast-controller, the voters role has holdfast-controller-voters (the
+// webhook's --voters-service-account).
+func ControllerServiceAccount(role string) string {
+	if role == "voters" {
+		return "holdfast-controller-voters"
+	}
+	return "holdfast-controller"
+}
+
 // Controller is one holdfast-controller process.
 type Controller struct {
 	*Process
@@ -84,13 +95,15 @@ type Controller struct {
 }
 
 // StartController starts holdfast-controller --role role as identity, its
-// probes and metrics on the hub's loopback at base and base+1.
+// probes and metrics on the hub's loopback at base and base+1. It runs as
+// its role's service-account user (ControllerServiceAccount), as under the
+// chart, so the webhook grants each role only its own rights.
 func (c *Cluster) StartController(ctx context.Context, role, identity string, base int, extra ...string) (*Controller, error) {
 	bin, err := c.Binary("cmd/holdfast-controller")
 	if err != nil {
 		return nil, err
 	}
-	kc, err := c.UserKubeconfig(identity, ServiceAccountUser("holdfast-controller"), "system:masters")
+	kc, err := c.UserKubeconfig(identity, ServiceAccountUser(ControllerServiceAccount(role)), "system:masters")
 	if err != nil {
 		return nil, err
 	}

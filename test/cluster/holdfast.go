@@ -123,7 +123,10 @@ func (c *Cluster) StartWebhook(ctx context.Context) (*Process, error) {
 	}
 	p, err := c.StartInHub("holdfast-webhook", []string{"KUBECONFIG=" + kc}, bin,
 		"--host", HubIP, "--port", fmt.Sprint(WebhookPort), "--cert-dir", certDir,
-		"--health-probe-bind-address", "127.0.0.1:8181", "--metrics-bind-address", "127.0.0.1:8180")
+		"--health-probe-bind-address", "127.0.0.1:8181", "--metrics-bind-address", "127.0.0.1:8180",
+		// The chart's split: each controller role under its own account.
+		"--controller-service-account", holdfastNS+"/"+ControllerServiceAccount("units"),
+		"--voters-service-account", holdfastNS+"/"+ControllerServiceAccount("voters"))
 	if err != nil {
 		return nil, err
 	}
