@@ -3,14 +3,10 @@ package runtime_test
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
-	"github.com/mochi-mqtt/server/v2/hooks/auth"
-	"github.com/mochi-mqtt/server/v2/listeners"
 	"k8s.io/klog/v2/ktesting"
 
 	leaseapi "github.com/holdfast-io/holdfast/api/lease"
@@ -21,6 +17,7 @@ import (
 	"github.com/holdfast-io/holdfast/runtime/internal/testutil"
 	"github.com/holdfast-io/holdfast/runtime/lease"
 	"github.com/holdfast-io/holdfast/runtime/telemetry"
+	"github.com/holdfast-io/holdfast/runtime/telemetry/brokertest"
 	"github.com/holdfast-io/holdfast/test/devicesim"
 )
 
@@ -153,17 +150,7 @@ type broker struct {
 
 func startBroker(t *testing.T, addr string) *broker {
 	t.Helper()
-	srv := mqtt.New(&mqtt.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err := srv.AddHook(new(auth.AllowHook), nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.AddListener(listeners.NewTCP(listeners.Config{ID: "tcp", Address: addr})); err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Serve(); err != nil {
-		t.Fatal(err)
-	}
-	return &broker{srv: srv, addr: addr}
+	return &broker{srv: brokertest.Start(t, addr), addr: addr}
 }
 
 // retainedState is the status the broker would hand a new subscriber.

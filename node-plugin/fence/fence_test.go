@@ -82,6 +82,17 @@ func runtimeSandbox(id string) *critesting.FakePodSandbox {
 			"io.kubernetes.pod.namespace": "plant", "io.kubernetes.pod.name": "u-runtime-e1"}}}
 }
 
+// stopCalls counts the StopContainer calls the fake CRI received.
+func stopCalls(cri *critesting.FakeRuntimeService) int {
+	n := 0
+	for _, c := range cri.GetCalls() {
+		if c == "StopContainer" {
+			n++
+		}
+	}
+	return n
+}
+
 func runtimeContainer(sandbox, id string) *critesting.FakeContainer {
 	return &critesting.FakeContainer{SandboxID: sandbox, ContainerStatus: runtimeapi.ContainerStatus{
 		Id: id, State: runtimeapi.ContainerState_CONTAINER_RUNNING, Metadata: &runtimeapi.ContainerMetadata{Name: "runtime"}}}
@@ -105,15 +116,7 @@ func TestWedgedRuntimeStoppedOncePerApiserverOutage(t *testing.T) {
 	answers := &leaseAnswers{}
 	dir := t.TempDir()
 	agent := &fence.Agent{CRI: cri, Units: units{"plant/u": u}, Lease: answers, Clock: clk, AuditDir: dir}
-	stops := func() int {
-		n := 0
-		for _, c := range cri.GetCalls() {
-			if c == "StopContainer" {
-				n++
-			}
-		}
-		return n
-	}
+	stops := func() int { return stopCalls(cri) }
 	audited := func() int {
 		b, err := os.ReadFile(filepath.Join(dir, "fence-audit.jsonl"))
 		if errors.Is(err, os.ErrNotExist) {
@@ -278,15 +281,7 @@ func TestLoopPacesItsPassesOnTheInjectedClock(t *testing.T) {
 			return time.Time{}
 		}
 	}
-	stops := func() int {
-		n := 0
-		for _, c := range cri.GetCalls() {
-			if c == "StopContainer" {
-				n++
-			}
-		}
-		return n
-	}
+	stops := func() int { return stopCalls(cri) }
 
 	start := next()
 	if !start.Equal(ticks.Now()) {

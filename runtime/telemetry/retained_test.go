@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -13,12 +11,10 @@ import (
 	"time"
 
 	"github.com/eclipse/paho.golang/paho"
-	mqtt "github.com/mochi-mqtt/server/v2"
-	"github.com/mochi-mqtt/server/v2/hooks/auth"
-	"github.com/mochi-mqtt/server/v2/listeners"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/holdfast-io/holdfast/runtime/internal/testutil"
+	"github.com/holdfast-io/holdfast/runtime/telemetry/brokertest"
 	"github.com/holdfast-io/holdfast/test/devicesim"
 )
 
@@ -27,21 +23,6 @@ const retainedUnit = "plant/kiln-1"
 // Every test here runs two epochs' clients against one real broker (mochi)
 // on loopback, and reads the topic as a plant's SCADA would: a fresh
 // subscriber takes the retained status.
-
-func startMochi(t *testing.T, addr string) *mqtt.Server {
-	t.Helper()
-	srv := mqtt.New(&mqtt.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err := srv.AddHook(new(auth.AllowHook), nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.AddListener(listeners.NewTCP(listeners.Config{ID: "tcp", Address: addr})); err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Serve(); err != nil {
-		t.Fatal(err)
-	}
-	return srv
-}
 
 // epochClient is one epoch's runtime telemetry, connected through addr.
 func epochClient(t *testing.T, addr, clientID string) *Client {
@@ -164,7 +145,7 @@ func (o *observer) find(payload []byte) *paho.Publish {
 // with epoch 2's runtime away.
 func TestRetainedStatusNeverGoesBackToALowerEpoch(t *testing.T) {
 	addr := testutil.FreePort(t)
-	srv := startMochi(t, addr)
+	srv := brokertest.Start(t, addr)
 	defer func() { _ = srv.Close() }()
 	link, err := devicesim.NewLink(addr, true) // epoch 1's network path to the broker
 	if err != nil {
@@ -199,7 +180,7 @@ func TestRetainedStatusNeverGoesBackToALowerEpoch(t *testing.T) {
 	}
 	testutil.Eventually(t, 20*time.Second, "both to see the broker gone", func() bool { return !e1.Connected() && !e2.Connected() })
 	c1, c2 := e1.Connects(), e2.Connects()
-	srv = startMochi(t, addr)
+	srv = brokertest.Start(t, addr)
 	testutil.Eventually(t, 20*time.Second, "both to reconnect", func() bool {
 		return e1.Connected() && e2.Connected() && e1.Connects() > c1 && e2.Connects() > c2 &&
 			e1.QueueDepth() == 0 && e2.QueueDepth() == 0
@@ -233,7 +214,7 @@ func TestRetainedStatusNeverGoesBackToALowerEpoch(t *testing.T) {
 // status.
 func TestRetainedStatusHealsWhenAStalePublishLandsAfterTheHolders(t *testing.T) {
 	addr := testutil.FreePort(t)
-	srv := startMochi(t, addr)
+	srv := brokertest.Start(t, addr)
 	defer func() { _ = srv.Close() }()
 	e2 := epochClient(t, addr, "holdfast-kiln-1-runtime-e2")
 	topic := e2.StatusTopic()

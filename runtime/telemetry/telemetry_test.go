@@ -3,16 +3,12 @@ package telemetry
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
 	"net"
 	"strings"
 	"testing"
 	"time"
 
-	mqtt "github.com/mochi-mqtt/server/v2"
-	"github.com/mochi-mqtt/server/v2/hooks/auth"
-	"github.com/mochi-mqtt/server/v2/listeners"
+	"github.com/holdfast-io/holdfast/runtime/telemetry/brokertest"
 	"k8s.io/klog/v2/ktesting"
 )
 
@@ -25,14 +21,7 @@ func TestWithoutAQueueTheStatusIsPublishedLive(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	srv := mqtt.New(&mqtt.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	_ = srv.AddHook(new(auth.AllowHook), nil)
-	if err := srv.AddListener(listeners.NewTCP(listeners.Config{ID: "tcp", Address: addr})); err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Serve(); err != nil {
-		t.Fatal(err)
-	}
+	srv := brokertest.Start(t, addr)
 	defer srv.Close()
 	c, err := New(Config{BrokerURL: "mqtt://" + addr, Unit: "plant/kiln-1", QueueSize: 0, MaxBackoff: 100 * time.Millisecond},
 		ktesting.NewLogger(t, ktesting.NewConfig()))
