@@ -77,11 +77,7 @@ func observe(t *testing.T, g *Grantor) Observation {
 // abandoned with its connection; the wait between the two is the L2 wait,
 // and every attempt goes out before the runtime's deadline.
 func TestAStarvedRenewalIsReadLateNotAbandoned(t *testing.T) {
-	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
-	e := newEndpoint(t, 1)
-	g := New(Options{Name: "ctl-0", Clock: clk})
-	defer g.StopAll()
-	g.Ensure(Target{Unit: unit, Epoch: 1, Address: e.addr(), Duration: 30 * time.Second})
+	clk, e, g := renewing(t, 1)
 	settle(t, g, e, 2)
 	clk.Step(5 * time.Second)
 	settle(t, g, e, 3)
@@ -235,11 +231,7 @@ func TestLoopsStartedTogetherSpreadTheirPhases(t *testing.T) {
 // grid) and all of it, ends on the plan grid, and the waits differ, so loops
 // a stall put in step drift apart again.
 func TestEveryAnchoredWaitIsShortenedByItsJitterOnly(t *testing.T) {
-	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
-	e := newEndpoint(t, 1)
-	g := New(Options{Name: "ctl-0", Clock: clk})
-	defer g.StopAll()
-	g.Ensure(Target{Unit: unit, Epoch: 1, Address: e.addr(), Duration: 30 * time.Second})
+	clk, e, g := renewing(t, 1)
 	settle(t, g, e, 2)
 	clk.Step(5 * time.Second) // past the spread first wait
 	settle(t, g, e, 3)

@@ -156,13 +156,20 @@ func stepNothingDue(t *testing.T, g *Grantor, clk *clocktesting.FakeClock, e *en
 	}
 }
 
-func TestTheFirstAcknowledgementIsFollowedAtOnceByAGrantCarryingItsAge(t *testing.T) {
+// renewing starts one renewal loop at epoch, a 30s lease, on a fake clock
+// at time.Unix(1000, 0), to a runtime endpoint of that epoch.
+func renewing(t *testing.T, epoch int64) (*clocktesting.FakeClock, *endpoint, *Grantor) {
+	t.Helper()
 	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
-	e := newEndpoint(t, 3)
+	e := newEndpoint(t, epoch)
 	g := New(Options{Name: "ctl-0", Clock: clk})
-	defer g.StopAll()
-	g.Ensure(Target{Unit: unit, Epoch: 3, Address: e.addr(), Duration: 30 * time.Second})
+	t.Cleanup(g.StopAll)
+	g.Ensure(Target{Unit: unit, Epoch: epoch, Address: e.addr(), Duration: 30 * time.Second})
+	return clk, e, g
+}
 
+func TestTheFirstAcknowledgementIsFollowedAtOnceByAGrantCarryingItsAge(t *testing.T) {
+	_, e, g := renewing(t, 3)
 	settle(t, g, e, 2)
 	grants := e.received()
 	if grants[0].AckAgeMillis != nil || grants[0].Anchor != "" {
@@ -187,11 +194,7 @@ func TestTheFirstAcknowledgementIsFollowedAtOnceByAGrantCarryingItsAge(t *testin
 }
 
 func TestGrantsCarryTheAgeOfTheLastAcknowledgedRenewalAtTheCadence(t *testing.T) {
-	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
-	e := newEndpoint(t, 1)
-	g := New(Options{Name: "ctl-0", Clock: clk})
-	defer g.StopAll()
-	g.Ensure(Target{Unit: unit, Epoch: 1, Address: e.addr(), Duration: 30 * time.Second})
+	clk, e, g := renewing(t, 1)
 	settle(t, g, e, 2)
 
 	// Healthy: every 5s (a sixth of 30s), each grant carrying 5s.
@@ -254,11 +257,7 @@ func TestOneRefusedRenewalIsRetriedInsideTheRuntimesAnchor(t *testing.T) {
 // was its predecessor's and extended nothing; the grantor sends the new
 // incarnation's anchor back at once rather than an interval later.
 func TestANewIncarnationIsFollowedAtOnceByAGrantCarryingItsAnchor(t *testing.T) {
-	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
-	e := newEndpoint(t, 1)
-	g := New(Options{Name: "ctl-0", Clock: clk})
-	defer g.StopAll()
-	g.Ensure(Target{Unit: unit, Epoch: 1, Address: e.addr(), Duration: 30 * time.Second})
+	clk, e, g := renewing(t, 1)
 	settle(t, g, e, 2)
 	clk.Step(5 * time.Second)
 	settle(t, g, e, 3)

@@ -34,6 +34,25 @@ func etcdClient(t *testing.T) *clientv3.Client {
 	return cli
 }
 
+// openDrill is every voter drill's start: an etcd client, the voters (no
+// learner), the cluster ID, and all of them healthy; the drill's wall time
+// is logged at its end.
+func openDrill(t *testing.T) (ctx context.Context, cli *clientv3.Client, voters []string, clusterID uint64) {
+	t.Helper()
+	start := time.Now()
+	t.Cleanup(func() { t.Logf("drill wall time %v", time.Since(start).Round(time.Second)) })
+	ctx = context.Background()
+	cli = etcdClient(t)
+	voters, learners, clusterID := members(t, cli)
+	if len(learners) > 0 {
+		t.Fatalf("start: voters %v learners %v", voters, learners)
+	}
+	if err := world.WaitVotersHealthy(ctx, 2*time.Minute, voters...); err != nil {
+		t.Fatal(err)
+	}
+	return ctx, cli, voters, clusterID
+}
+
 func members(t *testing.T, cli *clientv3.Client) (voters, learners []string, id uint64) {
 	t.Helper()
 	v, l, id, err := etcdwatch.Members(context.Background(), cli)

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/test/cluster"
 	"github.com/holdfast-io/holdfast/webhook/rules"
 )
 
@@ -32,13 +33,7 @@ import (
 // same members, one cluster ID, no Lease, no role label; no acknowledged
 // write is lost. After SIGCONT the same swap succeeds.
 func TestSwapRefusedWhileAVoterIsPaused(t *testing.T) {
-	start := time.Now()
-	ctx := context.Background()
-	cli := etcdClient(t)
-	before, _, clusterID := members(t, cli)
-	if err := world.WaitVotersHealthy(ctx, 2*time.Minute, before...); err != nil {
-		t.Fatal(err)
-	}
+	ctx, cli, before, clusterID := openDrill(t)
 	leader := policy(t).Status.Leader
 	out, in := before[0], nonVoter(t, before)
 	paused := ""
@@ -184,7 +179,6 @@ func TestSwapRefusedWhileAVoterIsPaused(t *testing.T) {
 	if err := world.WaitVotersHealthy(ctx, 2*time.Minute, after...); err != nil {
 		t.Error(err)
 	}
-	t.Logf("drill wall time %v", time.Since(start).Round(time.Second))
 }
 
 // TestFormerMemberPromotedAgain: a voter removed by a full swap is later
@@ -194,13 +188,7 @@ func TestSwapRefusedWhileAVoterIsPaused(t *testing.T) {
 // the existing cluster as a new member (a new member ID, never its old
 // data), and there is one cluster ID throughout, as every member reports it.
 func TestFormerMemberPromotedAgain(t *testing.T) {
-	start := time.Now()
-	ctx := context.Background()
-	cli := etcdClient(t)
-	before, _, clusterID := members(t, cli)
-	if err := world.WaitVotersHealthy(ctx, 2*time.Minute, before...); err != nil {
-		t.Fatal(err)
-	}
+	ctx, cli, before, clusterID := openDrill(t)
 	former, standby := before[0], nonVoter(t, before)
 	x := watch(cli, "/holdfast-writer/former-member/")
 
@@ -260,7 +248,6 @@ func TestFormerMemberPromotedAgain(t *testing.T) {
 	if err := world.WaitVotersHealthy(ctx, 2*time.Minute, after...); err != nil {
 		t.Error(err)
 	}
-	t.Logf("drill wall time %v", time.Since(start).Round(time.Second))
 }
 
 // etcdClientOn is a client on these nodes' members only.
@@ -291,13 +278,13 @@ func policy(t *testing.T) *holdfastv1.VoterPolicy {
 // for a while before they count as a failure.
 func retryRead(ctx context.Context, read func() error) error {
 	var err error
-	for range 40 {
-		if err = read(); err == nil || apierrors.IsNotFound(err) {
-			return err
-		}
-		time.Sleep(3 * time.Second)
+	if cluster.Poll(ctx, 2*time.Minute, func() (bool, error) {
+		err = read()
+		return err == nil || apierrors.IsNotFound(err), nil
+	}) != nil {
+		return errors.Join(errors.New("the apiserver did not answer for 2m"), err)
 	}
-	return errors.Join(errors.New("the apiserver did not answer for 2m"), err)
+	return err
 }
 
 func listWithRetry(ctx context.Context, l client.ObjectList) error {

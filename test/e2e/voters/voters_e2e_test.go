@@ -3,7 +3,6 @@
 package voters
 
 import (
-	"context"
 	"slices"
 	"strings"
 	"testing"
@@ -21,17 +20,11 @@ import (
 // agent unit running), the swap's steps in its status, Events and metrics,
 // no failed or lost write, a voter leader at every sample, one cluster ID.
 func TestFullSwapWithWritesThroughout(t *testing.T) {
-	start := time.Now()
-	ctx := context.Background()
-	cli := etcdClient(t)
-	before, learners, clusterID := members(t, cli)
-	if len(before) != 3 || len(learners) > 0 {
-		t.Fatalf("start: voters %v learners %v", before, learners)
+	ctx, cli, before, clusterID := openDrill(t)
+	if len(before) != 3 {
+		t.Fatalf("start: voters %v, want 3", before)
 	}
 	out, in := before[0], nonVoter(t, before)
-	if err := world.WaitVotersHealthy(ctx, time.Minute, before...); err != nil {
-		t.Fatal(err)
-	}
 	x := watch(cli, "/holdfast-writer/full-swap/")
 	var seen []string
 	s := swapSucceeds(t, out, in, 5*time.Minute, func(step string) {
@@ -122,7 +115,6 @@ func TestFullSwapWithWritesThroughout(t *testing.T) {
 	if l := metricLine(m, "holdfast_voters"); !strings.HasSuffix(l, " 3") {
 		t.Errorf("holdfast_voters: %q, want 3", l)
 	}
-	t.Logf("drill wall time %v", time.Since(start).Round(time.Second))
 }
 
 func keys(m map[string]bool) []string {
@@ -140,13 +132,7 @@ func keys(m map[string]bool) []string {
 // voters that stay are healthy, so the member is removed anyway and its
 // node finished as an agent (holdfast-node stops the stopped process).
 func TestOutgoingVoterPausedAfterPromotionIsStillRemoved(t *testing.T) {
-	start := time.Now()
-	ctx := context.Background()
-	cli := etcdClient(t)
-	before, _, clusterID := members(t, cli)
-	if err := world.WaitVotersHealthy(ctx, 2*time.Minute, before...); err != nil {
-		t.Fatal(err)
-	}
+	ctx, cli, before, clusterID := openDrill(t)
 	out, in := before[0], nonVoter(t, before)
 	x := watch(cli, "/holdfast-writer/outgoing-paused/")
 	var resume func()
@@ -186,7 +172,6 @@ func TestOutgoingVoterPausedAfterPromotionIsStillRemoved(t *testing.T) {
 	if err := world.WaitVotersHealthy(ctx, time.Minute, after...); err != nil {
 		t.Error(err)
 	}
-	t.Logf("drill wall time %v", time.Since(start).Round(time.Second))
 }
 
 // TestLearnerStalledByABlockedPeerPortIsRolledBack cuts the candidate off
@@ -195,13 +180,7 @@ func TestOutgoingVoterPausedAfterPromotionIsStillRemoved(t *testing.T) {
 // learner removed and the candidate an agent again, the members exactly as
 // before.
 func TestLearnerStalledByABlockedPeerPortIsRolledBack(t *testing.T) {
-	start := time.Now()
-	ctx := context.Background()
-	cli := etcdClient(t)
-	before, _, clusterID := members(t, cli)
-	if err := world.WaitVotersHealthy(ctx, 2*time.Minute, before...); err != nil {
-		t.Fatal(err)
-	}
+	ctx, cli, before, clusterID := openDrill(t)
 	out, in := before[0], nonVoter(t, before)
 	unblock, err := world.Nodes[in].Host.BlockPeers(otherEtcdIPs(in)...)
 	if err != nil {
@@ -248,7 +227,6 @@ func TestLearnerStalledByABlockedPeerPortIsRolledBack(t *testing.T) {
 	if err := world.WaitVotersHealthy(ctx, time.Minute, before...); err != nil {
 		t.Error(err)
 	}
-	t.Logf("drill wall time %v", time.Since(start).Round(time.Second))
 }
 
 // TestVotersRoleSIGKILLedAtEveryStepCompletes SIGKILLs holdfast-controller
@@ -256,13 +234,7 @@ func TestLearnerStalledByABlockedPeerPortIsRolledBack(t *testing.T) {
 // every run resumes from the swap's status and the Node annotations, and
 // the swap completes with no failed or lost write.
 func TestVotersRoleSIGKILLedAtEveryStepCompletes(t *testing.T) {
-	start := time.Now()
-	ctx := context.Background()
-	cli := etcdClient(t)
-	before, _, clusterID := members(t, cli)
-	if err := world.WaitVotersHealthy(ctx, 2*time.Minute, before...); err != nil {
-		t.Fatal(err)
-	}
+	ctx, cli, before, clusterID := openDrill(t)
 	out, in := before[0], nonVoter(t, before)
 	x := watch(cli, "/holdfast-writer/sigkill/")
 	var killedAt []string
@@ -285,5 +257,4 @@ func TestVotersRoleSIGKILLedAtEveryStepCompletes(t *testing.T) {
 	if err := world.WaitVotersHealthy(ctx, time.Minute, after...); err != nil {
 		t.Error(err)
 	}
-	t.Logf("drill wall time %v", time.Since(start).Round(time.Second))
 }
