@@ -133,7 +133,7 @@ func Up(ctx context.Context, o Options) (w *World, err error) {
 	for i := 0; i < o.Controllers; i++ {
 		id := fmt.Sprintf("holdfast-controller-%d", i)
 		o.Logf("starting %s", id)
-		ctl, err := c.StartController(ctx, "units", id, 8200+10*i, "--lease-stand-down="+o.LeaseStandDown.String())
+		ctl, err := w.startUnitsReplica(ctx, i, id)
 		if err != nil {
 			return w, fmt.Errorf("%s: %w", id, err)
 		}
@@ -204,8 +204,14 @@ func (w *World) RestartController(ctx context.Context, i int) error {
 	return w.startControllerAgain(ctx, i, old)
 }
 
+// startUnitsReplica starts the i-th units-role replica: its ports by its
+// index, the World's lease stand-down.
+func (w *World) startUnitsReplica(ctx context.Context, i int, id string) (*cluster.Controller, error) {
+	return w.StartController(ctx, "units", id, 8200+10*i, "--lease-stand-down="+w.standDown.String())
+}
+
 func (w *World) startControllerAgain(ctx context.Context, i int, old *cluster.Controller) error {
-	ctl, err := w.StartController(ctx, "units", old.Identity, 8200+10*i, "--lease-stand-down="+w.standDown.String())
+	ctl, err := w.startUnitsReplica(ctx, i, old.Identity)
 	if err != nil {
 		return err
 	}
