@@ -16,6 +16,7 @@ import (
 	"time"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/internal/atomicfile"
 )
 
 // DefaultDir is where the node plugin keeps its host state.
@@ -135,7 +136,7 @@ func (s State) RetireTombstone() error {
 	if err != nil {
 		return err
 	}
-	return syncDir(s.Dir)
+	return atomicfile.SyncDir(s.Dir)
 }
 
 // MovedAside is the path of the moved-aside member data.
@@ -172,7 +173,7 @@ func (s State) MoveMemberDataAside() error {
 		if err := os.Rename(s.MemberDataDir, aside); err != nil {
 			return err
 		}
-		if err := syncDir(filepath.Dir(aside)); err != nil {
+		if err := atomicfile.SyncDir(filepath.Dir(aside)); err != nil {
 			return err
 		}
 	}
@@ -238,34 +239,13 @@ func (s State) writeJSON(name string, v any) error {
 	return s.write(name, append(b, '\n'))
 }
 
+// write replaces a host file atomically, creating Dir on a host holdfast
+// never wrote to. The files are 0644: people inspecting the host read them.
 func (s State) write(name string, data []byte) error {
 	if err := os.MkdirAll(s.Dir, 0o755); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(s.Dir, "."+name+".*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Chmod(0o644); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(f.Name(), filepath.Join(s.Dir, name)); err != nil {
-		return err
-	}
-	return syncDir(s.Dir)
+	return atomicfile.Write(s.Dir, name, data, 0o644)
 }
 
 func (s State) remove(name string) error {
@@ -276,7 +256,7 @@ func (s State) remove(name string) error {
 	if err != nil {
 		return err
 	}
-	return syncDir(s.Dir)
+	return atomicfile.SyncDir(s.Dir)
 }
 
 func exists(p string) (bool, error) {
@@ -285,15 +265,6 @@ func exists(p string) (bool, error) {
 		return false, nil
 	}
 	return err == nil, err
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // ClearMember forgets the local member once its data was moved aside.

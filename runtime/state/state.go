@@ -13,6 +13,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/holdfast-io/holdfast/internal/atomicfile"
 )
 
 // Snapshot is what a runtime saves after every scan that changed it.
@@ -91,34 +93,12 @@ func (d *Dir) read(name string, v any) (bool, error) {
 	return true, nil
 }
 
+// write replaces a state file atomically; Open created the directory. The
+// files are 0600, as only the runtime reads them.
 func (d *Dir) write(name string, v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(d.path, "."+name+".*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), filepath.Join(d.path, name)); err != nil {
-		return err
-	}
-	dir, err := os.Open(d.path)
-	if err != nil {
-		return err
-	}
-	defer dir.Close()
-	return dir.Sync()
+	return atomicfile.Write(d.path, name, b, 0o600)
 }
