@@ -127,13 +127,15 @@ func TestFailedWriteNamesThePathAndLeavesTheOldContent(t *testing.T) {
 		},
 		"target is a directory (rename fails)": {
 			setup: func(t *testing.T, dir string) string {
-				mustWrite(t, filepath.Join(dir, "role", "keep"), "kept")
-				return dir
+				if err := os.Mkdir(filepath.Join(dir, "role"), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				return oldFile(t, dir, filepath.Join("role", "keep"), "kept")
 			},
 			write: func(dir string) error { return atomicfile.Write(dir, "role", []byte("agent\n"), 0o644) },
 			check: func(t *testing.T, dir string) {
-				if got := mustRead(t, filepath.Join(dir, "role", "keep")); got != "kept" {
-					t.Fatalf("the directory's file holds %q", got)
+				if got, err := os.ReadFile(filepath.Join(dir, "role", "keep")); string(got) != "kept" {
+					t.Fatalf("the directory's file holds %q (%v)", got, err)
 				}
 				if n := names(t, dir); !slices.Equal(n, []string{"role"}) {
 					t.Fatalf("directory holds %v, want only the target: the temporary file must be removed", n)
@@ -141,10 +143,7 @@ func TestFailedWriteNamesThePathAndLeavesTheOldContent(t *testing.T) {
 			},
 		},
 		"file size limit (write fails partway)": {
-			setup: func(t *testing.T, dir string) string {
-				mustWrite(t, filepath.Join(dir, "role"), "server\n")
-				return dir
-			},
+			setup: func(t *testing.T, dir string) string { return oldFile(t, dir, "role", "server\n") },
 			write: func(dir string) error {
 				// The soft limit only, so the test can raise it again; Go
 				// ignores SIGXFSZ, so the write returns EFBIG.
@@ -161,8 +160,8 @@ func TestFailedWriteNamesThePathAndLeavesTheOldContent(t *testing.T) {
 				return atomicfile.Write(dir, "role", []byte(strings.Repeat("x", 4096)), 0o644)
 			},
 			check: func(t *testing.T, dir string) {
-				if got := mustRead(t, filepath.Join(dir, "role")); got != "server\n" {
-					t.Fatalf("target holds %d bytes starting %q, want the old content", len(got), got[:min(len(got), 8)])
+				if got, err := os.ReadFile(filepath.Join(dir, "role")); string(got) != "server\n" {
+					t.Fatalf("target holds %d bytes starting %q (%v), want the old content", len(got), got[:min(len(got), 8)], err)
 				}
 				if n := names(t, dir); !slices.Equal(n, []string{"role"}) {
 					t.Fatalf("directory holds %v, want only the target: the temporary file must be removed", n)
@@ -187,21 +186,12 @@ func TestFailedWriteNamesThePathAndLeavesTheOldContent(t *testing.T) {
 
 func ptr(s string) *string { return &s }
 
-func mustWrite(t *testing.T, p, s string) {
+// oldFile writes dir/name as the content a failed write must leave, and
+// returns dir.
+func oldFile(t *testing.T, dir, name, content string) string {
 	t.Helper()
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func mustRead(t *testing.T, p string) string {
-	t.Helper()
-	b, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
+	return dir
 }
