@@ -45,11 +45,12 @@ type World struct {
 	*cluster.Cluster
 	Webhook *cluster.Process
 	// Scheduler is holdfast-scheduler, built from cmd/holdfast-scheduler;
-	// kept running by a supervisor as its Deployment's restart policy
-	// would (kube-scheduler exits when it loses its election).
+	// kept running by a supervisor (supervise.go) as its Deployment's
+	// restart policy would (kube-scheduler exits when it loses its
+	// election).
 	Scheduler   *cluster.Process
 	NodePlugins []*NodePlugin
-	// Controllers are the units role's replicas, kept running by the same
+	// Controllers are the units role's replicas, each kept running by a
 	// supervisor: the role exits by design when it loses its election (an
 	// apiserver slower than its renew deadline), and its Deployment starts
 	// it again. Read them with ControllerList while drills run.
@@ -66,9 +67,12 @@ type World struct {
 	controllerRestarts int
 	// ctlBusy marks a replica a drill (or the supervisor) is stopping or
 	// starting: the supervisor leaves it alone.
-	ctlBusy        map[int]bool
-	stopSupervisor chan struct{}
-	supervisorDone chan struct{}
+	ctlBusy map[int]bool
+	// supervision ends (stopSupervising) before the cluster stops; the
+	// supervisors' goroutines are counted in supervisors.
+	supervision     context.Context
+	stopSupervising context.CancelFunc
+	supervisors     sync.WaitGroup
 }
 
 // RuntimeImage is the unit runtime's image on every node.
@@ -109,6 +113,7 @@ func Up(ctx context.Context, o Options) (w *World, err error) {
 		return nil, err
 	}
 	w = &World{Cluster: c, logf: o.Logf, standDown: o.LeaseStandDown, ctlBusy: map[int]bool{}}
+	w.supervision, w.stopSupervising = context.WithCancel(context.Background())
 	defer func() {
 		if err != nil {
 			w.stopSupervision()
@@ -129,7 +134,7 @@ func Up(ctx context.Context, o Options) (w *World, err error) {
 	if w.Scheduler, err = c.StartHoldfastScheduler(ctx, holdfastv1.SchedulerName, SchedulerPort); err != nil {
 		return w, fmt.Errorf("holdfast-scheduler: %w", err)
 	}
-	w.supervise()
+	w.superviseScheduler()
 	for i := 0; i < o.Controllers; i++ {
 		id := fmt.Sprintf("holdfast-controller-%d", i)
 		o.Logf("starting %s", id)
@@ -140,6 +145,7 @@ func Up(ctx context.Context, o Options) (w *World, err error) {
 		w.mu.Lock()
 		w.Controllers = append(w.Controllers, ctl)
 		w.mu.Unlock()
+		w.superviseController(i, id)
 	}
 	if o.Voters != nil {
 		if err = w.startVoters(ctx, *o.Voters); err != nil {
@@ -210,86 +216,64 @@ func (w *World) startUnitsReplica(ctx context.Context, i int, id string) (*clust
 	return w.StartController(ctx, "units", id, 8200+10*i, "--lease-stand-down="+w.standDown.String())
 }
 
+// startControllerAgain starts the i-th replica in old's place. A replica
+// that started but did not turn healthy still takes the place: it holds
+// the ports, and its supervisor watches it.
 func (w *World) startControllerAgain(ctx context.Context, i int, old *cluster.Controller) error {
 	ctl, err := w.startUnitsReplica(ctx, i, old.Identity)
-	if err != nil {
-		return err
+	if ctl != nil {
+		w.mu.Lock()
+		w.Controllers[i] = ctl
+		w.mu.Unlock()
 	}
-	w.mu.Lock()
-	w.Controllers[i] = ctl
-	w.mu.Unlock()
-	return nil
+	return err
 }
 
-// superviseControllers starts again every units-role replica that exited
-// on its own (not one a drill holds down).
-func (w *World) superviseControllers() {
-	w.mu.Lock()
-	var exited []int
-	for i, c := range w.Controllers {
-		if !w.ctlBusy[i] && c.Exited() {
-			w.ctlBusy[i] = true
-			exited = append(exited, i)
-		}
-	}
-	w.mu.Unlock()
-	for _, i := range exited {
+// superviseController keeps the i-th units-role replica running, except
+// while a drill holds it (KillController until RestartController).
+func (w *World) superviseController(i int, id string) {
+	w.keepRunning(id, func() (supervised, bool) {
 		w.mu.Lock()
+		defer w.mu.Unlock()
+		return w.Controllers[i], w.ctlBusy[i]
+	}, func(ctx context.Context) error {
+		w.mu.Lock()
+		if w.ctlBusy[i] {
+			w.mu.Unlock()
+			return nil
+		}
+		w.ctlBusy[i] = true
 		old := w.Controllers[i]
 		w.mu.Unlock()
-		w.logf("%s exited (%s); starting it again", old.Identity, old.Tail(1))
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		err := w.startControllerAgain(ctx, i, old)
-		cancel()
 		w.mu.Lock()
-		if err != nil {
-			w.logf("%s: starting again: %v", old.Identity, err)
-		} else {
+		if err == nil {
 			w.controllerRestarts++
 		}
 		delete(w.ctlBusy, i)
 		w.mu.Unlock()
-	}
+		return err
+	})
 }
 
-// supervise starts holdfast-scheduler and the units role's replicas again
-// whenever they exit, as the kubelet does for the chart's Deployments
-// (restartPolicy Always): both end themselves when they lose their leader
-// election, for one when the apiserver is away or slower than their renew
-// deadline.
-func (w *World) supervise() {
-	w.stopSupervisor, w.supervisorDone = make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(w.supervisorDone)
-		for {
-			select {
-			case <-w.stopSupervisor:
-				return
-			case <-time.After(500 * time.Millisecond):
-			}
-			w.superviseControllers()
-			w.mu.Lock()
-			p := w.Scheduler
-			w.mu.Unlock()
-			if !p.Exited() {
-				continue
-			}
-			w.logf("holdfast-scheduler exited (%s); starting it again", p.Tail(1))
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			np, err := w.StartHoldfastScheduler(ctx, holdfastv1.SchedulerName, SchedulerPort)
-			cancel()
-			if err != nil {
-				w.logf("holdfast-scheduler: starting again: %v", err)
-				if np == nil {
-					continue
-				}
-			}
+// superviseScheduler keeps holdfast-scheduler running: it ends itself when
+// it loses its leader election, for one when the apiserver is away or
+// slower than its renew deadline.
+func (w *World) superviseScheduler() {
+	w.keepRunning("holdfast-scheduler", func() (supervised, bool) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return w.Scheduler, false
+	}, func(ctx context.Context) error {
+		np, err := w.StartHoldfastScheduler(ctx, holdfastv1.SchedulerName, SchedulerPort)
+		if np != nil {
 			w.mu.Lock()
 			w.Scheduler = np
 			w.schedulerRestarts++
 			w.mu.Unlock()
 		}
-	}()
+		return err
+	})
 }
 
 // SchedulerRestarts is how often the supervisor started holdfast-scheduler
@@ -305,18 +289,6 @@ func (w *World) SchedulerLog(lines int) string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.Scheduler.Tail(lines)
-}
-
-func (w *World) stopSupervision() {
-	if w.stopSupervisor == nil {
-		return
-	}
-	select {
-	case <-w.stopSupervisor:
-	default:
-		close(w.stopSupervisor)
-	}
-	<-w.supervisorDone
 }
 
 // SetLeaseStandDown restarts every holdfast-controller, one at a time, with

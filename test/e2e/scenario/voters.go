@@ -75,33 +75,20 @@ func (w *World) startVoters(ctx context.Context, o VotersOptions) error {
 	if err := w.startVotersController(ctx); err != nil {
 		return err
 	}
-	go w.superviseVoters()
+	w.superviseVoters()
 	return w.WaitVotersHealthy(ctx, 2*time.Minute, o.Voters...)
 }
 
-// superviseVoters restarts the voters role whenever it exits, as its
-// Deployment would: the role exits by design when it loses its election
-// (an apiserver slow past its renew deadline), and a drill SIGKILLs it.
-// It ends when the cluster stops.
+// superviseVoters keeps the voters role running, as its Deployment would:
+// the role exits by design when it loses its election (an apiserver slow
+// past its renew deadline), and a drill SIGKILLs it (KillVoters).
 func (w *World) superviseVoters() {
-	for {
-		time.Sleep(500 * time.Millisecond)
-		w.votersMu.Lock()
-		v := w.VotersController
-		w.votersMu.Unlock()
-		if w.Stopping() {
-			return
+	w.keepRunning(votersIdentity, func() (supervised, bool) {
+		if v := w.Voters(); v != nil {
+			return v, false
 		}
-		if v == nil || !v.Exited() {
-			continue
-		}
-		w.logf("holdfast-controller --role voters exited; restarting it: %s", v.Tail(3))
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		if err := w.startVotersController(ctx); err != nil && !w.Stopping() {
-			w.logf("restarting the voters role: %v", err)
-		}
-		cancel()
-	}
+		return nil, false
+	}, w.startVotersController)
 }
 
 // Voters is the running voters role process.
@@ -139,11 +126,12 @@ func (w *World) startVotersController(ctx context.Context) error {
 		"--etcd-peer-scheme=http", fmt.Sprintf("--etcd-peer-port=%d", cluster.EtcdPeerPort),
 		"--snapshot-dir="+snap, "--voter-swap-pass-interval=1s", "--voter-swap-lease-duration=15s",
 		"--voter-idle-pass-interval=2s")
-	if err != nil {
-		return err
+	if ctl != nil {
+		// Started but perhaps not healthy: it holds the ports, and its
+		// supervisor watches it.
+		w.VotersController = ctl
 	}
-	w.VotersController = ctl
-	return nil
+	return err
 }
 
 // WaitVotersHealthy waits until VoterPolicy's status says etcd is healthy
