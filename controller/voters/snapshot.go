@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/internal/atomicfile"
 )
 
 // SnapshotFile is the file name of a swap's snapshot.
@@ -78,9 +79,9 @@ func (e *ClientEtcd) Snapshot(ctx context.Context, endpoint, path string) (*hold
 	if err := os.Rename(part, path); err != nil {
 		return nil, err
 	}
-	if d, err := os.Open(filepath.Dir(path)); err == nil {
-		_ = d.Sync()
-		d.Close()
+	// The snapshot is the swap's way back: its rename must survive a crash.
+	if err := atomicfile.SyncDir(filepath.Dir(path)); err != nil {
+		return nil, fmt.Errorf("snapshot %s: syncing its directory: %w", path, err)
 	}
 	status, err := snapshot.NewV3(zap.NewNop()).Status(path)
 	if err != nil {
