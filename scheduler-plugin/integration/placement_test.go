@@ -5,6 +5,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -13,7 +14,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/plugintest"
@@ -338,5 +341,50 @@ func TestVoterCandidateLandsOnTheFittestEligibleNode(t *testing.T) {
 	}
 	if got := p.boundNode(third.Name); got != "vc-unfit" {
 		t.Fatalf("the waiting candidate landed on %s, want vc-unfit", got)
+	}
+}
+
+// The Unit record is an update of a cached Unit, and the cache holds no
+// managedFields: the update must leave every field manager's ownership as
+// it was (an operator's server-side apply, the creator's spec), or the next
+// apply would no longer see its own fields. (A status update keeps the
+// Unit's metadata whatever the request carries: even a request that resets
+// managedFields leaves them, which this test holds too.)
+func TestTheRecordKeepsEveryFieldManagersOwnership(t *testing.T) {
+	p := newPlant(t)
+	p.node("mf-primary", label(device, "boiler-1"))
+	p.unit(plugintest.MakeUnit("", "boiler-1").Targets("mf-standby").Obj(), &holdfastv1.RuntimeBinding{Epoch: 1, Origin: holdfastv1.OriginInitial})
+	// A plant operator's apply owns one annotation of the Unit.
+	apply := &unstructured.Unstructured{}
+	apply.SetGroupVersionKind(holdfastv1.GroupVersion.WithKind("Unit"))
+	apply.SetNamespace(p.ns)
+	apply.SetName("boiler-1")
+	apply.SetAnnotations(map[string]string{"plant.example/line": "3"})
+	if err := env.Client.Patch(context.Background(), apply, client.Apply, client.FieldOwner("plant-operator")); err != nil {
+		t.Fatal(err)
+	}
+	owners := func() map[string]string {
+		out := map[string]string{}
+		for _, e := range p.getUnit("boiler-1").ManagedFields {
+			if e.Manager == "plant-operator" || e.Subresource == "" {
+				out[e.Manager+"/"+string(e.Operation)] = string(e.FieldsV1.Raw)
+			}
+		}
+		return out
+	}
+	before := owners()
+	if _, ok := before["plant-operator/Apply"]; !ok {
+		t.Fatalf("the operator's apply is not among the Unit's managers: %v", before)
+	}
+	startHoldfastScheduler(t)
+	pod := p.runtimePod("boiler-1", 1, "")
+	if got := p.boundNode(pod.Name); got != "mf-primary" {
+		t.Fatalf("bound to %q, want mf-primary", got)
+	}
+	if b := p.getUnit("boiler-1").Status.RuntimeBinding; b.Node != "mf-primary" {
+		t.Fatalf("binding = %+v, want the record of node mf-primary", b)
+	}
+	if after := owners(); !maps.Equal(before, after) {
+		t.Errorf("the record changed the spec and metadata owners:\nbefore %v\nafter  %v", before, after)
 	}
 }

@@ -102,7 +102,11 @@ func clientsFor(ctx context.Context, kubeConfig *rest.Config) (*Clients, error) 
 	cfg.ContentType = runtime.ContentTypeJSON
 	cfg.AcceptContentTypes = runtime.ContentTypeJSON
 	scheme := Scheme()
-	informers, err := cache.New(cfg, cache.Options{Scheme: scheme})
+	// The plugins never read managedFields. Without them the cache holds
+	// about half as much per Unit, and Bind's update from a cached Unit
+	// sends none: the apiserver then keeps the ones it holds, so no
+	// manager's ownership is lost.
+	informers, err := cache.New(cfg, cache.Options{Scheme: scheme, DefaultTransform: cache.TransformStripManagedFields()})
 	if err != nil {
 		return nil, err
 	}
