@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -238,6 +239,12 @@ func benchBatch(b *testing.B, profiles []schedconfig.KubeSchedulerProfile, sched
 		b.Fatal(err)
 	}
 	defer s.stop()
+	runtime.GC()
+	quiet, err := settle()
+	if err != nil {
+		b.Fatal(err)
+	}
+	benchLog(b, "%s batch starts after %v of settling", schedulerName, quiet.Round(100*time.Millisecond))
 	before := schedulerSeconds(b)
 	cpuBefore, err := cpuTimes()
 	if err != nil {

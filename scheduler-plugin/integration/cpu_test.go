@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"k8s.io/client-go/kubernetes"
 )
@@ -106,4 +107,34 @@ func apiserverWrites(ctx context.Context, cs kubernetes.Interface) (map[string]f
 		out[labels["verb"]+" "+resource] += value
 	}
 	return out, nil
+}
+
+// settle waits, up to a minute, until the apiserver, etcd and this process
+// together use less than a tenth of a core over half a second, and returns
+// how long that took. Every batch then starts from a quiet control plane
+// rather than on the tail of the previous batch's deletions and the new
+// scheduler's initial lists, which would fall on whichever profile comes
+// next.
+func settle() (time.Duration, error) {
+	const window, idle = 500 * time.Millisecond, 0.1
+	start := time.Now()
+	for time.Since(start) < time.Minute {
+		before, err := cpuTimes()
+		if err != nil {
+			return 0, err
+		}
+		time.Sleep(window)
+		after, err := cpuTimes()
+		if err != nil {
+			return 0, err
+		}
+		var used float64
+		for k, v := range after {
+			used += v - before[k]
+		}
+		if used/window.Seconds() < idle {
+			break
+		}
+	}
+	return time.Since(start), nil
 }

@@ -20,6 +20,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -74,6 +75,56 @@ type UnitPlacement struct {
 	// binder binds a runtime pod once its node is recorded: kube-scheduler's
 	// own DefaultBinder, so that the pod is bound exactly as any other.
 	binder fwk.BindPlugin
+	// targets keeps every unit's compiled target rule for PreScore.
+	targets targetMatchers
+}
+
+// targetMatchers keeps each unit's compiled target rule by UID until its
+// spec changes (generation). PreScore judges every other unit's targets for
+// every runtime pod: parsing each unit's selector again per pod would cost
+// in proportion to the fleet, on the scheduler's serial loop.
+type targetMatchers struct {
+	mu    sync.Mutex
+	pass  uint64
+	byUID map[types.UID]*targetMatcher
+}
+
+type targetMatcher struct {
+	generation int64
+	match      func(*corev1.Node) bool
+	seen       uint64
+}
+
+// forEach calls fn with the target rule of every unit in units, and forgets
+// the rules of units no longer listed.
+func (c *targetMatchers) forEach(units []holdfastv1.Unit, fn func(u *holdfastv1.Unit, match func(*corev1.Node) bool)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.byUID == nil {
+		c.byUID = map[types.UID]*targetMatcher{}
+	}
+	c.pass++
+	for i := range units {
+		u := &units[i]
+		if u.UID == "" {
+			fn(u, rules.TargetMatcher(u))
+			continue
+		}
+		m := c.byUID[u.UID]
+		if m == nil || m.generation != u.Generation {
+			m = &targetMatcher{generation: u.Generation, match: rules.TargetMatcher(u)}
+			c.byUID[u.UID] = m
+		}
+		m.seen = c.pass
+		fn(u, m.match)
+	}
+	if len(c.byUID) > len(units) {
+		for uid, m := range c.byUID {
+			if m.seen != c.pass {
+				delete(c.byUID, uid)
+			}
+		}
+	}
 }
 
 var _ fwk.PreFilterPlugin = &UnitPlacement{}
@@ -412,18 +463,16 @@ func (pl *UnitPlacement) PreScore(ctx context.Context, state fwk.CycleState, pod
 		return fwk.AsStatus(err)
 	}
 	shared := sharedTargets{}
-	for i := range units.Items {
-		other := &units.Items[i]
+	pl.targets.forEach(units.Items, func(other *holdfastv1.Unit, target func(*corev1.Node) bool) {
 		if other.Namespace == p.unit.Namespace && other.Name == p.unit.Name {
-			continue
+			return
 		}
-		target := rules.TargetMatcher(other)
 		for _, ni := range nodes {
 			if node := ni.Node(); target(node) {
 				shared[node.Name] = true
 			}
 		}
-	}
+	})
 	state.Write(scoreStateKey, shared)
 	return nil
 }

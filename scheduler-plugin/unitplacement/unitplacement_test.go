@@ -3,6 +3,8 @@ package unitplacement
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"testing"
 	"time"
 
@@ -432,6 +434,59 @@ func TestScorePrefersADedicatedStandbyThenTheLeastLoaded(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("scores (-want +got):\n%s", diff)
+	}
+}
+
+// PreScore keeps each unit's compiled target rule between cycles: a unit
+// whose targets change (a new generation) is judged by its new targets in
+// the next cycle, and a deleted unit names nothing.
+func TestPreScoreFollowsAnotherUnitsTargetsAcrossCycles(t *testing.T) {
+	unit := boiler().Targets("standby-1", "other").Authorised(holdfastv1.RuntimeBinding{Epoch: 2, PreviousNode: "primary-1"}).Obj()
+	other := mixer().Obj()
+	other.Generation = 1
+	c := plugintest.Client(interceptor.Funcs{}, unit, other)
+	pl, fh := build(t, c)
+	pod := plugintest.RuntimePod(ns, "boiler-1", 2).Obj()
+	feasible := []fwk.NodeInfo{plugintest.NodeInfo(t, fh, "standby-1"), plugintest.NodeInfo(t, fh, "spare-1"), plugintest.NodeInfo(t, fh, "other")}
+	shared := func() []string {
+		t.Helper()
+		state := framework.NewCycleState()
+		if _, status := pl.PreFilter(context.Background(), state, pod, nil); !status.IsSuccess() {
+			t.Fatal(status)
+		}
+		if status := pl.PreScore(context.Background(), state, pod, feasible); !status.IsSuccess() {
+			t.Fatal(status)
+		}
+		data, err := state.Read(scoreStateKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return slices.Sorted(maps.Keys(data.(sharedTargets)))
+	}
+	if got := shared(); !slices.Equal(got, []string{"spare-1"}) {
+		t.Fatalf("shared targets = %v, want spare-1 (mixer-2's pool)", got)
+	}
+	// mixer-2 now names other instead of its pool: a spec change.
+	var m holdfastv1.Unit
+	if err := c.Get(context.Background(), client.ObjectKeyFromObject(other), &m); err != nil {
+		t.Fatal(err)
+	}
+	m.Spec.Availability.Targets = &holdfastv1.FailoverTargets{Nodes: []string{"other"}}
+	m.Generation = 2
+	if err := c.Update(context.Background(), &m); err != nil {
+		t.Fatal(err)
+	}
+	if got := shared(); !slices.Equal(got, []string{"other"}) {
+		t.Errorf("after mixer-2's targets changed, shared targets = %v, want other", got)
+	}
+	if err := c.Delete(context.Background(), &m); err != nil {
+		t.Fatal(err)
+	}
+	if got := shared(); len(got) != 0 {
+		t.Errorf("after mixer-2 was deleted, shared targets = %v, want none", got)
+	}
+	if n := len(pl.targets.byUID); n != 1 {
+		t.Errorf("%d target rules kept, want 1 (boiler-1's own; mixer-2's forgotten)", n)
 	}
 }
 
