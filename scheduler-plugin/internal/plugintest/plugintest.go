@@ -198,6 +198,28 @@ func Handle(t testing.TB, nodes []*corev1.Node, pods []*corev1.Pod) (fwk.Handle,
 	return fh, recorder
 }
 
+// InformerHandle is a scheduler framework handle whose informers list and
+// watch cs (the test starts them) and whose pod activations go to
+// activator.
+func InformerHandle(t testing.TB, cs *clientsetfake.Clientset, activator fwk.PodActivator) fwk.Handle {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	fh, err := tf.NewFramework(ctx,
+		[]tf.RegisterPluginFunc{
+			tf.RegisterQueueSortPlugin(queuesort.Name, queuesort.New),
+			tf.RegisterBindPlugin(defaultbinder.Name, defaultbinder.New),
+		}, holdfastv1.SchedulerName,
+		frameworkruntime.WithInformerFactory(informers.NewSharedInformerFactory(cs, 0)),
+		frameworkruntime.WithClientSet(cs),
+		frameworkruntime.WithPodActivator(activator),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fh
+}
+
 // NodeInfo is the snapshot's view of node name.
 func NodeInfo(t testing.TB, fh fwk.Handle, name string) fwk.NodeInfo {
 	t.Helper()
