@@ -4,17 +4,17 @@ import (
 	"context"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/sets"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	clientsetfake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/plugintest"
 )
 
 func node(name string, kv ...string) *corev1.Node {
@@ -164,7 +164,7 @@ func TestWatchFollowsANodeInformer(t *testing.T) {
 		t.Fatal("Synced before the informer started")
 	}
 	factory.Start(ctx.Done())
-	poll(t, "the initial list", func() bool { return ix.Synced() })
+	plugintest.Poll(t, "the initial list", func() bool { return ix.Synced() })
 	if got := sets.List(ix.Matching(map[string]string{"rack": "a"})); !cmp.Equal(got, []string{"a-1"}) {
 		t.Fatalf("rack=a after the initial list = %v, want [a-1]", got)
 	}
@@ -181,23 +181,13 @@ func TestWatchFollowsANodeInformer(t *testing.T) {
 	if _, err := cs.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, "the relabelling", func() bool { return ix.Matching(map[string]string{"rack": "a"}).Has("b-1") })
+	plugintest.Poll(t, "the relabelling", func() bool { return ix.Matching(map[string]string{"rack": "a"}).Has("b-1") })
 	if got := changes.Load(); got != 1 {
 		t.Errorf("changed called %d times, want once: for the relabelling, not for the initial list or the status update", got)
 	}
 	if err := cs.CoreV1().Nodes().Delete(ctx, "a-1", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, "the delete", func() bool { return !ix.Matching(map[string]string{"rack": "a"}).Has("a-1") })
-	poll(t, "the delete's requeue", func() bool { return changes.Load() == 2 })
-}
-
-func poll(t *testing.T, what string, done func() bool) {
-	t.Helper()
-	err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-		return done(), nil
-	})
-	if err != nil {
-		t.Fatalf("waiting for %s: %v", what, err)
-	}
+	plugintest.Poll(t, "the delete", func() bool { return !ix.Matching(map[string]string{"rack": "a"}).Has("a-1") })
+	plugintest.Poll(t, "the delete's requeue", func() bool { return changes.Load() == 2 })
 }

@@ -7,10 +7,12 @@ import (
 	"context"
 	"strconv"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	clientsetfake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/events"
@@ -218,6 +220,17 @@ func InformerHandle(t testing.TB, cs *clientsetfake.Clientset, activator fwk.Pod
 		t.Fatal(err)
 	}
 	return fh
+}
+
+// Poll waits up to 10s for done, failing the test with what it waited for.
+func Poll(t testing.TB, what string, done func() bool) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return done(), nil
+	})
+	if err != nil {
+		t.Fatalf("waiting for %s: %v", what, err)
+	}
 }
 
 // NodeInfo is the snapshot's view of node name.

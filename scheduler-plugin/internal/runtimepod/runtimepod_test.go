@@ -4,13 +4,11 @@ import (
 	"context"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
-	"k8s.io/apimachinery/pkg/util/wait"
 	clientsetfake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2"
 	st "k8s.io/kubernetes/pkg/scheduler/testing"
@@ -59,7 +57,7 @@ func TestIndexNodesRequeuesPendingRuntimePodsWhenANodeIsRelabelled(t *testing.T)
 	}
 	fh.SharedInformerFactory().Start(ctx.Done())
 	fh.SharedInformerFactory().WaitForCacheSync(ctx.Done())
-	poll(t, "the index's initial list", index.Synced)
+	plugintest.Poll(t, "the index's initial list", index.Synced)
 
 	node, err := cs.CoreV1().Nodes().Get(ctx, "standby-1", metav1.GetOptions{})
 	if err != nil {
@@ -73,7 +71,7 @@ func TestIndexNodesRequeuesPendingRuntimePodsWhenANodeIsRelabelled(t *testing.T)
 	if _, err := cs.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, "the relabelling's requeue", func() bool { return len(queue.get()) > 0 })
+	plugintest.Poll(t, "the relabelling's requeue", func() bool { return len(queue.get()) > 0 })
 
 	if !index.Matching(map[string]string{"pool": "spare"}).Has("standby-1") {
 		t.Error("activated before the index held the new label")
@@ -83,15 +81,5 @@ func TestIndexNodesRequeuesPendingRuntimePodsWhenANodeIsRelabelled(t *testing.T)
 	want := [][]string{{ns + "/boiler-1-runtime-e2", ns + "/mixer-2-runtime-e5"}}
 	if diff := cmp.Diff(want, queue.get()); diff != "" {
 		t.Errorf("activations (-want +got):\n%s", diff)
-	}
-}
-
-func poll(t *testing.T, what string, done func() bool) {
-	t.Helper()
-	err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-		return done(), nil
-	})
-	if err != nil {
-		t.Fatalf("waiting for %s: %v", what, err)
 	}
 }
