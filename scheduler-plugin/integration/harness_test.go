@@ -29,6 +29,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/pkg/scheduler"
 	schedconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
@@ -214,6 +215,23 @@ func (p *plant) node(name string, mutate ...func(*corev1.Node)) *corev1.Node {
 		p.t.Fatalf("lifting the not-ready taint of node %s: %v", name, err)
 	}
 	return created
+}
+
+// relabel sets label k=v on an existing node.
+func (p *plant) relabel(name, k, v string) {
+	p.t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := p.cs.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		n.Labels[k] = v
+		_, err = p.cs.CoreV1().Nodes().Update(context.Background(), n, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		p.t.Fatalf("labelling node %s %s=%s: %v", name, k, v, err)
+	}
 }
 
 func label(k, v string) func(*corev1.Node) {

@@ -96,6 +96,29 @@ func TestRebindLandsOnlyOnAnEligibleStandby(t *testing.T) {
 	}
 }
 
+// TestRebindLandsOnATargetLabelledLater: a re-bind pod refused because the
+// unit has no target yet lands once a node is labelled as one. The
+// scheduler's own requeue for the label may come before UnitPlacement's node
+// index holds it; the index then requeues the pod itself.
+func TestRebindLandsOnATargetLabelledLater(t *testing.T) {
+	p := newPlant(t)
+	p.node("tl-primary", label(device, "boiler-1")) // the node being left
+	p.node("tl-standby")
+	p.unit(plugintest.MakeUnit("", "boiler-1").TargetSelector(&metav1.LabelSelector{MatchLabels: map[string]string{"pool": "tl-spare"}}).Obj(),
+		&holdfastv1.RuntimeBinding{Epoch: 2, Origin: holdfastv1.OriginAutomatic, PreviousNode: "tl-primary"})
+	startHoldfastScheduler(t)
+
+	pod := p.runtimePod("boiler-1", 2, "")
+	p.waitEvent(pod.Name, "FailedScheduling", "1 the node being left", "not a failover target of unit boiler-1")
+	if node := p.nodeOf(pod.Name); node != "" {
+		t.Fatalf("the pod was bound to %s before any target existed", node)
+	}
+	p.relabel("tl-standby", "pool", "tl-spare")
+	if got := p.boundNode(pod.Name); got != "tl-standby" {
+		t.Fatalf("re-bind landed on %s, want tl-standby, labelled a target after the pod was refused", got)
+	}
+}
+
 // TestL5AllStandbysTriedStaysPendingAndExplainsEachNode: with every standby
 // tried, the automatic re-bind's pod is placed nowhere, and the scheduler's
 // own FailedScheduling event says node by node why (DESIGN §3 L5, §4). A

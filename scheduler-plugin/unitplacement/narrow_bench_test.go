@@ -8,7 +8,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
-	tf "k8s.io/kubernetes/pkg/scheduler/testing/framework"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
@@ -24,7 +23,6 @@ func BenchmarkPreFilter5000Nodes(b *testing.B) {
 		}
 		nodes = append(nodes, w.Obj())
 	}
-	infos := tf.BuildNodeInfos(nodes)
 	for _, tc := range []struct {
 		name    string
 		binding holdfastv1.RuntimeBinding
@@ -36,13 +34,21 @@ func BenchmarkPreFilter5000Nodes(b *testing.B) {
 			u := plugintest.MakeUnit(ns, "unit-3").TargetSelector(&metav1.LabelSelector{MatchLabels: map[string]string{"bench-spares": "spares-3"}}).Authorised(tc.binding).Obj()
 			u.Spec.NodeSelector = map[string]string{"bench-rack": "rack-3"}
 			c := plugintest.Client(interceptor.Funcs{}, u)
-			fh, _ := plugintest.Handle(b, nil, nil)
+			// PreFilter is given the snapshot's nodes and judges the
+			// candidates the index names on that same snapshot, as in the
+			// scheduler.
+			fh, _ := plugintest.Handle(b, nodes, nil)
+			infos, err := fh.SnapshotSharedLister().NodeInfos().List()
+			if err != nil {
+				b.Fatal(err)
+			}
 			args, _ := getArgs(nil)
-			pl, err := newPlugin(context.Background(), fh, args, c, c, nil)
+			pl, err := newPlugin(context.Background(), fh, args, c, c, indexOf(b, fh), nil)
 			if err != nil {
 				b.Fatal(err)
 			}
 			pod := plugintest.RuntimePod(ns, "unit-3", 1).Obj()
+			b.ReportAllocs()
 			b.ResetTimer()
 			for range b.N {
 				if _, status := pl.PreFilter(context.Background(), framework.NewCycleState(), pod, infos); !status.IsSuccess() {

@@ -25,6 +25,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -41,6 +42,7 @@ import (
 	configv1 "github.com/holdfast-io/holdfast/scheduler-plugin/apis/config/v1"
 	"github.com/holdfast-io/holdfast/scheduler-plugin/apis/config/validation"
 	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/holdfastclient"
+	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/nodeindex"
 	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/pluginargs"
 	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/runtimepod"
 	"github.com/holdfast-io/holdfast/webhook/rules"
@@ -72,6 +74,9 @@ type UnitPlacement struct {
 	// live reads and writes Units at the apiserver (Bind).
 	live  client.Client
 	clock clock.PassiveClock
+	// nodes indexes the cluster's nodes by label, so that PreFilter
+	// judges the nodes a unit's rules can consider, not every node.
+	nodes *nodeindex.Index
 	// binder binds a runtime pod once its node is recorded: kube-scheduler's
 	// own DefaultBinder, so that the pod is bound exactly as any other.
 	binder fwk.BindPlugin
@@ -136,7 +141,8 @@ var _ fwk.EnqueueExtensions = &UnitPlacement{}
 var _ fwk.SignPlugin = &UnitPlacement{}
 
 // New builds the plugin from its args and the scheduler's handle; it watches
-// Units through the scheduler's shared holdfast informers.
+// Units through the scheduler's shared holdfast informers, and indexes nodes
+// from the scheduler's Node informer.
 func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
 	args, err := getArgs(obj)
 	if err != nil {
@@ -149,15 +155,22 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	if err := runtimepod.RequeueOnUnitChange(ctx, h, clients); err != nil {
 		return nil, fmt.Errorf("%s: %w", Name, err)
 	}
-	return newPlugin(ctx, h, args, clients.Cached, clients.Live, clock.RealClock{})
+	// One index per plugin instance: the shipped configuration enables the
+	// plugin in one profile, so that is one per scheduler, with no shared
+	// registry to key and clean up.
+	nodes, err := runtimepod.IndexNodes(ctx, h)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", Name, err)
+	}
+	return newPlugin(ctx, h, args, clients.Cached, clients.Live, nodes, clock.RealClock{})
 }
 
-func newPlugin(ctx context.Context, h fwk.Handle, args *config.UnitPlacementArgs, units client.Reader, live client.Client, clk clock.PassiveClock) (*UnitPlacement, error) {
+func newPlugin(ctx context.Context, h fwk.Handle, args *config.UnitPlacementArgs, units client.Reader, live client.Client, nodes *nodeindex.Index, clk clock.PassiveClock) (*UnitPlacement, error) {
 	binder, err := defaultbinder.New(ctx, nil, h)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", Name, err)
 	}
-	return &UnitPlacement{handle: h, args: args, units: units, live: live, clock: clk, binder: binder.(fwk.BindPlugin)}, nil
+	return &UnitPlacement{handle: h, args: args, units: units, live: live, nodes: nodes, clock: clk, binder: binder.(fwk.BindPlugin)}, nil
 }
 
 // getArgs reads the plugin's args (pluginargs: one rule for the three
@@ -202,6 +215,11 @@ type placement struct {
 	mode    placementMode
 	primary func(*corev1.Node) bool
 	target  func(*corev1.Node) bool
+	// What the node index looks up: spec.nodeSelector, targets.nodes, and
+	// targets.selector (nil when there is none or it is empty).
+	nodeSelector   map[string]string
+	targetNodes    []string
+	targetSelector labels.Selector
 	// boundNode is set when the binding already records this very pod's
 	// node (a binding that failed after the record): the pod goes there or
 	// nowhere.
@@ -252,6 +270,7 @@ func authorise(u *holdfastv1.Unit, pod *corev1.Pod) (*placement, *fwk.Status) {
 		notPrimary:     "not a primary node of unit " + display,
 		notTarget:      "not a failover target of unit " + display,
 		boundElsewhere: fmt.Sprintf("epoch %d is bound to node %s", epoch, b.Node),
+		nodeSelector:   u.Spec.NodeSelector,
 	}
 	switch b.Origin {
 	case holdfastv1.OriginManual:
@@ -268,17 +287,68 @@ func authorise(u *holdfastv1.Unit, pod *corev1.Pod) (*placement, *fwk.Status) {
 			p.mode = automaticRebind
 		}
 	}
-	if sel := u.Spec.Availability.Targets; sel != nil && sel.Selector != nil {
-		// rules.TargetMatcher reads a selector that does not parse as
-		// selecting nothing; say so once rather than on every node.
-		if _, err := metav1.LabelSelectorAsSelector(sel.Selector); err != nil {
-			return nil, unschedulable("unit %s has an invalid spec.availability.targets.selector: %v", display, err)
+	if t := u.Spec.Availability.Targets; t != nil {
+		p.targetNodes = t.Nodes
+		if t.Selector != nil {
+			// rules.TargetMatcher reads a selector that does not parse as
+			// selecting nothing; say so once rather than on every node.
+			sel, err := metav1.LabelSelectorAsSelector(t.Selector)
+			if err != nil {
+				return nil, unschedulable("unit %s has an invalid spec.availability.targets.selector: %v", display, err)
+			}
+			if !sel.Empty() { // as rules.TargetMatcher: an empty one selects nothing
+				p.targetSelector = sel
+			}
 		}
 	}
 	if p.mode == automaticRebind && u.Spec.Availability.Mode != holdfastv1.Failover {
 		return nil, unschedulable("unit %s is in %s mode: only a person's failover re-binds it", display, holdfastv1.Autonomy)
 	}
 	return p, nil
+}
+
+// outsideReason is unitRefusal's reason for every node outside the rules.
+func (p *placement) outsideReason() string {
+	switch {
+	case p.boundNode != "":
+		return p.boundElsewhere
+	case p.mode == firstBinding:
+		return p.notPrimary
+	}
+	return p.notTarget
+}
+
+// candidates names the nodes the unit's rules can consider for this epoch,
+// from the node index: the recorded node; or the primaries (first binding)
+// or the targets (re-bind), and the node being left. all is true when every
+// node must be judged: no index, one that has not yet seen every node, or a
+// target selector the index cannot serve (only NotIn or DoesNotExist).
+func (p *placement) candidates(index *nodeindex.Index) (names sets.Set[string], all bool) {
+	if index == nil || !index.Synced() {
+		return nil, true
+	}
+	if p.boundNode != "" {
+		return sets.New(p.boundNode), false
+	}
+	if p.mode == firstBinding {
+		names = sets.New[string]()
+		if len(p.nodeSelector) > 0 { // as rules.PrimaryMatcher: none selects nothing
+			names = index.Matching(p.nodeSelector)
+		}
+	} else {
+		names = sets.New(p.targetNodes...)
+		if p.targetSelector != nil {
+			selected, ok := index.Selecting(p.targetSelector)
+			if !ok {
+				return nil, true
+			}
+			names = names.Union(selected)
+		}
+	}
+	if p.binding.PreviousNode != "" {
+		names.Insert(p.binding.PreviousNode)
+	}
+	return names, false
 }
 
 // unitRefusal is why the unit's rules keep this epoch off node, or "".
@@ -338,12 +408,13 @@ func nodeRefusal(logger klog.Logger, node *corev1.Node, pod *corev1.Pod) string 
 
 // PreFilter reads the pod's Unit from the informer cache and refuses the
 // pod outright when its epoch is not the authorised one or another pod holds
-// it. It then checks every node against the unit's rules (labels, names and
-// node state only, so one pass is cheap): when none passes it refuses the
-// pod with every node's reason counted; otherwise it narrows the cycle to
-// the nodes the rules consider (members and the node being left), so that a
-// runtime in a cluster of thousands of nodes does not cost a Filter pass over
-// each of them, and Filter still words each considered node's refusal.
+// it. It then checks the nodes the unit's rules can consider, found by the
+// node index, against those rules (labels, names and node state only); every
+// other node is outside them. When none passes it refuses the pod with every
+// node's reason counted; otherwise it narrows the cycle to the nodes the
+// rules consider (members and the node being left), so that a runtime in a
+// cluster of thousands of nodes costs neither a pass nor a Filter over each
+// of them, and Filter still words each considered node's refusal.
 func (pl *UnitPlacement) PreFilter(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	key, ok := runtimepod.Unit(pod)
 	if !ok {
@@ -361,31 +432,27 @@ func (pl *UnitPlacement) PreFilter(ctx context.Context, state fwk.CycleState, po
 		return nil, status
 	}
 	state.Write(stateKey, p)
-	return p.narrow(klog.FromContext(ctx), pod, nodes)
+	return p.narrow(klog.FromContext(ctx), pod, nodes, pl.nodes, pl.handle.SnapshotSharedLister().NodeInfos())
 }
 
-// narrow is PreFilter's pass over every node.
-func (p *placement) narrow(logger klog.Logger, pod *corev1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+// narrow is PreFilter's pass over the candidates (every node when the index
+// cannot tell), each judged on the cycle's snapshot.
+func (p *placement) narrow(logger klog.Logger, pod *corev1.Pod, nodes []fwk.NodeInfo, index *nodeindex.Index, snapshot fwk.NodeInfoLister) (*fwk.PreFilterResult, *fwk.Status) {
 	if len(nodes) == 0 {
 		return nil, nil
 	}
 	considered := sets.New[string]()
 	refusals := map[string]int{}
 	// Nodes outside the rules, nearly all of a large cluster, share one
-	// reason per placement: counted, not hashed, in the common pass.
-	var outsideReason string
-	outsideCount := 0
+	// reason per placement: counted, not hashed.
+	examined, outside := 0, 0
 	fits := false
-	for _, ni := range nodes {
-		node := ni.Node()
-		if node == nil {
-			continue
-		}
-		reason, outside := p.unitRefusal(node)
-		if outside {
-			outsideReason = reason
-			outsideCount++
-			continue
+	judge := func(node *corev1.Node) {
+		examined++
+		reason, out := p.unitRefusal(node)
+		if out {
+			outside++
+			return
 		}
 		considered.Insert(node.Name)
 		if reason == "" {
@@ -397,11 +464,35 @@ func (p *placement) narrow(logger klog.Logger, pod *corev1.Pod, nodes []fwk.Node
 			refusals[reason]++
 		}
 	}
+	names, all := p.candidates(index)
+	if all {
+		for _, ni := range nodes {
+			if node := ni.Node(); node != nil {
+				judge(node)
+			}
+		}
+	} else {
+		for name := range names {
+			// The index only narrows: a name the snapshot does not hold
+			// (the index is ahead of it) is not judged.
+			if ni, err := snapshot.Get(name); err == nil {
+				judge(ni.Node())
+			}
+		}
+	}
 	if fits {
 		return &fwk.PreFilterResult{NodeNames: considered}, nil
 	}
-	if outsideCount > 0 {
-		refusals[outsideReason] += outsideCount
+	// Every node not examined is outside the rules: the refusal counts
+	// every node, as a pass over each would.
+	for _, ni := range nodes {
+		if ni.Node() != nil {
+			outside++
+		}
+	}
+	outside -= examined
+	if outside > 0 {
+		refusals[p.outsideReason()] += outside
 	}
 	// Counted as the scheduler counts Filter refusals, so the event reads
 	// the same either way.

@@ -12,10 +12,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/sets"
 	clientsetfake "k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	st "k8s.io/kubernetes/pkg/scheduler/testing"
@@ -25,6 +27,7 @@ import (
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/scheduler-plugin/apis/config"
+	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/nodeindex"
 	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/plugintest"
 )
 
@@ -78,11 +81,26 @@ func build(t *testing.T, c client.Client, pods ...*corev1.Pod) (*UnitPlacement, 
 
 func newTestPlugin(t *testing.T, fh fwk.Handle, units client.Reader, live client.Client) *UnitPlacement {
 	t.Helper()
-	pl, err := newPlugin(context.Background(), fh, defaultArgs(t), units, live, testingclock.NewFakePassiveClock(now))
+	pl, err := newPlugin(context.Background(), fh, defaultArgs(t), units, live, indexOf(t, fh), testingclock.NewFakePassiveClock(now))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return pl
+}
+
+// indexOf is a node index holding the handle's nodes, as the Node
+// informer's handler fills it.
+func indexOf(t testing.TB, fh fwk.Handle) *nodeindex.Index {
+	t.Helper()
+	nodes, err := fh.SharedInformerFactory().Core().V1().Nodes().Lister().List(labels.Everything())
+	if err != nil {
+		t.Fatal(err)
+	}
+	index := nodeindex.New()
+	for _, n := range nodes {
+		index.Add(n)
+	}
+	return index
 }
 
 // bindings records the pods/binding creates that reach the framework's
@@ -792,4 +810,107 @@ func TestSignPodBatchesOnlyPodsThatAreNotRuntimes(t *testing.T) {
 	if _, status := pl.SignPod(context.Background(), plugintest.RuntimePod(ns, "boiler-1", 2).Obj()); status.Code() != fwk.Unschedulable {
 		t.Errorf("SignPod(runtime pod) = %v, want Unschedulable: a runtime's placement is never reused", status)
 	}
+}
+
+// TestPreFilterFromTheIndexEqualsAPassOverEveryNode: PreFilter judges only
+// the candidates the node index names, and its result and refusal are the
+// very ones a pass over every node gives. The index also holds a node the
+// snapshot does not (the index is ahead of the scheduler's cache): it is
+// never judged nor counted.
+func TestPreFilterFromTheIndexEqualsAPassOverEveryNode(t *testing.T) {
+	spareOrHot := &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+		{Key: "pool", Operator: metav1.LabelSelectorOpIn, Values: []string{"spare", "hot"}}}}
+	hasPool := &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+		{Key: "pool", Operator: metav1.LabelSelectorOpExists}}}
+	notHot := &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+		{Key: "pool", Operator: metav1.LabelSelectorOpNotIn, Values: []string{"hot"}}}}
+	automatic := holdfastv1.RuntimeBinding{Epoch: 2, Origin: holdfastv1.OriginAutomatic, PreviousNode: "primary-1", UnsettledRebinds: []string{"standby-1"}}
+	for _, tc := range []struct {
+		name    string
+		unit    *plugintest.UnitWrapper
+		binding holdfastv1.RuntimeBinding
+		// want is the refusal ("" when a node fits).
+		want string
+		// everyNode: the index cannot serve the selector.
+		everyNode bool
+	}{
+		{name: "first binding", unit: boiler(), binding: holdfastv1.RuntimeBinding{Epoch: 1, Origin: holdfastv1.OriginInitial}},
+		{name: "first binding, no primary fits", unit: boiler().Targets("primary-1"),
+			binding: holdfastv1.RuntimeBinding{Epoch: 1, Origin: holdfastv1.OriginInitial, PreviousNode: "primary-1"},
+			want:    "1 not ready, 1 the node being left, 6 not a primary node of unit boiler-1"},
+		{name: "first binding, no primary at all", unit: unitWithNodeSelector(boiler(), map[string]string{"holdfast.io/device": "none"}),
+			binding: holdfastv1.RuntimeBinding{Epoch: 1}, want: "8 not a primary node of unit boiler-1"},
+		{name: "first binding, an empty nodeSelector selects nothing", unit: unitWithNodeSelector(boiler(), nil),
+			binding: holdfastv1.RuntimeBinding{Epoch: 1}, want: "8 not a primary node of unit boiler-1"},
+		{name: "automatic re-bind", unit: boiler(), binding: automatic},
+		{name: "automatic re-bind, none fits", unit: boiler().Targets("standby-2", "standby-3"),
+			binding: holdfastv1.RuntimeBinding{Epoch: 2, PreviousNode: "primary-1", UnsettledRebinds: []string{"spare-1"}},
+			want:    "1 already tried in this failover, 1 cordoned, 1 the node being left, 1 untolerated taint maintenance, 4 not a failover target of unit boiler-1"},
+		{name: "automatic re-bind, no targets", unit: plugintest.MakeUnit(ns, "boiler-1"), binding: automatic,
+			want: "1 the node being left, 7 not a failover target of unit boiler-1"},
+		{name: "automatic re-bind, In", unit: boiler().Targets().TargetSelector(spareOrHot), binding: automatic},
+		{name: "automatic re-bind, Exists", unit: boiler().Targets().TargetSelector(hasPool), binding: automatic},
+		{name: "automatic re-bind, only NotIn: every node", unit: boiler().Targets().TargetSelector(notHot), binding: automatic,
+			// Every node but primary-1 lacks pool=hot: all are targets.
+			everyNode: true},
+		{name: "automatic re-bind, the node being left is gone", unit: boiler().Targets("standby-2"),
+			binding: holdfastv1.RuntimeBinding{Epoch: 2, PreviousNode: "gone", UnsettledRebinds: []string{"spare-1"}},
+			want:    "1 already tried in this failover, 1 cordoned, 6 not a failover target of unit boiler-1"},
+		{name: "manual re-bind", unit: boiler(), binding: holdfastv1.RuntimeBinding{Epoch: 2, Origin: holdfastv1.OriginManual, PreviousNode: "primary-1"}},
+		{name: "manual re-bind, none fits", unit: boiler().Targets("standby-2").TargetSelector(nil),
+			binding: holdfastv1.RuntimeBinding{Epoch: 2, Origin: holdfastv1.OriginManual, PreviousNode: "primary-1"},
+			want:    "1 cordoned, 1 the node being left, 6 not a failover target of unit boiler-1"},
+		{name: "recorded binding", unit: boiler(), binding: holdfastv1.RuntimeBinding{Epoch: 2, PreviousNode: "primary-1", Node: "spare-1", Pod: "boiler-1-runtime-e2"}},
+		{name: "recorded binding on a node that does not fit", unit: boiler(),
+			binding: holdfastv1.RuntimeBinding{Epoch: 2, PreviousNode: "primary-1", Node: "standby-2", Pod: "boiler-1-runtime-e2"},
+			want:    "1 cordoned, 7 epoch 2 is bound to node standby-2"},
+		{name: "recorded binding on a node that is gone", unit: boiler(),
+			binding: holdfastv1.RuntimeBinding{Epoch: 2, PreviousNode: "primary-1", Node: "gone", Pod: "boiler-1-runtime-e2"},
+			want:    "8 epoch 2 is bound to node gone"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			unit := tc.unit.Obj().DeepCopy()
+			unit.Status.RuntimeBinding = &tc.binding
+			pod := plugintest.RuntimePod(ns, "boiler-1", tc.binding.Epoch).Obj()
+			pl, fh := build(t, plugintest.Client(interceptor.Funcs{}, unit))
+			pl.nodes.Add(plugintest.ReadyNode("ghost").Label("holdfast.io/device", "boiler-1").Label("pool", "spare").Obj())
+			snapshot := fh.SnapshotSharedLister().NodeInfos()
+			nodes, err := snapshot.List()
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			got, gotStatus := pl.PreFilter(context.Background(), framework.NewCycleState(), pod, nodes)
+
+			p, status := authorise(unit, pod)
+			if !status.IsSuccess() {
+				t.Fatal(status)
+			}
+			if _, all := p.candidates(pl.nodes); all != tc.everyNode {
+				t.Fatalf("every node judged = %v, want %v", all, tc.everyNode)
+			}
+			want, wantStatus := p.narrow(klog.Background(), pod, nodes, nil, snapshot)
+			if diff := cmp.Diff(statusString(wantStatus), statusString(gotStatus)); diff != "" {
+				t.Errorf("PreFilter status, the index's (+) against every node's (-):\n%s", diff)
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("PreFilter result, the index's (+) against every node's (-):\n%s", diff)
+			}
+			wantRefusal := "Success"
+			if tc.want != "" {
+				wantRefusal = refused + tc.want
+			}
+			if got := statusString(gotStatus); got != wantRefusal {
+				t.Errorf("PreFilter = %q, want %q", got, wantRefusal)
+			}
+			if got != nil && got.NodeNames.Has("ghost") {
+				t.Errorf("PreFilter narrowed to a node the snapshot does not hold: %v", sets.List(got.NodeNames))
+			}
+		})
+	}
+}
+
+func unitWithNodeSelector(u *plugintest.UnitWrapper, sel map[string]string) *plugintest.UnitWrapper {
+	u.Spec.NodeSelector = sel
+	return u
 }

@@ -7,10 +7,12 @@ import (
 	"context"
 	"strconv"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	clientsetfake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/events"
@@ -196,6 +198,39 @@ func Handle(t testing.TB, nodes []*corev1.Node, pods []*corev1.Pod) (fwk.Handle,
 		t.Fatal(err)
 	}
 	return fh, recorder
+}
+
+// InformerHandle is a scheduler framework handle whose informers list and
+// watch cs (the test starts them) and whose pod activations go to
+// activator.
+func InformerHandle(t testing.TB, cs *clientsetfake.Clientset, activator fwk.PodActivator) fwk.Handle {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	fh, err := tf.NewFramework(ctx,
+		[]tf.RegisterPluginFunc{
+			tf.RegisterQueueSortPlugin(queuesort.Name, queuesort.New),
+			tf.RegisterBindPlugin(defaultbinder.Name, defaultbinder.New),
+		}, holdfastv1.SchedulerName,
+		frameworkruntime.WithInformerFactory(informers.NewSharedInformerFactory(cs, 0)),
+		frameworkruntime.WithClientSet(cs),
+		frameworkruntime.WithPodActivator(activator),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fh
+}
+
+// Poll waits up to 10s for done, failing the test with what it waited for.
+func Poll(t testing.TB, what string, done func() bool) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return done(), nil
+	})
+	if err != nil {
+		t.Fatalf("waiting for %s: %v", what, err)
+	}
 }
 
 // NodeInfo is the snapshot's view of node name.

@@ -56,20 +56,45 @@ func New(h fwk.Handle, index string, key func(*corev1.Pod) (string, bool)) (*Act
 // Activate requeues the unbound pods whose key is key. A pod in a
 // scheduling cycle right now is retried when that cycle ends.
 func (a *Activator) Activate(logger klog.Logger, key string) {
-	objs, err := a.pods.ByIndex(a.index, key)
-	if err != nil {
+	pending := map[string]*corev1.Pod{}
+	if err := a.addPending(pending, key); err != nil {
 		logger.Error(err, "Listing pods to requeue", "index", a.index, "key", key)
 		return
 	}
+	a.activate(logger, pending, "key", key)
+}
+
+// ActivateAll requeues the unbound pods of every key: for a change that
+// any of them may wait on (a node relabelled), rare enough that finding
+// which ones is not worth it.
+func (a *Activator) ActivateAll(logger klog.Logger) {
 	pending := map[string]*corev1.Pod{}
+	for _, key := range a.pods.ListIndexFuncValues(a.index) {
+		if err := a.addPending(pending, key); err != nil {
+			logger.Error(err, "Listing pods to requeue", "index", a.index, "key", key)
+			return
+		}
+	}
+	a.activate(logger, pending)
+}
+
+func (a *Activator) addPending(pending map[string]*corev1.Pod, key string) error {
+	objs, err := a.pods.ByIndex(a.index, key)
+	if err != nil {
+		return err
+	}
 	for _, obj := range objs {
 		if pod, ok := obj.(*corev1.Pod); ok && pod.Spec.NodeName == "" {
 			pending[pod.Namespace+"/"+pod.Name] = pod
 		}
 	}
+	return nil
+}
+
+func (a *Activator) activate(logger klog.Logger, pending map[string]*corev1.Pod, keysAndValues ...any) {
 	if len(pending) == 0 {
 		return
 	}
-	logger.V(4).Info("Requeueing pods after a holdfast object changed", "pods", len(pending), "index", a.index, "key", key)
+	logger.V(4).Info("Requeueing pods after a holdfast object changed", append([]any{"pods", len(pending), "index", a.index}, keysAndValues...)...)
 	a.activator.Activate(logger, pending)
 }

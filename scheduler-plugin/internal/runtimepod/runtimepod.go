@@ -1,10 +1,12 @@
 // Package runtimepod holds what UnitPlacement and StandbyColocation both
 // know about unit runtime pods: which unit a pod belongs to, how to name it
-// to a person, and how to requeue a unit's waiting pods when it changes.
+// to a person, and how to requeue a unit's waiting pods when it changes (and
+// every waiting runtime pod when a node's labels do).
 package runtimepod
 
 import (
 	"context"
+	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -14,6 +16,7 @@ import (
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/holdfastclient"
+	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/nodeindex"
 	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/requeue"
 )
 
@@ -41,14 +44,39 @@ func Display(unit types.NamespacedName, fromNamespace string) string {
 // from the informer the plugins read, so the retry sees the change.
 func RequeueOnUnitChange(ctx context.Context, h fwk.Handle, clients *holdfastclient.Clients) error {
 	logger := klog.FromContext(ctx)
-	activator, err := requeue.New(h, holdfastv1.LabelUnit, func(pod *corev1.Pod) (string, bool) {
-		key, ok := Unit(pod)
-		return key.String(), ok
-	})
+	activator, err := Activator(h)
 	if err != nil {
 		return err
 	}
 	return clients.OnChange(ctx, &holdfastv1.Unit{}, func(u client.Object) {
 		activator.Activate(logger, client.ObjectKeyFromObject(u).String())
+	})
+}
+
+// IndexNodes indexes the scheduler's nodes by label (from its Node
+// informer; call it from a plugin's New) and activates every unbound runtime
+// pod after a node is added, deleted or relabelled, once the index holds the
+// change: a pod refused while the index lagged the scheduler's own requeue
+// would otherwise wait for an event that has already happened (package
+// nodeindex).
+func IndexNodes(ctx context.Context, h fwk.Handle) (*nodeindex.Index, error) {
+	activator, err := Activator(h)
+	if err != nil {
+		return nil, err
+	}
+	logger := klog.FromContext(ctx)
+	nodes := nodeindex.New()
+	if err := nodes.Watch(h.SharedInformerFactory().Core().V1().Nodes().Informer(), func() { activator.ActivateAll(logger) }); err != nil {
+		return nil, fmt.Errorf("indexing nodes: %w", err)
+	}
+	return nodes, nil
+}
+
+// Activator requeues runtime pods found by their unit, through an index of
+// the scheduler's pod informer (call it from a plugin's New).
+func Activator(h fwk.Handle) (*requeue.Activator, error) {
+	return requeue.New(h, holdfastv1.LabelUnit, func(pod *corev1.Pod) (string, bool) {
+		key, ok := Unit(pod)
+		return key.String(), ok
 	})
 }
