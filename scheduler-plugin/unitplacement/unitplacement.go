@@ -475,7 +475,7 @@ func (p *placement) narrow(logger klog.Logger, pod *corev1.Pod, nodes []fwk.Node
 		for name := range names {
 			// The index only narrows: a name the snapshot does not hold
 			// (the index is ahead of it) is not judged.
-			if ni, err := snapshot.Get(name); err == nil {
+			if ni, err := snapshot.Get(name); err == nil && ni.Node() != nil {
 				judge(ni.Node())
 			}
 		}
