@@ -17,6 +17,7 @@ import (
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/node-plugin/actuator"
 	"github.com/holdfast-io/holdfast/node-plugin/hoststate"
+	"github.com/holdfast-io/holdfast/node-plugin/periodic/periodictest"
 	"github.com/holdfast-io/holdfast/node-plugin/report"
 	"github.com/holdfast-io/holdfast/test/dbusdouble"
 	"github.com/holdfast-io/holdfast/test/systemdhost"
@@ -159,13 +160,8 @@ func TestReporterPassesOnTheInjectedClock(t *testing.T) {
 	start := clk.Now()
 	next := func(want time.Duration) {
 		t.Helper()
-		select {
-		case at := <-g.passes:
-			if at.Sub(start) != want {
-				t.Fatalf("a pass at %v, want at %v (one a tick of Every on the injected clock)", at.Sub(start), want)
-			}
-		case <-time.After(30 * time.Second):
-			t.Fatalf("no pass within 30s of the injected clock reaching %v", want)
+		if at := periodictest.Next(t, g.passes); at.Sub(start) != want {
+			t.Fatalf("a pass at %v, want at %v (one a tick of Every on the injected clock)", at.Sub(start), want)
 		}
 	}
 	node := func() *corev1.Node {
@@ -200,12 +196,5 @@ func TestReporterPassesOnTheInjectedClock(t *testing.T) {
 	}
 	cancel()
 	g.release <- struct{}{}
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("Start returned %v at the context's end", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("Start did not end with its context")
-	}
+	periodictest.Ended(t, done, "Start")
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/holdfast-io/holdfast/api/lease"
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/node-plugin/fence"
+	"github.com/holdfast-io/holdfast/node-plugin/periodic/periodictest"
 )
 
 type units map[string]*holdfastv1.Unit
@@ -271,19 +272,9 @@ func TestLoopPacesItsPassesOnTheInjectedClock(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- loop.Start(ctx) }()
-	next := func() time.Time {
-		t.Helper()
-		select {
-		case at := <-passes:
-			return at
-		case <-time.After(30 * time.Second):
-			t.Fatal("no pass within 30s of the injected clock's tick")
-			return time.Time{}
-		}
-	}
 	stops := func() int { return stopCalls(cri) }
 
-	start := next()
+	start := periodictest.Next(t, passes)
 	if !start.Equal(ticks.Now()) {
 		t.Fatalf("the first pass at %v, want at once", start)
 	}
@@ -296,7 +287,7 @@ func TestLoopPacesItsPassesOnTheInjectedClock(t *testing.T) {
 		// Half an interval is no tick: the pass comes with the second half.
 		ticks.Step(30 * time.Second)
 		ticks.Step(30 * time.Second)
-		if at := next(); !at.Equal(start.Add(time.Duration(want.finished+60) * time.Second)) {
+		if at := periodictest.Next(t, passes); !at.Equal(start.Add(time.Duration(want.finished+60) * time.Second)) {
 			t.Fatalf("a pass at %v, want one a tick of a minute on the injected clock", at.Sub(start))
 		}
 		if got := stops(); got != want.stops {
@@ -305,12 +296,5 @@ func TestLoopPacesItsPassesOnTheInjectedClock(t *testing.T) {
 		release <- struct{}{}
 	}
 	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("Start returned %v at the context's end", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("Start did not end with its context")
-	}
+	periodictest.Ended(t, done, "Start")
 }

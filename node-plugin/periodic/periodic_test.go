@@ -8,6 +8,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/holdfast-io/holdfast/node-plugin/periodic"
+	"github.com/holdfast-io/holdfast/node-plugin/periodic/periodictest"
 )
 
 // TestRunPassesAtOnceThenOnEveryTickOfTheInjectedClock: the first pass runs
@@ -22,7 +23,7 @@ func TestRunPassesAtOnceThenOnEveryTickOfTheInjectedClock(t *testing.T) {
 		done <- periodic.Run(ctx, clk, time.Minute, func(context.Context) { passes <- clk.Now() })
 	}()
 	start := clk.Now()
-	if at := nextPass(t, passes); !at.Equal(start) {
+	if at := periodictest.Next(t, passes); !at.Equal(start) {
 		t.Fatalf("first pass at %v, want at once (%v)", at, start)
 	}
 	for i := 1; i <= 3; i++ {
@@ -30,7 +31,7 @@ func TestRunPassesAtOnceThenOnEveryTickOfTheInjectedClock(t *testing.T) {
 		// half is the interval's one.
 		clk.Step(30 * time.Second)
 		clk.Step(30 * time.Second)
-		if at, want := nextPass(t, passes), start.Add(time.Duration(i)*time.Minute); !at.Equal(want) {
+		if at, want := periodictest.Next(t, passes), start.Add(time.Duration(i)*time.Minute); !at.Equal(want) {
 			t.Fatalf("pass %d at %v, want %v (one a tick)", i+1, at, want)
 		}
 	}
@@ -44,18 +45,5 @@ func TestRunPassesAtOnceThenOnEveryTickOfTheInjectedClock(t *testing.T) {
 		t.Fatalf("a pass at %v after the context ended, with no tick", at)
 	case <-time.After(30 * time.Second):
 		t.Fatal("Run did not end with its context")
-	}
-}
-
-// nextPass is the time of the next pass; a pass that never comes is a
-// failure after a generous deadline (a loop on another clock never ticks).
-func nextPass(t *testing.T, passes <-chan time.Time) time.Time {
-	t.Helper()
-	select {
-	case at := <-passes:
-		return at
-	case <-time.After(30 * time.Second):
-		t.Fatal("no pass within 30s of the fake clock's tick")
-		return time.Time{}
 	}
 }

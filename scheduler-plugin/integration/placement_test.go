@@ -16,9 +16,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/defaultbinder"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/queuesort"
+	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
+	tf "k8s.io/kubernetes/pkg/scheduler/testing/framework"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/holdfastclient"
 	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/plugintest"
 )
 
@@ -409,5 +414,27 @@ func TestTheRecordKeepsEveryFieldManagersOwnership(t *testing.T) {
 	}
 	if after := owners(); !maps.Equal(before, after) {
 		t.Errorf("the record changed the spec and metadata owners:\nbefore %v\nafter  %v", before, after)
+	}
+
+	// And the plugins' cache holds the Unit without them.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	fh, err := tf.NewFramework(ctx, []tf.RegisterPluginFunc{
+		tf.RegisterQueueSortPlugin(queuesort.Name, queuesort.New),
+		tf.RegisterBindPlugin(defaultbinder.Name, defaultbinder.New),
+	}, holdfastv1.SchedulerName, frameworkruntime.WithKubeConfig(restConfig(100)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clients, err := holdfastclient.For(ctx, fh, &holdfastv1.Unit{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cached holdfastv1.Unit
+	if err := clients.Cached.Get(ctx, client.ObjectKey{Namespace: p.ns, Name: "boiler-1"}, &cached); err != nil {
+		t.Fatal(err)
+	}
+	if len(cached.ManagedFields) != 0 {
+		t.Errorf("the plugins' cache holds %d managedFields entries of unit boiler-1, want none", len(cached.ManagedFields))
 	}
 }
