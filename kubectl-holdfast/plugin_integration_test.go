@@ -29,8 +29,8 @@ import (
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	plugin "github.com/holdfast-io/holdfast/kubectl-holdfast"
+	"github.com/holdfast-io/holdfast/policy"
 	"github.com/holdfast-io/holdfast/test/testenv"
-	"github.com/holdfast-io/holdfast/webhook/rules"
 )
 
 var (
@@ -258,16 +258,16 @@ func TestStatusShowsUnitsVotersAndTheSwapInProgress(t *testing.T) {
 	for _, n := range []string{"cp-1", "cp-2", "cp-3", "cp-4"} {
 		mkNode(t, n, map[string]string{holdfastv1.LabelEtcdRole: "true"})
 	}
-	policy := &holdfastv1.VoterPolicy{
+	vp := &holdfastv1.VoterPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: holdfastv1.VoterPolicyName},
 		Spec:       holdfastv1.VoterPolicySpec{Etcd: holdfastv1.EtcdAccess{Endpoints: []string{"https://10.0.0.1:2379"}}},
 	}
-	if err := env.Client.Create(ctx, policy); err != nil {
+	if err := env.Client.Create(ctx, vp); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = env.Client.Delete(ctx, policy) })
-	policy.Status = holdfastv1.VoterPolicyStatus{Voters: []string{"cp-1", "cp-2", "cp-3"}, Learners: []string{"edge-7"}, Leader: "cp-2"}
-	if err := env.Client.Status().Update(ctx, policy); err != nil {
+	t.Cleanup(func() { _ = env.Client.Delete(ctx, vp) })
+	vp.Status = holdfastv1.VoterPolicyStatus{Voters: []string{"cp-1", "cp-2", "cp-3"}, Learners: []string{"edge-7"}, Leader: "cp-2"}
+	if err := env.Client.Status().Update(ctx, vp); err != nil {
 		t.Fatal(err)
 	}
 	running := &holdfastv1.VoterSwap{ObjectMeta: metav1.ObjectMeta{Name: "swap-cp3-edge7"}, Spec: holdfastv1.VoterSwapSpec{Outgoing: "cp-3", Incoming: "edge-7"}}
@@ -364,13 +364,13 @@ func TestStatusShowsUnitsVotersAndTheSwapInProgress(t *testing.T) {
 	// records them.
 	even := metav1.NewTime(time.Date(2026, 11, 29, 21, 0, 0, 0, time.UTC))
 	finished := metav1.NewTime(time.Date(2026, 11, 29, 20, 30, 0, 0, time.UTC))
-	policy.Status.Voters = []string{"cp-1", "cp-2", "cp-3", "cp-4"}
-	policy.Status.Learners = nil
-	policy.Status.EvenSince = &even
-	policy.Status.LastSwap = &holdfastv1.SwapOutcome{Name: "swap-old", SwapID: "20261129T200000Z-cp-9-cp-4", Phase: holdfastv1.SwapSucceeded, FinishedAt: &finished}
+	vp.Status.Voters = []string{"cp-1", "cp-2", "cp-3", "cp-4"}
+	vp.Status.Learners = nil
+	vp.Status.EvenSince = &even
+	vp.Status.LastSwap = &holdfastv1.SwapOutcome{Name: "swap-old", SwapID: "20261129T200000Z-cp-9-cp-4", Phase: holdfastv1.SwapSucceeded, FinishedAt: &finished}
 	// Stamped half a heartbeat ago, as the voters role stamps it.
-	policy.Status.ObservedTime = &metav1.Time{Time: time.Now().Add(-rules.StatusHeartbeat / 2)}
-	if err := env.Client.Status().Update(ctx, policy); err != nil {
+	vp.Status.ObservedTime = &metav1.Time{Time: time.Now().Add(-policy.StatusHeartbeat / 2)}
+	if err := env.Client.Status().Update(ctx, vp); err != nil {
 		t.Fatal(err)
 	}
 	r = admin(t, "status", "-n", ns)
@@ -419,8 +419,8 @@ func TestStatusShowsUnitsVotersAndTheSwapInProgress(t *testing.T) {
 			wide: `\(stale: swaps refused\): voter policy status is stamped (4m5\ds|5m0s) in the future; the voters role's clock and this one disagree\n`,
 			jsn:  `^voter policy status is stamped (4m5\ds|5m0s) in the future`},
 	} {
-		policy.Status.ObservedTime = &metav1.Time{Time: time.Now().Add(c.offset)}
-		if err := env.Client.Status().Update(ctx, policy); err != nil {
+		vp.Status.ObservedTime = &metav1.Time{Time: time.Now().Add(c.offset)}
+		if err := env.Client.Status().Update(ctx, vp); err != nil {
 			t.Fatal(err)
 		}
 		r = admin(t, "status", "-n", ns)

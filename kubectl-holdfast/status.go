@@ -22,7 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
-	"github.com/holdfast-io/holdfast/webhook/rules"
+	"github.com/holdfast-io/holdfast/policy"
 )
 
 // Report is what `status -o json` prints; its field names are stable.
@@ -273,7 +273,7 @@ func voterReport(ctx context.Context, c client.Client, p *holdfastv1.VoterPolicy
 		v.ObservedAge = ago(now, t.Time)
 	}
 	// The gates' own rule, so status says stale exactly when a swap is refused.
-	if err := rules.StatusFresh(p, now); err != nil {
+	if err := policy.StatusFresh(p, now); err != nil {
 		v.Stale = err.Detail
 	}
 	if st.EvenSince != nil {

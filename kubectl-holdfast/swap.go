@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
-	"github.com/holdfast-io/holdfast/webhook/rules"
+	"github.com/holdfast-io/holdfast/policy"
 )
 
 func newSwapCommand(o *options) *cobra.Command {
@@ -82,7 +82,7 @@ A manual swap is carried out even when VoterPolicy says dryRun.
 				fmt.Fprintln(o.streams.ErrOut, "note: "+note)
 			}
 			spec := holdfastv1.VoterSwapSpec{Outgoing: out, Incoming: in, Reason: reason, Origin: holdfastv1.SwapManual}
-			if errs := rules.SwapGates(&spec, cl.gates); len(errs) > 0 {
+			if errs := policy.SwapGates(&spec, cl.gates); len(errs) > 0 {
 				return gatesRefused(out, in, dryRun, errs)
 			}
 			s := &holdfastv1.VoterSwap{
@@ -130,13 +130,13 @@ func swapNamePrefix(out, in string) string {
 // swapCluster is what the swap gates are judged on: VoterPolicy default,
 // the Nodes and the swap Lease, as the cluster holds them now.
 type swapCluster struct {
-	gates rules.GateInput
+	gates policy.GateInput
 	// notes say what could not be read and is left to the webhook.
 	notes []string
 }
 
 func readSwapCluster(ctx context.Context, c client.Client, now time.Time) (*swapCluster, error) {
-	cl := &swapCluster{gates: rules.GateInput{Nodes: map[string]*corev1.Node{}, Now: now}}
+	cl := &swapCluster{gates: policy.GateInput{Nodes: map[string]*corev1.Node{}, Now: now}}
 	var p holdfastv1.VoterPolicy
 	switch err := c.Get(ctx, client.ObjectKey{Name: holdfastv1.VoterPolicyName}, &p); {
 	case err == nil:
@@ -180,11 +180,11 @@ func checkSwapNodes(cl *swapCluster, out, in string) error {
 	if n == nil {
 		return usageErr("swap: node %q (IN) not found", in)
 	}
-	if !rules.NodeEligible(cl.gates.Policy, n) {
+	if !policy.NodeEligible(cl.gates.Policy, n) {
 		return usageErr("swap: node %q (IN) is not voter-eligible: its labels do not match %s; an admin labels eligible nodes",
 			in, eligibleSelector(cl.gates.Policy))
 	}
-	if rules.NodePinned(n) {
+	if policy.NodePinned(n) {
 		return usageErr("swap: node %q (IN) is pinned (%s); an admin must unpin it first", in, holdfastv1.LabelPinned)
 	}
 	return nil

@@ -197,7 +197,7 @@ func events(t *testing.T, ns, reason string) []corev1.Event {
 	return out
 }
 
-// TestStaleEpochRuntimeStoppedAndSandboxRemoved (DESIGN §3 L7): after a
+// TestStaleEpochRuntimeStoppedAndSandboxRemoved (docs/design.md §3 L7): after a
 // re-bind, the runtime of the old epoch is stopped with no grace and its
 // sandbox removed, through the real containerd and runc; the runtime of the
 // current epoch is never touched. The action is an Event on the unit and a

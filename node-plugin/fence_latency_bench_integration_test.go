@@ -21,7 +21,7 @@ import (
 
 // BenchmarkFenceLatency measures the node plugin's fence from its decision
 // to the runtime's container stopped, on real containerd and runc, for both
-// of the fence agent's roads (DESIGN §5):
+// of the fence agent's roads (docs/design.md §5):
 //
 //   - wedged: the apiserver is out of reach (the real readyz probe against a
 //     closed port) and a local Failover runtime answers that its lease is

@@ -16,7 +16,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
-	"github.com/holdfast-io/holdfast/webhook/rules"
+	"github.com/holdfast-io/holdfast/policy"
 )
 
 var t0 = time.Date(2026, 11, 29, 20, 0, 0, 0, time.UTC)
@@ -394,13 +394,13 @@ func swap(name, out, in string, phase holdfastv1.SwapPhase) holdfastv1.VoterSwap
 		Spec: holdfastv1.VoterSwapSpec{Outgoing: out, Incoming: in, Origin: holdfastv1.SwapManual, Reason: "r"}, Status: holdfastv1.VoterSwapStatus{Phase: phase}}
 }
 
-func gatesOK() rules.GateInput {
+func gatesOK() policy.GateInput {
 	ready := func(name string, labels, ann map[string]string) *corev1.Node {
 		n := readyNode(name, true, labels)
 		n.Annotations = ann
 		return &n
 	}
-	return rules.GateInput{
+	return policy.GateInput{
 		Policy: &holdfastv1.VoterPolicy{Spec: holdfastv1.VoterPolicySpec{TargetVoters: 3}, Status: holdfastv1.VoterPolicyStatus{
 			Voters: []string{"cp-1", "cp-2", "cp-3"}, Leader: "cp-1", ObservedTime: &metav1.Time{Time: t0},
 			Conditions: []metav1.Condition{{Type: holdfastv1.ConditionEtcdHealthy, Status: metav1.ConditionTrue}}}},

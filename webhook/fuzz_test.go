@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
-	"github.com/holdfast-io/holdfast/webhook/rules"
+	"github.com/holdfast-io/holdfast/policy"
 )
 
 // targetType is what each path decodes an object into.
@@ -112,20 +112,20 @@ func FuzzSwapLeaseRules(f *testing.F) {
 		}
 		now := t0.Add(time.Duration(offsetSeconds%1e6) * time.Second)
 		v := checkSwapLease(&o, r, &old, &newL, now)
-		held := rules.SwapLeaseHeld(&old, now)
+		held := policy.SwapLeaseHeld(&old, now)
 		if v.allowed() {
-			if held && rules.SwapLeaseHolder(&newL) != "" && rules.SwapLeaseHolder(&newL) != rules.SwapLeaseHolder(&old) {
-				t.Fatalf("the holder of a held Lease changed: %q -> %q", rules.SwapLeaseHolder(&old), rules.SwapLeaseHolder(&newL))
+			if held && policy.SwapLeaseHolder(&newL) != "" && policy.SwapLeaseHolder(&newL) != policy.SwapLeaseHolder(&old) {
+				t.Fatalf("the holder of a held Lease changed: %q -> %q", policy.SwapLeaseHolder(&old), policy.SwapLeaseHolder(&newL))
 			}
 			if !asController && !equalSpec(&old, &newL) {
 				t.Fatal("someone other than the controller changed the spec")
 			}
-			if held && rules.SwapLeaseHolder(&newL) != "" {
+			if held && policy.SwapLeaseHolder(&newL) != "" {
 				kept := map[string]bool{}
-				for _, n := range rules.SwapLeaseNodes(&newL) {
+				for _, n := range policy.SwapLeaseNodes(&newL) {
 					kept[n] = true
 				}
-				for _, n := range rules.SwapLeaseNodes(&old) {
+				for _, n := range policy.SwapLeaseNodes(&old) {
 					if !kept[n] {
 						t.Fatalf("node %s dropped from a held Lease", n)
 					}

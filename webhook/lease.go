@@ -12,20 +12,20 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
-	"github.com/holdfast-io/holdfast/webhook/rules"
+	"github.com/holdfast-io/holdfast/policy"
 )
 
 var leaseGVR = coordinationv1.SchemeGroupVersion.WithResource("leases").GroupResource()
 var leaseGK = coordinationv1.SchemeGroupVersion.WithKind("Lease").GroupKind()
 
 func leaseHeldUntil(l *coordinationv1.Lease) string {
-	if exp, ok := rules.SwapLeaseExpiry(l); ok {
+	if exp, ok := policy.SwapLeaseExpiry(l); ok {
 		return "until " + exp.UTC().Format(time.RFC3339)
 	}
 	return "with no expiry"
 }
 
-// checkSwapLease applies the swap Lease rules of DESIGN §7 to a create (old
+// checkSwapLease applies the swap Lease rules of docs/design.md §7 to a create (old
 // nil), an update, or a delete (newL nil). Other Leases pass.
 func checkSwapLease(o *Options, r requester, old, newL *coordinationv1.Lease, now time.Time) verdict {
 	var v verdict
@@ -33,20 +33,20 @@ func checkSwapLease(o *Options, r requester, old, newL *coordinationv1.Lease, no
 	if obj == nil {
 		obj = old
 	}
-	if !rules.IsSwapLease(obj.Namespace, obj.Name) {
+	if !policy.IsSwapLease(obj.Namespace, obj.Name) {
 		return v
 	}
 	holderPath := field.NewPath("spec", "holderIdentity")
 	annPath := field.NewPath("metadata", "annotations")
 	// The voters role alone runs swaps.
 	isVoters := r.User == o.VotersUser()
-	oldHeld := old != nil && rules.SwapLeaseHeld(old, now)
+	oldHeld := old != nil && policy.SwapLeaseHeld(old, now)
 
 	if newL == nil {
 		if oldHeld {
 			v.forbid(field.Forbidden(holderPath, fmt.Sprintf(
 				"the swap Lease is held by %s %s for swap %s; it may be deleted only once released or expired",
-				rules.SwapLeaseHolder(old), leaseHeldUntil(old), old.Annotations[holdfastv1.AnnotationSwapID])))
+				policy.SwapLeaseHolder(old), leaseHeldUntil(old), old.Annotations[holdfastv1.AnnotationSwapID])))
 		}
 		return v
 	}
@@ -74,9 +74,9 @@ func checkSwapLease(o *Options, r requester, old, newL *coordinationv1.Lease, no
 		}
 	}
 
-	newHolder := rules.SwapLeaseHolder(newL)
+	newHolder := policy.SwapLeaseHolder(newL)
 	if oldHeld && newHolder != "" {
-		if oldHolder := rules.SwapLeaseHolder(old); newHolder != oldHolder {
+		if oldHolder := policy.SwapLeaseHolder(old); newHolder != oldHolder {
 			v.forbid(field.Forbidden(holderPath, fmt.Sprintf(
 				"the swap Lease is held by %s %s; another holder may take it only after it expires or is released",
 				oldHolder, leaseHeldUntil(old))))
@@ -88,10 +88,10 @@ func checkSwapLease(o *Options, r requester, old, newL *coordinationv1.Lease, no
 				"swap %s is in progress; it may change only when the Lease is released", ov)))
 		}
 		kept := map[string]bool{}
-		for _, n := range rules.SwapLeaseNodes(newL) {
+		for _, n := range policy.SwapLeaseNodes(newL) {
 			kept[n] = true
 		}
-		for _, n := range rules.SwapLeaseNodes(old) {
+		for _, n := range policy.SwapLeaseNodes(old) {
 			if !kept[n] {
 				v.forbid(field.Forbidden(annPath.Key(holdfastv1.AnnotationSwapNodes), fmt.Sprintf(
 					"may not drop node %s while swap %s holds the Lease; nodes may only be added", n, old.Annotations[holdfastv1.AnnotationSwapID])))
@@ -103,12 +103,12 @@ func checkSwapLease(o *Options, r requester, old, newL *coordinationv1.Lease, no
 		if newL.Annotations[holdfastv1.AnnotationSwapID] == "" {
 			v.invalidf(field.Required(annPath.Key(holdfastv1.AnnotationSwapID), "a held swap Lease names its swap"))
 		}
-		if len(rules.SwapLeaseNodes(newL)) == 0 {
+		if len(policy.SwapLeaseNodes(newL)) == 0 {
 			v.invalidf(field.Required(annPath.Key(holdfastv1.AnnotationSwapNodes),
 				"a held swap Lease lists the swap's nodes (comma separated), which node recovery leaves alone"))
 		}
 	}
-	for _, n := range rules.SwapLeaseNodes(newL) {
+	for _, n := range policy.SwapLeaseNodes(newL) {
 		if msgs := validation.IsDNS1123Subdomain(n); len(msgs) > 0 {
 			v.invalidf(field.Invalid(annPath.Key(holdfastv1.AnnotationSwapNodes), n, "not a node name: "+msgs[0]))
 		}

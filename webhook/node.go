@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
-	"github.com/holdfast-io/holdfast/webhook/rules"
+	"github.com/holdfast-io/holdfast/policy"
 )
 
 var nodeGVR = corev1.SchemeGroupVersion.WithResource("nodes").GroupResource()
@@ -92,7 +92,7 @@ func oldTaints(n *corev1.Node) []corev1.Taint {
 	return n.Spec.Taints
 }
 
-// checkNode applies the Node rules of DESIGN §7 to a create (old nil) or an
+// checkNode applies the Node rules of docs/design.md §7 to a create (old nil) or an
 // update.
 func checkNode(o *Options, r requester, old, newN *corev1.Node, f nodeFacts) verdict {
 	var v verdict
@@ -167,15 +167,15 @@ func checkNode(o *Options, r requester, old, newN *corev1.Node, f nodeFacts) ver
 	}
 
 	// Node recovery must not force a swap's node out of service.
-	if i := outOfServiceAdded(old, newN); i >= 0 && old != nil && rules.SwapLeaseNames(f.SwapLease, newN.Name, f.Now) {
+	if i := outOfServiceAdded(old, newN); i >= 0 && old != nil && policy.SwapLeaseNames(f.SwapLease, newN.Name, f.Now) {
 		until := "with no expiry"
-		if exp, ok := rules.SwapLeaseExpiry(f.SwapLease); ok {
+		if exp, ok := policy.SwapLeaseExpiry(f.SwapLease); ok {
 			until = "until " + exp.UTC().Format(time.RFC3339)
 		}
 		v.forbid(field.Forbidden(field.NewPath("spec", "taints").Index(i), fmt.Sprintf(
 			"node %s is in voter swap %s (swap Lease %s/%s held by %s %s); taint it out of service after the swap finishes or the Lease expires",
 			newN.Name, f.SwapLease.Annotations[holdfastv1.AnnotationSwapID], holdfastv1.SwapLeaseNamespace, holdfastv1.SwapLeaseName,
-			rules.SwapLeaseHolder(f.SwapLease), until)))
+			policy.SwapLeaseHolder(f.SwapLease), until)))
 	}
 	return v
 }
@@ -232,7 +232,7 @@ func (nv *NodeValidator) facts(ctx context.Context, need nodeNeeds, node string)
 		if err != nil {
 			return f, err
 		}
-		f.Members = rules.Members(p)
+		f.Members = policy.Members(p)
 	}
 	if need.swaps {
 		var swaps holdfastv1.VoterSwapList

@@ -18,7 +18,7 @@ import (
 var podGVR = corev1.SchemeGroupVersion.WithResource("pods").GroupResource()
 var podGK = corev1.SchemeGroupVersion.WithKind("Pod").GroupKind()
 
-// RuntimePodName is the name of a unit's runtime pod at an epoch (DESIGN §2).
+// RuntimePodName is the name of a unit's runtime pod at an epoch (docs/design.md §2).
 func RuntimePodName(unit string, epoch int64) string {
 	return fmt.Sprintf("%s-runtime-e%d", unit, epoch)
 }

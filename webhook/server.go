@@ -1,7 +1,7 @@
-// Package webhook is holdfast's validating admission webhook (DESIGN §7): it
+// Package webhook is holdfast's validating admission webhook (docs/design.md §7): it
 // refuses unsafe label, annotation, taint, Lease and object changes, listing
 // every reason with its field path. The rules it shares with the controller
-// live in webhook/rules; the ValidatingWebhookConfiguration that selects what
+// live in policy; the ValidatingWebhookConfiguration that selects what
 // reaches it is webhook/config/validating-webhook-configuration.yaml.
 package webhook
 

@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
-	"github.com/holdfast-io/holdfast/webhook/rules"
+	"github.com/holdfast-io/holdfast/policy"
 )
 
 var unitGVR = holdfastv1.GroupVersion.WithResource("units").GroupResource()
@@ -66,7 +66,7 @@ func bindingEpoch(u *holdfastv1.Unit) int64 {
 	return u.Status.RuntimeBinding.Epoch
 }
 
-// checkUnit applies the Unit rules of DESIGN §3 and §7 to a create (old nil)
+// checkUnit applies the Unit rules of docs/design.md §3 and §7 to a create (old nil)
 // or an update of the Unit or its status.
 func checkUnit(o *Options, r requester, old, u *holdfastv1.Unit, f unitFacts) (verdict, []AuditRecord) {
 	var v verdict
@@ -77,13 +77,13 @@ func checkUnit(o *Options, r requester, old, u *holdfastv1.Unit, f unitFacts) (v
 	bindPath := field.NewPath("status", "runtimeBinding")
 
 	if c.spec {
-		for _, e := range rules.AvailabilityErrors(avPath, &u.Spec.Availability) {
+		for _, e := range policy.AvailabilityErrors(avPath, &u.Spec.Availability) {
 			v.invalidf(e)
 		}
-		for _, e := range rules.TargetsIncludingPrimary(u, f.Nodes) {
+		for _, e := range policy.TargetsIncludingPrimary(u, f.Nodes) {
 			v.invalidf(e)
 		}
-		if old != nil && old.Spec.Availability.Mode == holdfastv1.Failover && u.Spec.Availability.Mode == holdfastv1.Autonomy && rules.RebindPending(old) {
+		if old != nil && old.Spec.Availability.Mode == holdfastv1.Failover && u.Spec.Availability.Mode == holdfastv1.Autonomy && policy.RebindPending(old) {
 			v.forbid(field.Forbidden(avPath.Child("mode"), fmt.Sprintf(
 				"a re-bind is pending (%s); switch to Autonomy once the new runtime holds its lease", pendingReason(old))))
 		}
@@ -185,10 +185,10 @@ func checkFailoverTarget(v *verdict, p *field.Path, u *holdfastv1.Unit, target s
 	if b := u.Status.RuntimeBinding; b != nil && b.Node == target {
 		v.forbid(field.Forbidden(p, fmt.Sprintf("%s is the node the runtime is bound to now; name a failover target", target)))
 	}
-	if !rules.EligibleTarget(u, n) {
+	if !policy.EligibleTarget(u, n) {
 		v.forbid(field.Forbidden(p, fmt.Sprintf("%s is not a failover target of this unit (spec.availability.targets)", target)))
 	}
-	if !rules.NodeReady(n) {
+	if !policy.NodeReady(n) {
 		v.forbid(field.Forbidden(p, fmt.Sprintf("%s is NotReady; name a Ready target", target)))
 	}
 }

@@ -67,7 +67,7 @@ func TestUnitTargetsExcludePrimary(t *testing.T) {
 	allowed(t, env.Kubectl().Run(t, unitYAML(ns, "kiln-1", "    mode: Failover\n    targets: {selector: {matchLabels: {site/standby: \"true\"}}}"), "apply", "-f", "-"))
 }
 
-// The inequalities of DESIGN §3 are refused by the CRD's own rules before
+// The inequalities of docs/design.md §3 are refused by the CRD's own rules before
 // any webhook runs; the webhook states them again in Go (unit tests).
 func TestUnitInequalitiesRefused(t *testing.T) {
 	ns := env.Namespace(t)

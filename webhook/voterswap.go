@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
-	"github.com/holdfast-io/holdfast/webhook/rules"
+	"github.com/holdfast-io/holdfast/policy"
 )
 
 var swapGVR = holdfastv1.GroupVersion.WithResource("voterswaps").GroupResource()
@@ -25,8 +25,8 @@ func swapRunning(s *holdfastv1.VoterSwap) bool {
 }
 
 // checkVoterSwapCreate applies the VoterSwap creation rules: who may ask,
-// one swap at a time, and every gate of DESIGN §6 step 1.
-func checkVoterSwapCreate(o *Options, r requester, s *holdfastv1.VoterSwap, others []holdfastv1.VoterSwap, gates rules.GateInput) (verdict, []AuditRecord) {
+// one swap at a time, and every gate of docs/design.md §6 step 1.
+func checkVoterSwapCreate(o *Options, r requester, s *holdfastv1.VoterSwap, others []holdfastv1.VoterSwap, gates policy.GateInput) (verdict, []AuditRecord) {
 	var v verdict
 	specPath := field.NewPath("spec")
 	// The voters role alone creates Automatic swaps and asks for one
@@ -75,7 +75,7 @@ func checkVoterSwapCreate(o *Options, r requester, s *holdfastv1.VoterSwap, othe
 			orScheduler(x.Spec.Incoming), phase, where)))
 	}
 	if len(v.invalid) == 0 {
-		v.forbidAll(rules.SwapGates(&s.Spec, gates))
+		v.forbidAll(policy.SwapGates(&s.Spec, gates))
 	}
 	if !v.allowed() || origin != holdfastv1.SwapManual {
 		return v, nil
@@ -128,7 +128,7 @@ func (sv *VoterSwapValidator) ValidateCreate(ctx context.Context, s *holdfastv1.
 	if err := sv.Reader.List(ctx, &swaps); err != nil {
 		return nil, readFailed("listing VoterSwaps", err)
 	}
-	gates := rules.GateInput{Nodes: map[string]*corev1.Node{}, Now: sv.Options.Now()}
+	gates := policy.GateInput{Nodes: map[string]*corev1.Node{}, Now: sv.Options.Now()}
 	if gates.Policy, err = getVoterPolicy(ctx, sv.Reader); err != nil {
 		return nil, readFailed("reading the VoterPolicy", err)
 	}

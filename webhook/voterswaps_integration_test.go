@@ -14,8 +14,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/policy"
 	"github.com/holdfast-io/holdfast/webhook"
-	"github.com/holdfast-io/holdfast/webhook/rules"
 )
 
 // healthyCluster: three Ready voters cp-1..cp-3 by etcd's own vote, a leader,
@@ -136,7 +136,7 @@ func TestVoterSwapRefusedOnStaleStatus(t *testing.T) {
 	}
 
 	// Within the bound (the voters role stamps it every 15 s) it is trusted.
-	clock.Set(epoch0.Add(rules.MaxStatusAge))
+	clock.Set(epoch0.Add(policy.MaxStatusAge))
 	allowed(t, env.Kubectl().Run(t, secondSwap, "create", "-f", "-"))
 	t.Cleanup(func() { finishAndDeleteSwap(t, "swap-cp2-edge7") })
 }

@@ -4,7 +4,7 @@ import "time"
 
 const (
 	// CadenceDivisor: a healthy runtime is renewed every sixth of its lease
-	// (DESIGN §3 L2).
+	// (docs/design.md §3 L2).
 	CadenceDivisor = 6
 	// MinRenewInterval is the shortest wait between two attempts, so a
 	// runtime that refuses at once is not hammered as its deadline nears.
@@ -15,7 +15,7 @@ const (
 )
 
 // RenewInterval is how long a grantor waits before its next renewal attempt
-// (DESIGN §3 L2). anchorAge is the age of the anchor the runtime holds: the
+// (docs/design.md §3 L2). anchorAge is the age of the anchor the runtime holds: the
 // acknowledged reply whose Anchor and age the last acknowledged grant
 // carried, one renewal older than the grantor's own last success (L1). The
 // grantor dates it at its receipt of that reply; the runtime's own anchor

@@ -1,5 +1,5 @@
 // Package lease is the wire protocol of the control lease between the grantor
-// (holdfast-controller) and a unit runtime (DESIGN §3).
+// (holdfast-controller) and a unit runtime (docs/design.md §3).
 //
 // The grantor POSTs a Grant to Path on the runtime pod's IP and leasePort. The
 // runtime answers 200 with a Reply, 409 with a Conflict for an epoch that is

@@ -9,7 +9,7 @@ const (
 	MaxLeaseDuration = 600 * time.Second
 )
 
-// Hold bound limits (DESIGN §3 L3).
+// Hold bound limits (docs/design.md §3 L3).
 const (
 	MinHoldBound = 5 * time.Second
 	MaxHoldBound = 30 * time.Second

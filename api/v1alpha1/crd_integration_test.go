@@ -69,7 +69,7 @@ func TestValidUnitIsAcceptedDefaultedAndPrinted(t *testing.T) {
 	if a.LeaseDurationSeconds != 30 || a.RuntimeStartupGraceSeconds != 120 || a.Colocation != holdfastv1.ColocationWarn ||
 		a.RebindMarginSeconds != nil || u.Spec.Runtime.HealthPort != 9440 || u.Spec.Runtime.LeasePort != 9443 ||
 		u.Spec.Runtime.MetricsPort != 9441 || u.Spec.Runtime.ImagePullPolicy != "IfNotPresent" {
-		t.Fatalf("defaults not applied as DESIGN §2 says: %+v runtime %+v", a, u.Spec.Runtime)
+		t.Fatalf("defaults not applied as docs/design.md §2 says: %+v runtime %+v", a, u.Spec.Runtime)
 	}
 	if got := a.RebindMargin(); got != 20*time.Second {
 		t.Errorf("default margin for a 30s lease = %v, want hold bound 15s + 5s", got)

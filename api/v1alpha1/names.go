@@ -1,6 +1,6 @@
 package v1alpha1
 
-// Node labels (DESIGN §2).
+// Node labels (docs/design.md §2).
 const (
 	// LabelVoterEligible marks a node an admin allows to become an etcd voter.
 	LabelVoterEligible = "holdfast.io/voter-eligible"
@@ -27,7 +27,7 @@ const (
 	RoleVoterCandidate = "voter-candidate"
 )
 
-// Node annotations (DESIGN §2). A node plugin writes them on its own Node only.
+// Node annotations (docs/design.md §2). A node plugin writes them on its own Node only.
 const (
 	// AnnotationRoleSwap is the swap ID a role step belongs to.
 	AnnotationRoleSwap = "holdfast.io/role-swap"
@@ -106,7 +106,7 @@ const (
 	HealthServiceLiveness  = "holdfast.liveness"
 )
 
-// The voter swap Lease (DESIGN §2, §6).
+// The voter swap Lease (docs/design.md §2, §6).
 const (
 	SwapLeaseNamespace = "kube-system"
 	SwapLeaseName      = "holdfast-voter-swap"

@@ -33,7 +33,7 @@ type ActuatorReport struct {
 
 // Tombstone records an etcd member that was removed from its cluster, the
 // JSON value of AnnotationTombstone. A host with a tombstone never starts its
-// server unit (DESIGN §5).
+// server unit (docs/design.md §5).
 type Tombstone struct {
 	// MemberID is the removed member's ID, in hex as etcdctl prints it.
 	MemberID string `json:"memberID"`

@@ -1,6 +1,6 @@
 package v1alpha1
 
-// Environment of the runtime container (DESIGN §2): the controller sets
+// Environment of the runtime container (docs/design.md §2): the controller sets
 // them on every runtime pod, most through the downward API from the pod's
 // own labels, and the reference runtime reads them as its flag defaults, so
 // the pod and the process never disagree about which binding they are.

@@ -162,7 +162,7 @@ type UnitRuntime struct {
 	MetricsPort int32 `json:"metricsPort,omitempty"`
 }
 
-// Availability is the unit's availability policy (DESIGN §3).
+// Availability is the unit's availability policy (docs/design.md §3).
 // +kubebuilder:validation:XValidation:rule="self.runtimeStartupGraceSeconds >= self.leaseDurationSeconds",message="must be at least leaseDurationSeconds",fieldPath=".runtimeStartupGraceSeconds"
 // +kubebuilder:validation:XValidation:rule="!has(self.rebindMarginSeconds) || self.rebindMarginSeconds * 2 >= (self.leaseDurationSeconds < 10 ? 10 : (self.leaseDurationSeconds > 60 ? 60 : self.leaseDurationSeconds))",message="must be at least the hold bound (half the lease, clamped to 5s..30s)",fieldPath=".rebindMarginSeconds"
 // +kubebuilder:validation:XValidation:rule="self.mode != 'Failover' || (has(self.targets) && ((has(self.targets.nodes) && size(self.targets.nodes) > 0) || has(self.targets.selector)))",message="must name at least one node or a selector when mode is Failover",fieldPath=".targets"

@@ -5,7 +5,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// VoterPolicySpec configures the voter controller (DESIGN §6).
+// VoterPolicySpec configures the voter controller (docs/design.md §6).
 type VoterPolicySpec struct {
 	// targetVoters is how many etcd voters the cluster keeps. Odd: an even
 	// count tolerates no more failures than one fewer.

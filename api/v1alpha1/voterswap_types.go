@@ -39,7 +39,7 @@ func (p SwapPhase) Finished() bool {
 	return false
 }
 
-// SwapStep is the step of DESIGN §6 a swap is at.
+// SwapStep is the step of docs/design.md §6 a swap is at.
 // +kubebuilder:validation:Enum=Gates;Snapshot;Promote;Regate;StepDown;RemoveMember;FinishDemote;Release;Rollback
 type SwapStep string
 
@@ -66,7 +66,7 @@ type VoterSwapSpec struct {
 	Outgoing string `json:"outgoing"`
 
 	// incoming is the node to promote to a voter. Empty: the scheduler picks
-	// a voter-eligible candidate (DESIGN §4).
+	// a voter-eligible candidate (docs/design.md §4).
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	Incoming string `json:"incoming,omitempty"`

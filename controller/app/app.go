@@ -165,7 +165,7 @@ Roles:
 	d := leadership.Defaults()
 	fmt.Fprintf(w, `
 The grantor's handover must fit inside what a runtime has after a renewal
-(DESIGN §3 L6), at the default 30s lease, with 5s to spare:
+(docs/design.md §3 L6), at the default 30s lease, with 5s to spare:
 
   read-idle + ping + 2 x poll + election lease + warm start + 5s <= lease - 2 x lease/6
   poll = retry period x 2.2 (client-go's jittered wait), warm start budgeted at %v

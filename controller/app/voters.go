@@ -17,7 +17,7 @@ import (
 	"github.com/holdfast-io/holdfast/controller/audit"
 	"github.com/holdfast-io/holdfast/controller/leadership"
 	"github.com/holdfast-io/holdfast/controller/voters"
-	"github.com/holdfast-io/holdfast/webhook/rules"
+	"github.com/holdfast-io/holdfast/policy"
 )
 
 // VotersElectionID is the voter controller's election Lease, apart from the
@@ -68,8 +68,8 @@ func (vc *VotersConfig) Validate() error {
 	}
 	// The webhook refuses swaps on a VoterPolicy status older than
 	// rules.MaxStatusAge; idle passes are what keep it fresh.
-	if vc.IdleEvery > rules.StatusHeartbeat {
-		errs = append(errs, fmt.Errorf("--voter-idle-pass-interval (%v) must be at most %v: the VoterPolicy status must be stamped that often or swaps are refused as stale", vc.IdleEvery, rules.StatusHeartbeat))
+	if vc.IdleEvery > policy.StatusHeartbeat {
+		errs = append(errs, fmt.Errorf("--voter-idle-pass-interval (%v) must be at most %v: the VoterPolicy status must be stamped that often or swaps are refused as stale", vc.IdleEvery, policy.StatusHeartbeat))
 	}
 	// The swap Lease is renewed on every pass: at least three passes fit
 	// in it, so one slow pass never lets it lapse mid-swap.

@@ -8,7 +8,7 @@ import (
 )
 
 // Book is the grantor's half of the control lease protocol for one binding
-// (DESIGN §3 L1, L2): what the next grant carries, what an acknowledgement
+// (docs/design.md §3 L1, L2): what the next grant carries, what an acknowledgement
 // teaches, and when to send again. It reads no clock and sends nothing; the
 // renewal loop drives it with its own clock and HTTP, and runtime/lease's
 // property tests and runtime/leasetest drive the same Book, so the protocol

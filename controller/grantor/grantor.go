@@ -1,4 +1,4 @@
-// Package grantor is the control-plane side of the control lease (DESIGN §3):
+// Package grantor is the control-plane side of the control lease (docs/design.md §3):
 // one renewal loop per Failover runtime with an address, POSTing grants to
 // the runtime's lease endpoint at the L2 cadence and recording what came back.
 //

@@ -1,7 +1,7 @@
 // Package leadership is the grantor's election: its timings and the budget
 // they are held against, the hold-off a new leader observes, and what the
 // process does when its manager stops (release on a deliberate stop, stand
-// down when leadership was lost without being asked). DESIGN §3 L6.
+// down when leadership was lost without being asked). docs/design.md §3 L6.
 package leadership
 
 import (

@@ -608,7 +608,7 @@ func holdOff(p *Plan, in *Inputs, what string) bool {
 	}
 	p.holdOffWait = true
 	p.at(in, in.HoldOffUntil)
-	// True: a request waits (webhook/rules.RebindPending reads it so).
+	// True: a request waits (policy.RebindPending reads it so).
 	setCondition(&p.Status, metav1.Condition{Type: holdfastv1.ConditionFailoverRequest, Status: metav1.ConditionTrue,
 		Reason: holdfastv1.ReasonLeadershipHoldOff,
 		Message: fmt.Sprintf("Until %s no lease expiry is read as a fence (%s waits): this controller took leadership recently, and a predecessor that lost it may still be renewing; holdfast.io/failover-confirm-fenced bypasses the wait",

@@ -16,7 +16,7 @@ import (
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/controller/grantor"
-	"github.com/holdfast-io/holdfast/webhook/rules"
+	"github.com/holdfast-io/holdfast/policy"
 )
 
 var t0 = time.Date(2026, 9, 22, 10, 0, 0, 0, time.UTC)
@@ -955,7 +955,7 @@ func TestTheHoldOffIsARebindPendingForTheWebhook(t *testing.T) {
 	s := newSim(t, failoverUnit())
 	s.heldOffExpiry()
 	s.pass()
-	if !rules.RebindPending(s.u) {
+	if !policy.RebindPending(s.u) {
 		t.Fatal("the webhook's RebindPending must read the controller's hold-off and expiry the way the controller writes them")
 	}
 }

@@ -1,4 +1,4 @@
-// Package units is the unit availability controller (DESIGN §3, §4): it
+// Package units is the unit availability controller (docs/design.md §3, §4): it
 // binds each Unit's runtime to an epoch, builds the runtime pod, reads the
 // grantor's evidence against the two deadlines, and decides the Hold, the
 // re-bind and the suspension. It decides when a unit moves and with which
@@ -33,7 +33,7 @@ import (
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/controller/audit"
 	"github.com/holdfast-io/holdfast/controller/grantor"
-	"github.com/holdfast-io/holdfast/webhook/rules"
+	"github.com/holdfast-io/holdfast/policy"
 )
 
 // HoldOff gives the hold-off deadline of a unit's lease and margin (the
@@ -352,13 +352,13 @@ func TargetAvailability(u *holdfastv1.Unit, nodes []corev1.Node, runtimePods []c
 	unavailable = map[string]string{}
 	for i := range nodes {
 		n := &nodes[i]
-		if !rules.EligibleTarget(u, n) {
+		if !policy.EligibleTarget(u, n) {
 			continue
 		}
 		switch {
 		case b != nil && n.Name == b.Node:
 			unavailable[n.Name] = "the node the current binding is on"
-		case !rules.NodeReady(n):
+		case !policy.NodeReady(n):
 			unavailable[n.Name] = "NotReady"
 		case n.Spec.Unschedulable:
 			unavailable[n.Name] = "cordoned"
@@ -374,7 +374,7 @@ func TargetAvailability(u *holdfastv1.Unit, nodes []corev1.Node, runtimePods []c
 
 // nodeFit: Ready and not cordoned.
 func nodeFit(n *corev1.Node) bool {
-	return !n.Spec.Unschedulable && rules.NodeReady(n)
+	return !n.Spec.Unschedulable && policy.NodeReady(n)
 }
 
 // execute carries out a plan: the Event, then the status (the conditions),

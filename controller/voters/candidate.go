@@ -28,7 +28,7 @@ func CandidatePodName(swap string) string {
 }
 
 // CandidatePod is the pod holdfast-scheduler places on the node the swap
-// promotes (DESIGN §4 VoterEligibility), owned by the VoterSwap so it goes
+// promotes (docs/design.md §4 VoterEligibility), owned by the VoterSwap so it goes
 // with it.
 func CandidatePod(s *holdfastv1.VoterSwap, namespace, image string) *corev1.Pod {
 	if image == "" {

@@ -1,4 +1,4 @@
-// Package voters is the voter swap controller (DESIGN §6): it replaces one
+// Package voters is the voter swap controller (docs/design.md §6): it replaces one
 // etcd voter with another, one swap at a time, under the swap Lease
 // kube-system/holdfast-voter-swap, through the etcd client and the node
 // plugin's role actuator (which it drives through Node labels and
@@ -30,6 +30,6 @@
 //     carry out the action, record it (status, Event, audit line, metrics).
 //
 // The rules a swap shares with admission (SwapGates, NodeReady, the swap
-// Lease's expiry) are imported from webhook/rules, so the webhook and the
+// Lease's expiry) are imported from policy, so the webhook and the
 // controller judge alike.
 package voters

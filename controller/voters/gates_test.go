@@ -6,7 +6,7 @@ import (
 	"time"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
-	"github.com/holdfast-io/holdfast/webhook/rules"
+	"github.com/holdfast-io/holdfast/policy"
 )
 
 // TestSwapGatesFromTheRecordedStatus is the view kubectl holdfast swap gets:
@@ -43,7 +43,7 @@ func TestSwapGatesFromTheRecordedStatus(t *testing.T) {
 			o := fixture()
 			tc.mutate(o)
 			got := SwapGates(holdfastv1.VoterSwapSpec{Outgoing: tc.out, Incoming: tc.in},
-				rules.GateInput{Policy: o.Policy, Nodes: o.Nodes, SwapLease: o.Lease, Now: o.Now})
+				policy.GateInput{Policy: o.Policy, Nodes: o.Nodes, SwapLease: o.Lease, Now: o.Now})
 			if tc.wantNone && len(got) > 0 {
 				t.Fatalf("gates fail: %v", got)
 			}
@@ -68,11 +68,11 @@ func TestPolicyStatusStampsTheObservationTime(t *testing.T) {
 		t.Fatalf("first observation stamped %v, want %v", got, t0)
 	}
 	c := Assess(o)
-	o.Now = t0.Add(rules.StatusHeartbeat/2 - time.Second)
+	o.Now = t0.Add(policy.StatusHeartbeat/2 - time.Second)
 	if got := PolicyStatus(o, &c).ObservedTime; !got.Time.Equal(t0) {
 		t.Errorf("restamped at %v though younger than half a heartbeat: the status would be written on every pass", got)
 	}
-	o.Now = t0.Add(rules.StatusHeartbeat / 2)
+	o.Now = t0.Add(policy.StatusHeartbeat / 2)
 	if got := PolicyStatus(o, &c).ObservedTime; !got.Time.Equal(o.Now) {
 		t.Errorf("stamp %v at half a heartbeat, want %v", got, o.Now)
 	}
@@ -84,9 +84,9 @@ func TestPolicyStatusStampsTheObservationTime(t *testing.T) {
 	// The recorded status, judged later by kubectl holdfast swap or the
 	// webhook: stale, it is refused by its age alone.
 	o = fixture()
-	later := t0.Add(rules.MaxStatusAge + 10*time.Second)
+	later := t0.Add(policy.MaxStatusAge + 10*time.Second)
 	got := SwapGates(holdfastv1.VoterSwapSpec{Outgoing: "n1", Incoming: "n4"},
-		rules.GateInput{Policy: o.Policy, Nodes: o.Nodes, Now: later})
+		policy.GateInput{Policy: o.Policy, Nodes: o.Nodes, Now: later})
 	if want := "status.observedTime: Forbidden: voter policy status is 1m10s old; the voters role is not observing etcd (its status may be at most 1m0s old)"; len(got) != 1 || got[0] != want {
 		t.Errorf("gates on a stale status: %q, want only %q", got, want)
 	}

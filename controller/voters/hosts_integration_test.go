@@ -82,6 +82,9 @@ type host struct {
 	blocked bool
 
 	down atomic.Bool
+	// quiet holds the kubelet stand-in's heartbeats while the host stays
+	// up: its Node keeps the last Ready it wrote.
+	quiet atomic.Bool
 }
 
 // newCluster starts voters (bootstrapping a cluster) and standbys
@@ -280,7 +283,9 @@ func (h *host) kubelet(t testing.TB) {
 		if h.down.Load() {
 			continue
 		}
-		h.heartbeat(ctx, corev1.ConditionTrue)
+		if !h.quiet.Load() {
+			h.heartbeat(ctx, corev1.ConditionTrue)
+		}
 		var pods corev1.PodList
 		if err := env.Client.List(ctx, &pods, client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("spec.nodeName", h.name)}); err == nil {
 			for i := range pods.Items {

@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
-	"github.com/holdfast-io/holdfast/webhook/rules"
+	"github.com/holdfast-io/holdfast/policy"
 )
 
 // ErrLeaseLost is a renewal or release refused because the Lease names
@@ -33,7 +33,7 @@ type SwapLease struct {
 // Lease as last read (nil: absent). It refuses a Lease another holder holds
 // unexpired.
 func (l *SwapLease) Acquire(ctx context.Context, observed *coordinationv1.Lease, id string, nodes []string, now time.Time) (*coordinationv1.Lease, error) {
-	if h := rules.SwapLeaseHolder(observed); h != "" && h != l.Identity && rules.SwapLeaseHeld(observed, now) {
+	if h := policy.SwapLeaseHolder(observed); h != "" && h != l.Identity && policy.SwapLeaseHeld(observed, now) {
 		return nil, fmt.Errorf("%w (%s)", ErrLeaseLost, h)
 	}
 	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: holdfastv1.SwapLeaseNamespace, Name: holdfastv1.SwapLeaseName}}
@@ -53,7 +53,7 @@ func (l *SwapLease) Acquire(ctx context.Context, observed *coordinationv1.Lease,
 	secs := int32(l.Duration / time.Second)
 	lease.Spec = coordinationv1.LeaseSpec{HolderIdentity: &l.Identity, LeaseDurationSeconds: &secs, AcquireTime: &t, RenewTime: &t,
 		LeaseTransitions: lease.Spec.LeaseTransitions}
-	if observed != nil && rules.SwapLeaseHolder(observed) != l.Identity {
+	if observed != nil && policy.SwapLeaseHolder(observed) != l.Identity {
 		n := lease.Spec.LeaseTransitions
 		if n == nil {
 			n = new(int32)
@@ -70,8 +70,8 @@ func (l *SwapLease) Acquire(ctx context.Context, observed *coordinationv1.Lease,
 // fails with ErrLeaseLost when the holder changed, and with a conflict when
 // anything changed since observed was read.
 func (l *SwapLease) Renew(ctx context.Context, observed *coordinationv1.Lease, now time.Time) (*coordinationv1.Lease, error) {
-	if rules.SwapLeaseHolder(observed) != l.Identity {
-		return nil, fmt.Errorf("%w (%s)", ErrLeaseLost, rules.SwapLeaseHolder(observed))
+	if policy.SwapLeaseHolder(observed) != l.Identity {
+		return nil, fmt.Errorf("%w (%s)", ErrLeaseLost, policy.SwapLeaseHolder(observed))
 	}
 	lease := observed.DeepCopy()
 	t := metav1.NewMicroTime(now)
@@ -86,8 +86,8 @@ func (l *SwapLease) Release(ctx context.Context, observed *coordinationv1.Lease)
 	if observed == nil {
 		return nil
 	}
-	if rules.SwapLeaseHolder(observed) != l.Identity {
-		return fmt.Errorf("%w (%s)", ErrLeaseLost, rules.SwapLeaseHolder(observed))
+	if policy.SwapLeaseHolder(observed) != l.Identity {
+		return fmt.Errorf("%w (%s)", ErrLeaseLost, policy.SwapLeaseHolder(observed))
 	}
 	lease := observed.DeepCopy()
 	lease.Spec.HolderIdentity = nil

@@ -12,7 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
-	"github.com/holdfast-io/holdfast/webhook/rules"
+	"github.com/holdfast-io/holdfast/policy"
 )
 
 // Reasons a swap records and waits with.
@@ -87,7 +87,7 @@ func Next(o *Observation) Decision {
 	if s := runningSwap(o.Swaps); s != nil {
 		return nextRunning(o, &c, s)
 	}
-	if held := o.Settings.Identity != "" && rules.SwapLeaseHolder(o.Lease) == o.Settings.Identity; held {
+	if held := o.Settings.Identity != "" && policy.SwapLeaseHolder(o.Lease) == o.Settings.Identity; held {
 		// A swap finished (or was refused) while this process held the
 		// Lease: free it.
 		return act(&Action{Kind: ReleaseLease, SwapID: o.Lease.Annotations[holdfastv1.AnnotationSwapID], Reason: ReasonReleased,
@@ -216,14 +216,14 @@ func refuse(s *holdfastv1.VoterSwap, reason, msg string) Decision {
 		History: []holdfastv1.SwapStepRecord{rec(holdfastv1.StepGates, OutcomeRefused, reason, msg)}}})
 }
 
-// pendingGates are DESIGN §6 step 1's gates (SwapGates) on the VoterPolicy
+// pendingGates are docs/design.md §6 step 1's gates (SwapGates) on the VoterPolicy
 // status this pass computed from etcd.
 func pendingGates(o *Observation, c *Cluster, s *holdfastv1.VoterSwap) []string {
 	p := o.Policy.DeepCopy()
 	p.Status = PolicyStatus(o, c)
 	spec := s.Spec
 	spec.Incoming = incomingOf(s)
-	return SwapGates(spec, rules.GateInput{Policy: p, Nodes: o.Nodes, SwapLease: o.Lease, Now: o.Now})
+	return SwapGates(spec, policy.GateInput{Policy: p, Nodes: o.Nodes, SwapLease: o.Lease, Now: o.Now})
 }
 
 // --- running ------------------------------------------------------------
@@ -264,16 +264,16 @@ func nextRunning(o *Observation, c *Cluster, s *holdfastv1.VoterSwap) Decision {
 func needLease(o *Observation, s *holdfastv1.VoterSwap) (Decision, bool) {
 	id := s.Status.SwapID
 	l := o.Lease
-	holder := rules.SwapLeaseHolder(l)
+	holder := policy.SwapLeaseHolder(l)
 	mine := holder == o.Settings.Identity && o.Settings.Identity != ""
 	sameSwap := l != nil && l.Annotations[holdfastv1.AnnotationSwapID] == id
-	held := rules.SwapLeaseHeld(l, o.Now)
+	held := policy.SwapLeaseHeld(l, o.Now)
 	switch {
 	case mine && sameSwap && held:
 		return Decision{}, false
 	case held && !mine:
 		until := "with no expiry"
-		if exp, ok := rules.SwapLeaseExpiry(l); ok {
+		if exp, ok := policy.SwapLeaseExpiry(l); ok {
 			until = "until " + exp.UTC().Format(time.RFC3339)
 		}
 		return wait(s, ReasonLeaseHeld, fmt.Sprintf("the swap Lease is held by %s for swap %q %s; waiting, never acting, until it is released or expires",
@@ -293,7 +293,7 @@ func stepGates(o *Observation, c *Cluster, s *holdfastv1.VoterSwap) Decision {
 	spec := s.Spec
 	spec.Incoming = incomingOf(s)
 	// The Lease is this swap's now: judge every other gate again.
-	errs := SwapGates(spec, rules.GateInput{Policy: p, Nodes: o.Nodes, Now: o.Now})
+	errs := SwapGates(spec, policy.GateInput{Policy: p, Nodes: o.Nodes, Now: o.Now})
 	if len(errs) > 0 {
 		msg := strings.Join(errs, "; ")
 		return toRelease(s, holdfastv1.SwapRefused, holdfastv1.StepGates, OutcomeRefused, ReasonGatesFailed, msg)
@@ -497,7 +497,7 @@ func stepRollback(o *Observation, c *Cluster, s *holdfastv1.VoterSwap) Decision 
 	if n := o.Nodes[in]; n != nil {
 		_, tombstone := n.Annotations[holdfastv1.AnnotationTombstone]
 		if !roleStepIs(n, id, holdfastv1.RoleAgent, holdfastv1.RoleStepRollback) {
-			if startedLearnerRemoved(s) && !tombstone && rules.NodeReady(n) && s.Status.Deadline != nil &&
+			if startedLearnerRemoved(s) && !tombstone && policy.NodeReady(n) && s.Status.Deadline != nil &&
 				o.Now.Before(s.Status.Deadline.Add(-t.opTimeout/2)) {
 				return wait(s, ReasonWaitingActuator, fmt.Sprintf("waiting for the node plugin on %s to record its learner's removal (%s)", in, holdfastv1.AnnotationTombstone))
 			}
@@ -557,7 +557,7 @@ func stepRegate(o *Observation, c *Cluster, s *holdfastv1.VoterSwap) Decision {
 			regatePassed(c, out))}}})
 }
 
-// regate is DESIGN §6 step 3: every gate again, with want voters. The
+// regate is docs/design.md §6 step 3: every gate again, with want voters. The
 // outgoing voter may be down (its removal goes on when the others are
 // healthy).
 // regatePassed is regate's history line: it counts the voters that stay
@@ -595,7 +595,7 @@ func regate(o *Observation, c *Cluster, out string, want int) []string {
 			continue
 		}
 		leader[m.Leader] = true
-		if n := o.Nodes[v]; n == nil || !rules.NodeReady(n) {
+		if n := o.Nodes[v]; n == nil || !policy.NodeReady(n) {
 			problems = append(problems, fmt.Sprintf("voter %s is not Ready", v))
 		}
 	}
@@ -648,7 +648,7 @@ func stepStepDown(o *Observation, c *Cluster, s *holdfastv1.VoterSwap) Decision 
 	n := o.Nodes[out]
 	// Down is judged by the Node, not by the member: the step-down itself
 	// restarts the member, which then answers nothing for a while.
-	down := n == nil || !rules.NodeReady(n)
+	down := n == nil || !policy.NodeReady(n)
 	if !down && m.Answered && c.Leader == m.ID {
 		if to, ok := transferee(c, out, incomingOf(s)); ok {
 			return act(&Action{Kind: MoveLeader, Swap: s.Name, Node: out, Member: m.ID, To: c.ByNode[to].ID, Endpoint: m.ClientURLs[0],
@@ -746,7 +746,7 @@ func stepFinishDemote(o *Observation, c *Cluster, s *holdfastv1.VoterSwap) Decis
 		// silent for half the step's time, gets the step all the same.
 		_, tombstone := n.Annotations[holdfastv1.AnnotationTombstone]
 		t := timesOf(o.Policy)
-		if !tombstone && rules.NodeReady(n) && s.Status.Deadline != nil && o.Now.Before(s.Status.Deadline.Add(-t.opTimeout/2)) {
+		if !tombstone && policy.NodeReady(n) && s.Status.Deadline != nil && o.Now.Before(s.Status.Deadline.Add(-t.opTimeout/2)) {
 			return wait(s, ReasonWaitingActuator, fmt.Sprintf("waiting for the node plugin on %s to record its member's removal (%s)", out, holdfastv1.AnnotationTombstone))
 		}
 		return act(&Action{Kind: SetRoleStep, Swap: s.Name, SwapID: id, Node: out, DesiredRole: holdfastv1.RoleAgent,
@@ -804,7 +804,7 @@ func stepRelease(o *Observation, s *holdfastv1.VoterSwap) Decision {
 	}
 	if outcome != holdfastv1.SwapSucceeded {
 		if in := incomingOf(s); in != "" {
-			if n := o.Nodes[in]; n != nil && cordoned(n, id) && rules.NodeReady(n) {
+			if n := o.Nodes[in]; n != nil && cordoned(n, id) && policy.NodeReady(n) {
 				return act(&Action{Kind: Uncordon, Swap: s.Name, Node: in, Reason: "Uncordoned"})
 			}
 		}
@@ -835,7 +835,7 @@ func leftovers(o *Observation) (Decision, bool) {
 			return act(&Action{Kind: ClearRoleStep, Node: name, Reason: ReasonLeftover,
 				Message: fmt.Sprintf("%s carried out %s for swap %s after it finished", name, step, swap)}), true
 		}
-		if cordoned(n, "") && step == "" && rules.NodeReady(n) && !hasRoleLabels(n) {
+		if cordoned(n, "") && step == "" && policy.NodeReady(n) && !hasRoleLabels(n) {
 			return act(&Action{Kind: Uncordon, Node: name, Reason: ReasonLeftover,
 				Message: fmt.Sprintf("%s is Ready again after its swap finished", name)}), true
 		}
@@ -862,7 +862,7 @@ func nextIdle(o *Observation, c *Cluster) Decision {
 	spec := holdfastv1.VoterSwapSpec{Outgoing: out, Origin: holdfastv1.SwapAutomatic}
 	p := o.Policy.DeepCopy()
 	p.Status = PolicyStatus(o, c)
-	if errs := rules.SwapGates(&spec, rules.GateInput{Policy: p, Nodes: o.Nodes, SwapLease: o.Lease, Now: o.Now}); len(errs) > 0 {
+	if errs := policy.SwapGates(&spec, policy.GateInput{Policy: p, Nodes: o.Nodes, SwapLease: o.Lease, Now: o.Now}); len(errs) > 0 {
 		return Decision{WaitReason: ReasonGatesFailed, Waiting: fmt.Sprintf("%s is unfit (%s) but the gates fail: %s", out, why, errs.ToAggregate().Error())}
 	}
 	reason := fmt.Sprintf("%s unfit for the window %v: %s", out, t.window, why)
@@ -894,7 +894,7 @@ func unfitVoter(o *Observation, c *Cluster, t policyTimes) (string, string) {
 	for _, v := range c.Voters {
 		n := o.Nodes[v]
 		since, ok := o.UnfitSince[v]
-		if n == nil || !ok || o.Now.Sub(since) < t.window || rules.NodePinned(n) {
+		if n == nil || !ok || o.Now.Sub(since) < t.window || policy.NodePinned(n) {
 			continue
 		}
 		verdict, sc, w := JudgeFitness(n, t, o.Now)

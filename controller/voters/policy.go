@@ -9,7 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
-	"github.com/holdfast-io/holdfast/webhook/rules"
+	"github.com/holdfast-io/holdfast/policy"
 )
 
 // Policy defaults, for a VoterPolicy stored before its CRD defaults applied.
@@ -80,7 +80,7 @@ func PolicyStatus(o *Observation, c *Cluster) holdfastv1.VoterPolicyStatus {
 	// The heartbeat the swap gates judge the status's age by
 	// (rules.StatusFresh): stamped when half a heartbeat old, so an idle
 	// pass writes the status about once per heartbeat, not on every event.
-	if t := st.ObservedTime; t == nil || o.Now.Sub(t.Time) >= rules.StatusHeartbeat/2 || o.Now.Before(t.Time) {
+	if t := st.ObservedTime; t == nil || o.Now.Sub(t.Time) >= policy.StatusHeartbeat/2 || o.Now.Before(t.Time) {
 		st.ObservedTime = &now
 	}
 

@@ -16,8 +16,8 @@ import (
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/controller/voters"
+	"github.com/holdfast-io/holdfast/policy"
 	"github.com/holdfast-io/holdfast/test/testenv"
-	"github.com/holdfast-io/holdfast/webhook/rules"
 )
 
 // buildController builds cmd/holdfast-controller into a directory of this
@@ -105,7 +105,7 @@ func TestTheVotersRoleSIGKILLedAtEveryStepCompletesTheSwap(t *testing.T) {
 		if err := env.Client.Get(context.Background(), client.ObjectKey{Name: holdfastv1.VoterPolicyName}, pol); err != nil {
 			return false, err.Error()
 		}
-		if err := rules.StatusFresh(pol, shifted.Now()); err != nil {
+		if err := policy.StatusFresh(pol, shifted.Now()); err != nil {
 			return false, err.Error()
 		}
 		return true, ""

@@ -23,7 +23,7 @@ import (
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/controller/audit"
-	"github.com/holdfast-io/holdfast/webhook/rules"
+	"github.com/holdfast-io/holdfast/policy"
 )
 
 // Reconciler runs the passes of the voter controller.
@@ -155,7 +155,7 @@ func (r *Reconciler) Pass(ctx context.Context) (time.Duration, error) {
 	}
 	// The status's heartbeat needs a pass at least this often, whatever
 	// the idle interval: admission refuses swaps on a stale status.
-	every = min(every, rules.StatusHeartbeat)
+	every = min(every, policy.StatusHeartbeat)
 	if d.Action == nil {
 		if swap != nil && d.Waiting != "" {
 			return every, r.setProgressing(ctx, swap, metav1.ConditionTrue, d.WaitReason, d.Waiting)

@@ -22,7 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
-	"github.com/holdfast-io/holdfast/webhook/rules"
+	"github.com/holdfast-io/holdfast/policy"
 )
 
 // ElectionID is the voter controller's own leader-election Lease (in the
@@ -78,7 +78,7 @@ func nodeMatters(e event.UpdateEvent) bool {
 		return true
 	}
 	return !equality.Semantic.DeepEqual(a.Labels, b.Labels) || !equality.Semantic.DeepEqual(a.Annotations, b.Annotations) ||
-		!equality.Semantic.DeepEqual(a.Spec, b.Spec) || rules.NodeReady(a) != rules.NodeReady(b)
+		!equality.Semantic.DeepEqual(a.Spec, b.Spec) || policy.NodeReady(a) != policy.NodeReady(b)
 }
 
 // leaseMatters: a change of holder or swap, not a renewal.
@@ -88,5 +88,5 @@ func leaseMatters(e event.UpdateEvent) bool {
 	if !ok1 || !ok2 {
 		return true
 	}
-	return rules.SwapLeaseHolder(a) != rules.SwapLeaseHolder(b) || !equality.Semantic.DeepEqual(a.Annotations, b.Annotations)
+	return policy.SwapLeaseHolder(a) != policy.SwapLeaseHolder(b) || !equality.Semantic.DeepEqual(a.Annotations, b.Annotations)
 }

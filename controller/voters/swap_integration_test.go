@@ -21,7 +21,7 @@ import (
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/controller/audit"
 	"github.com/holdfast-io/holdfast/controller/voters"
-	"github.com/holdfast-io/holdfast/webhook/rules"
+	"github.com/holdfast-io/holdfast/policy"
 )
 
 // TestFullSwapWithRealEtcd swaps voter a1 out and standby a4 in on a real
@@ -84,10 +84,10 @@ func TestFullSwapWithRealEtcd(t *testing.T) {
 			t.Errorf("%s left cordoned %v, tainted %v or with role step %q", n.Name, n.Spec.Unschedulable, n.Spec.Taints, n.Annotations[holdfastv1.AnnotationRoleStep])
 		}
 	}
-	if l := getLease(t); rules.SwapLeaseHolder(l) != "" {
+	if l := getLease(t); policy.SwapLeaseHolder(l) != "" {
 		eventually(t, 10*time.Second, "swap Lease released", func() (bool, string) {
 			l := getLease(t)
-			return rules.SwapLeaseHolder(l) == "", rules.SwapLeaseHolder(l)
+			return policy.SwapLeaseHolder(l) == "", policy.SwapLeaseHolder(l)
 		})
 	}
 	waitHealthyStatus(t, "a2", "a3", "a4")
@@ -243,7 +243,7 @@ func TestAnUnfitVoterIsSwappedAutomaticallyAndTheCooldownHolds(t *testing.T) {
 			t.Errorf("VoterSwap %s (%s, %s out) during the cooldown", s.Name, s.Spec.Origin, s.Spec.Outgoing)
 		}
 	}
-	if h := rules.SwapLeaseHolder(getLease(t)); h != "" {
+	if h := policy.SwapLeaseHolder(getLease(t)); h != "" {
 		t.Errorf("the swap Lease is held by %s during the cooldown", h)
 	}
 	for _, n := range []string{"u3", "u5"} {

@@ -1,4 +1,4 @@
-// Package fence is the node plugin's fence agent (DESIGN §5, §3 L7): it
+// Package fence is the node plugin's fence agent (docs/design.md §5, §3 L7): it
 // stops, through CRI and with no grace period, every runtime container on
 // this node whose pod's epoch is behind its unit's current binding, and
 // removes its sandbox; and, while the apiserver is out of reach, it stops a

@@ -1,6 +1,6 @@
 // Package prestage pulls, through the CRI image service, the runtime image
 // of every unit that names this node as a failover target, so a re-bind
-// onto this node never waits on an image pull (DESIGN §5).
+// onto this node never waits on an image pull (docs/design.md §5).
 package prestage
 
 import (

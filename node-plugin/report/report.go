@@ -1,4 +1,4 @@
-// Package report publishes what the host knows on its own Node (DESIGN §5):
+// Package report publishes what the host knows on its own Node (docs/design.md §5):
 // holdfast.io/provisioned (the server unit is installed), the observed role
 // label holdfast.io/role, holdfast.io/tombstone (mirroring the host's
 // tombstone file), and holdfast.io/fitness (fsync latency of the member data

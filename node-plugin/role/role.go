@@ -1,6 +1,6 @@
 // Package role drives the host's role actuator from its own Node: the
 // holdfast.io/desired-role label and the holdfast.io/role-* annotations the
-// voter controller sets (DESIGN §5, §6). It checks that the step may be
+// voter controller sets (docs/design.md §5, §6). It checks that the step may be
 // carried out (the swap Lease held for this swap ID, the host provisioned,
 // a known role), carries it out through the actuator, and reports each
 // outcome as holdfast.io/actuator on its own Node.

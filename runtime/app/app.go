@@ -140,7 +140,7 @@ func Usage(w io.Writer, fs, klogFlags *flag.FlagSet) {
 	fmt.Fprint(w, `Usage: unit-runtime --unit NAMESPACE/NAME --epoch N [flags]
 
 The reference holdfast unit runtime: drives one unit's field devices under
-the control lease (DESIGN §3). In Failover mode it starts fenced, is
+the control lease (docs/design.md §3). In Failover mode it starts fenced, is
 granted by the holdfast grantor over POST /v1/lease, dates its lease from
 the acknowledged age each grant carries, and when renewals stop holds its
 outputs for clamp(lease/2, 5s, 30s) and then fences: output writes stop,

@@ -1,4 +1,4 @@
-// Package lease is the runtime's half of the control lease (DESIGN §3): the
+// Package lease is the runtime's half of the control lease (docs/design.md §3): the
 // Keeper holds the lease against one anchor, runs the hold and the fence on
 // an injected monotonic clock, and gives out the permits without which no
 // output is written. Handler serves the Keeper on POST/GET /v1/lease.

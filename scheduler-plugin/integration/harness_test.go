@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -33,19 +34,24 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/pkg/scheduler"
 	schedconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/defaultbinder"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/queuesort"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 	"k8s.io/kubernetes/pkg/scheduler/profile"
+	tf "k8s.io/kubernetes/pkg/scheduler/testing/framework"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/controller/units"
+	"github.com/holdfast-io/holdfast/policy"
 	hfscheme "github.com/holdfast-io/holdfast/scheduler-plugin/apis/config/scheme"
+	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/holdfastclient"
+	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/plugintest"
 	"github.com/holdfast-io/holdfast/scheduler-plugin/standbycolocation"
 	"github.com/holdfast-io/holdfast/scheduler-plugin/unitplacement"
 	"github.com/holdfast-io/holdfast/scheduler-plugin/votereligibility"
 	"github.com/holdfast-io/holdfast/test/testenv"
-	"github.com/holdfast-io/holdfast/webhook/rules"
 )
 
 var env *testenv.Env
@@ -89,7 +95,10 @@ func restConfig(qps float32) *rest.Config {
 // inProcess is one scheduler built in process as kube-scheduler's own
 // setup builds it.
 type inProcess struct {
-	sched       *scheduler.Scheduler
+	sched *scheduler.Scheduler
+	// kubeConfig is the config the scheduler's handle carries: the plugins'
+	// holdfast cache is keyed on it (holdfastclient.For).
+	kubeConfig  *rest.Config
 	ctx         context.Context
 	cancel      context.CancelFunc
 	broadcaster events.EventBroadcaster
@@ -125,7 +134,7 @@ func buildScheduler(profiles []schedconfig.KubeSchedulerProfile, qps float32) (*
 		cancel()
 		return nil, fmt.Errorf("waiting for the scheduler's handlers: %w", err)
 	}
-	return &inProcess{sched: sched, ctx: ctx, cancel: cancel, broadcaster: broadcaster}, nil
+	return &inProcess{sched: sched, kubeConfig: cfg, ctx: ctx, cancel: cancel, broadcaster: broadcaster}, nil
 }
 
 // run starts scheduling.
@@ -146,7 +155,7 @@ func (s *inProcess) stop() {
 
 // startScheduler runs one scheduler in process with the given profiles until
 // the test ends.
-func startScheduler(t testing.TB, profiles []schedconfig.KubeSchedulerProfile, qps float32) {
+func startScheduler(t testing.TB, profiles []schedconfig.KubeSchedulerProfile, qps float32) *inProcess {
 	t.Helper()
 	s, err := buildScheduler(profiles, qps)
 	if err != nil {
@@ -154,13 +163,53 @@ func startScheduler(t testing.TB, profiles []schedconfig.KubeSchedulerProfile, q
 	}
 	s.run()
 	t.Cleanup(s.stop)
+	return s
 }
 
 // startHoldfastScheduler runs the shipped holdfast-scheduler profile in
 // process.
-func startHoldfastScheduler(t testing.TB) {
+func startHoldfastScheduler(t testing.TB) *inProcess {
 	t.Helper()
-	startScheduler(t, shippedConfig(t).Profiles, 200)
+	return startScheduler(t, shippedConfig(t).Profiles, 200)
+}
+
+// pluginClients are the running scheduler's own holdfast clients: the
+// cache its plugins read (holdfastclient keeps one per kubeconfig).
+func (s *inProcess) pluginClients(t testing.TB, objs ...client.Object) *holdfastclient.Clients {
+	t.Helper()
+	fh, err := tf.NewFramework(s.ctx, []tf.RegisterPluginFunc{
+		tf.RegisterQueueSortPlugin(queuesort.Name, queuesort.New),
+		tf.RegisterBindPlugin(defaultbinder.Name, defaultbinder.New),
+	}, holdfastv1.SchedulerName, frameworkruntime.WithKubeConfig(s.kubeConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clients, err := holdfastclient.For(s.ctx, fh, objs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return clients
+}
+
+// waitPluginsSee waits until the running scheduler's own holdfast cache
+// holds obj at the resourceVersion the test wrote (or a later one): a test
+// that wrote a VoterPolicy or a Unit and then creates a pod must not assume
+// the plugins' informers have caught up.
+func (s *inProcess) waitPluginsSee(t testing.TB, obj client.Object) {
+	t.Helper()
+	clients := s.pluginClients(t, obj.DeepCopyObject().(client.Object))
+	want, err := strconv.ParseUint(obj.GetResourceVersion(), 10, 64)
+	if err != nil {
+		t.Fatalf("resourceVersion of %s: %v", obj.GetName(), err)
+	}
+	cached := obj.DeepCopyObject().(client.Object)
+	plugintest.Poll(t, fmt.Sprintf("the plugins' cache to hold %s at resourceVersion %d", obj.GetName(), want), func() bool {
+		if err := clients.Cached.Get(s.ctx, client.ObjectKeyFromObject(obj), cached); err != nil {
+			return false
+		}
+		got, err := strconv.ParseUint(cached.GetResourceVersion(), 10, 64)
+		return err == nil && got >= want
+	})
 }
 
 // plant creates nodes for one test and deletes them after it: nodes are
@@ -207,7 +256,7 @@ func (p *plant) node(name string, mutate ...func(*corev1.Node)) *corev1.Node {
 	}
 	// Admission taints every new node not-ready; the node lifecycle
 	// controller, which does not run here, lifts it once Ready.
-	if !rules.NodeReady(created) {
+	if !policy.NodeReady(created) {
 		return created
 	}
 	created.Spec.Taints = slices.DeleteFunc(created.Spec.Taints, func(t corev1.Taint) bool { return t.Key == corev1.TaintNodeNotReady })

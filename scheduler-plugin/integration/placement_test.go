@@ -16,14 +16,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/defaultbinder"
-	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/queuesort"
-	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
-	tf "k8s.io/kubernetes/pkg/scheduler/testing/framework"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
-	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/holdfastclient"
 	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/plugintest"
 )
 
@@ -126,7 +121,7 @@ func TestRebindLandsOnATargetLabelledLater(t *testing.T) {
 
 // TestL5AllStandbysTriedStaysPendingAndExplainsEachNode: with every standby
 // tried, the automatic re-bind's pod is placed nowhere, and the scheduler's
-// own FailedScheduling event says node by node why (DESIGN §3 L5, §4). A
+// own FailedScheduling event says node by node why (docs/design.md §3 L5, §4). A
 // person's failover still goes through, and the stale pod is then refused
 // for its epoch.
 func TestL5AllStandbysTriedStaysPendingAndExplainsEachNode(t *testing.T) {
@@ -172,7 +167,7 @@ func TestL5AllStandbysTriedStaysPendingAndExplainsEachNode(t *testing.T) {
 // TestL7TwoSchedulersRacingOnTwoPodsOfOneEpochBindExactlyOne: two
 // holdfast-scheduler instances see two pods of one epoch at once; however
 // they interleave, exactly one pod binds, and the Unit's binding names that
-// pod and its node (DESIGN §3 L7, §4).
+// pod and its node (docs/design.md §3 L7, §4).
 func TestL7TwoSchedulersRacingOnTwoPodsOfOneEpochBindExactlyOne(t *testing.T) {
 	p := newPlant(t)
 	const rounds = 6
@@ -328,7 +323,7 @@ func TestVoterCandidateLandsOnTheFittestEligibleNode(t *testing.T) {
 	if err := env.Client.Status().Update(context.Background(), policy); err != nil {
 		t.Fatal(err)
 	}
-	startHoldfastScheduler(t)
+	sched := startHoldfastScheduler(t)
 
 	first := p.pod(voterCandidate("voter-candidate-1"))
 	if got := p.boundNode(first.Name); got != "vc-fit" {
@@ -342,6 +337,7 @@ func TestVoterCandidateLandsOnTheFittestEligibleNode(t *testing.T) {
 	if err := env.Client.Status().Update(context.Background(), policy); err != nil {
 		t.Fatal(err)
 	}
+	sched.waitPluginsSee(t, policy)
 	second := p.pod(voterCandidate("voter-candidate-2"))
 	if got := p.boundNode(second.Name); got != "vc-unfit" {
 		t.Fatalf("the second candidate landed on %s, want vc-unfit", got)
@@ -352,6 +348,7 @@ func TestVoterCandidateLandsOnTheFittestEligibleNode(t *testing.T) {
 	if err := env.Client.Status().Update(context.Background(), policy); err != nil {
 		t.Fatal(err)
 	}
+	sched.waitPluginsSee(t, policy)
 	third := p.pod(voterCandidate("voter-candidate-3"))
 	msg := p.waitEvent(third.Name, "FailedScheduling",
 		"3 already an etcd member", "1 pinned", "1 carries a tombstone of this cluster", "1 not provisioned", "1 not voter-eligible")
@@ -404,7 +401,7 @@ func TestTheRecordKeepsEveryFieldManagersOwnership(t *testing.T) {
 	if _, ok := before["plant-operator/Apply"]; !ok {
 		t.Fatalf("the operator's apply is not among the Unit's managers: %v", before)
 	}
-	startHoldfastScheduler(t)
+	sched := startHoldfastScheduler(t)
 	pod := p.runtimePod("boiler-1", 1, "")
 	if got := p.boundNode(pod.Name); got != "mf-primary" {
 		t.Fatalf("bound to %q, want mf-primary", got)
@@ -416,22 +413,9 @@ func TestTheRecordKeepsEveryFieldManagersOwnership(t *testing.T) {
 		t.Errorf("the record changed the spec and metadata owners:\nbefore %v\nafter  %v", before, after)
 	}
 
-	// And the plugins' cache holds the Unit without them.
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	fh, err := tf.NewFramework(ctx, []tf.RegisterPluginFunc{
-		tf.RegisterQueueSortPlugin(queuesort.Name, queuesort.New),
-		tf.RegisterBindPlugin(defaultbinder.Name, defaultbinder.New),
-	}, holdfastv1.SchedulerName, frameworkruntime.WithKubeConfig(restConfig(100)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	clients, err := holdfastclient.For(ctx, fh, &holdfastv1.Unit{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// And the plugins' own cache holds the Unit without them.
 	var cached holdfastv1.Unit
-	if err := clients.Cached.Get(ctx, client.ObjectKey{Namespace: p.ns, Name: "boiler-1"}, &cached); err != nil {
+	if err := sched.pluginClients(t, &holdfastv1.Unit{}).Cached.Get(context.Background(), client.ObjectKey{Namespace: p.ns, Name: "boiler-1"}, &cached); err != nil {
 		t.Fatal(err)
 	}
 	if len(cached.ManagedFields) != 0 {

@@ -2,7 +2,7 @@
 // keeps a unit's runtime off a node that already hosts another unit's
 // runtime when the unit says colocation: Refuse, and under Warn scores such
 // a node down and, when the runtime lands there anyway, records a Warning
-// event on the Unit (DESIGN §4): after several failures shared spares can
+// event on the Unit (docs/design.md §4): after several failures shared spares can
 // end up carrying several units, and an operator must see it.
 package standbycolocation
 

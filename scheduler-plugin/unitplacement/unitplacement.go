@@ -2,7 +2,7 @@
 // unit's runtime pod on the unit's primary nodes (first binding) or on one
 // of its eligible failover targets (re-bind, automatic or a person's), never
 // on the node being left (binding previousNode) or, on the automatic path,
-// on a standby already tried (unsettledRebinds, DESIGN §3 L5, §4), and it
+// on a standby already tried (unsettledRebinds, docs/design.md §3 L5, §4), and it
 // records the chosen node in the unit's binding with an
 // optimistic-concurrency write before it binds the pod (its Bind runs before
 // DefaultBinder), so that one epoch binds one pod on one node however many
@@ -38,6 +38,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/policy"
 	"github.com/holdfast-io/holdfast/scheduler-plugin/apis/config"
 	configv1 "github.com/holdfast-io/holdfast/scheduler-plugin/apis/config/v1"
 	"github.com/holdfast-io/holdfast/scheduler-plugin/apis/config/validation"
@@ -45,7 +46,6 @@ import (
 	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/nodeindex"
 	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/pluginargs"
 	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/runtimepod"
-	"github.com/holdfast-io/holdfast/webhook/rules"
 )
 
 // Name is the plugin's name in the registry and the scheduler configuration.
@@ -112,12 +112,12 @@ func (c *targetMatchers) forEach(units []holdfastv1.Unit, fn func(u *holdfastv1.
 	for i := range units {
 		u := &units[i]
 		if u.UID == "" {
-			fn(u, rules.TargetMatcher(u))
+			fn(u, policy.TargetMatcher(u))
 			continue
 		}
 		m := c.byUID[u.UID]
 		if m == nil || m.generation != u.Generation {
-			m = &targetMatcher{generation: u.Generation, match: rules.TargetMatcher(u)}
+			m = &targetMatcher{generation: u.Generation, match: policy.TargetMatcher(u)}
 			c.byUID[u.UID] = m
 		}
 		m.seen = c.pass
@@ -265,8 +265,8 @@ func authorise(u *holdfastv1.Unit, pod *corev1.Pod) (*placement, *fwk.Status) {
 		unit: key, display: display, epoch: epoch, binding: *b, boundNode: b.Node,
 		// The rules the webhook and the controller judge targets and
 		// primaries by, compiled once for the cycle's many nodes.
-		primary:        rules.PrimaryMatcher(u),
-		target:         rules.TargetMatcher(u),
+		primary:        policy.PrimaryMatcher(u),
+		target:         policy.TargetMatcher(u),
 		notPrimary:     "not a primary node of unit " + display,
 		notTarget:      "not a failover target of unit " + display,
 		boundElsewhere: fmt.Sprintf("epoch %d is bound to node %s", epoch, b.Node),
@@ -392,7 +392,7 @@ func (p *placement) unitRefusal(node *corev1.Node) (reason string, outside bool)
 // nodeRefusal is why no runtime may start on node now, or "".
 func nodeRefusal(logger klog.Logger, node *corev1.Node, pod *corev1.Pod) string {
 	switch {
-	case !rules.NodeReady(node):
+	case !policy.NodeReady(node):
 		return ReasonNotReady
 	case node.Spec.Unschedulable:
 		return ReasonCordoned

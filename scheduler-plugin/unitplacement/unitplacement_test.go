@@ -224,7 +224,7 @@ func TestPreFilter(t *testing.T) {
 
 // TestL7PodOfAnotherEpochIsUnschedulable: a runtime pod whose epoch is not
 // the unit's authorised one is refused before any node is looked at, and
-// unresolvably, so preemption is never tried on its behalf (DESIGN §3 L7,
+// unresolvably, so preemption is never tried on its behalf (docs/design.md §3 L7,
 // §4).
 func TestL7PodOfAnotherEpochIsUnschedulable(t *testing.T) {
 	for _, podEpoch := range []int64{4, 6} {
@@ -336,7 +336,7 @@ func TestFilter(t *testing.T) {
 // TestL5BudgetAutomaticRebindNeverReturnsToATriedStandby: the automatic path
 // tries each free eligible standby at most once between confirmed runtimes;
 // a standby named in unsettledRebinds is refused, and with every standby
-// tried nothing is admitted at all (DESIGN §3 L5).
+// tried nothing is admitted at all (docs/design.md §3 L5).
 func TestL5BudgetAutomaticRebindNeverReturnsToATriedStandby(t *testing.T) {
 	binding := holdfastv1.RuntimeBinding{Epoch: 7, PreviousNode: "standby-1", UnsettledRebinds: []string{"standby-1", "spare-1"}}
 	unit := boiler().Targets("standby-1").Authorised(binding).Obj()
@@ -587,7 +587,7 @@ func countingUpdates(writes *int, before func(ctx context.Context, c client.Clie
 // TestL7OneEpochBindsOnePod: two pods (or two schedulers) racing for one
 // epoch: the write of the one that lost carries a stale resourceVersion,
 // conflicts, is re-read, finds the epoch bound and fails, and its pod is not
-// bound; the winner's binding stands (DESIGN §3 L7, §4).
+// bound; the winner's binding stands (docs/design.md §3 L7, §4).
 func TestL7OneEpochBindsOnePod(t *testing.T) {
 	unit := boiler().Authorised(holdfastv1.RuntimeBinding{Epoch: 5, PreviousNode: "primary-1"}).Obj()
 	winner := holdfastv1.RuntimeBinding{Epoch: 5, PreviousNode: "primary-1", Node: "spare-1", Pod: "boiler-1-runtime-e5-a",

@@ -7,7 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
-	"github.com/holdfast-io/holdfast/webhook/rules"
+	"github.com/holdfast-io/holdfast/policy"
 )
 
 // Why a node cannot become an etcd voter: the short lowercase phrases the
@@ -22,7 +22,7 @@ const (
 )
 
 // candidateRules judge nodes against one VoterPolicy with the rules the
-// webhook's swap gates use (webhook/rules), so a node the scheduler offers is
+// webhook's swap gates use (policy), so a node the scheduler offers is
 // one a person could have named as spec.incoming.
 type candidateRules struct {
 	policy    *holdfastv1.VoterPolicy
@@ -31,7 +31,7 @@ type candidateRules struct {
 }
 
 func newCandidateRules(p *holdfastv1.VoterPolicy) *candidateRules {
-	return &candidateRules{policy: p, members: rules.Members(p), clusterID: p.Status.ClusterID}
+	return &candidateRules{policy: p, members: policy.Members(p), clusterID: p.Status.ClusterID}
 }
 
 // refusal is why node may not become a voter, or "" when it may. A member
@@ -40,13 +40,13 @@ func newCandidateRules(p *holdfastv1.VoterPolicy) *candidateRules {
 // swap gates judge it: a removed member never comes back by doubt.
 func (r *candidateRules) refusal(node *corev1.Node) string {
 	switch {
-	case !rules.NodeEligible(r.policy, node):
+	case !policy.NodeEligible(r.policy, node):
 		return RefusalNotVoterEligible
-	case rules.NodePinned(node):
+	case policy.NodePinned(node):
 		return RefusalPinned
-	case !rules.NodeProvisioned(node):
+	case !policy.NodeProvisioned(node):
 		return RefusalNotProvisioned
-	case !rules.NodeReady(node):
+	case !policy.NodeReady(node):
 		return RefusalNotReady
 	case r.members[node.Name]:
 		return RefusalEtcdMember
@@ -54,7 +54,7 @@ func (r *candidateRules) refusal(node *corev1.Node) string {
 	if _, ok := node.Labels[holdfastv1.LabelEtcdRole]; ok {
 		return RefusalEtcdMember
 	}
-	if rules.TombstoneOfCluster(node, r.clusterID) {
+	if policy.TombstoneOfCluster(node, r.clusterID) {
 		return RefusalTombstone
 	}
 	return ""

@@ -3,7 +3,7 @@
 // voter-candidate) only on a node that may become an etcd voter: eligible,
 // provisioned, not pinned, Ready, not already a member and without a
 // tombstone of this cluster, so that a removed member never comes back as a
-// server (DESIGN §4, §6). Among those it prefers the fittest node.
+// server (docs/design.md §4, §6). Among those it prefers the fittest node.
 package votereligibility
 
 import (

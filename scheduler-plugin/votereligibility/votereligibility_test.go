@@ -157,7 +157,7 @@ func TestFilter(t *testing.T) {
 }
 
 // TestTombstonedNodeIsNeverACandidate: a removed member never comes back as
-// a server (DESIGN §6): a tombstone of this cluster bars the node, and while
+// a server (docs/design.md §6): a tombstone of this cluster bars the node, and while
 // the cluster ID is not yet known every tombstone does.
 func TestTombstonedNodeIsNeverACandidate(t *testing.T) {
 	for _, tc := range []struct {

@@ -140,7 +140,7 @@ func TestAPIServerRestartWhileHoldingFencesNothing(t *testing.T) {
 // is started again as its Deployment would be. The re-bind completes: the
 // unit ends held at one epoch on a standby (a replacement whose start-up
 // grace ran out while nobody could grant it may be judged StartupFailed, a
-// verdict and never a fence, DESIGN L4), the device saw one writer at a
+// verdict and never a fence, design L4), the device saw one writer at a
 // time with the new epoch writing at least the margin after epoch 1's last,
 // and once the link is mended exactly one runtime in the cluster holds a
 // lease.

@@ -20,8 +20,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/policy"
 	"github.com/holdfast-io/holdfast/test/etcdwatch"
-	"github.com/holdfast-io/holdfast/webhook/rules"
 )
 
 func etcdClient(t *testing.T) *clientv3.Client {
@@ -241,7 +241,7 @@ func swapLeaseHolder(t *testing.T) string {
 	if err != nil {
 		return ""
 	}
-	return rules.SwapLeaseHolder(l)
+	return policy.SwapLeaseHolder(l)
 }
 
 func eventually(t *testing.T, within time.Duration, what string, cond func() (bool, string)) {

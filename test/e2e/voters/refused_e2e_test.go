@@ -20,8 +20,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/policy"
 	"github.com/holdfast-io/holdfast/test/cluster"
-	"github.com/holdfast-io/holdfast/webhook/rules"
 )
 
 // TestSwapRefusedWhileAVoterIsPaused SIGSTOPs a voter of the apiserver's own
@@ -34,7 +34,7 @@ import (
 // write is lost. After SIGCONT the same swap succeeds.
 func TestSwapRefusedWhileAVoterIsPaused(t *testing.T) {
 	ctx, cli, before, clusterID := openDrill(t)
-	leader := policy(t).Status.Leader
+	leader := voterPolicy(t).Status.Leader
 	out, in := before[0], nonVoter(t, before)
 	paused := ""
 	for _, v := range before {
@@ -182,7 +182,7 @@ func TestSwapRefusedWhileAVoterIsPaused(t *testing.T) {
 }
 
 // TestFormerMemberPromotedAgain: a voter removed by a full swap is later
-// swapped back in as the incoming node. DESIGN §6: the removal leaves a
+// swapped back in as the incoming node. docs/design.md §6: the removal leaves a
 // tombstone (its node plugin's report) that FinishDemote retires with the
 // member data, so the finished node is an ordinary eligible agent; it joins
 // the existing cluster as a new member (a new member ID, never its old
@@ -265,7 +265,7 @@ func etcdClientOn(t *testing.T, nodes ...string) *clientv3.Client {
 	return c
 }
 
-func policy(t *testing.T) *holdfastv1.VoterPolicy {
+func voterPolicy(t *testing.T) *holdfastv1.VoterPolicy {
 	t.Helper()
 	p := &holdfastv1.VoterPolicy{}
 	if err := world.Client.Get(context.Background(), client.ObjectKey{Name: holdfastv1.VoterPolicyName}, p); err != nil {
@@ -307,5 +307,5 @@ func swapLeaseHolderErr(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return rules.SwapLeaseHolder(l), nil
+	return policy.SwapLeaseHolder(l), nil
 }

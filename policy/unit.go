@@ -1,4 +1,4 @@
-package rules
+package policy
 
 import (
 	"fmt"
@@ -15,7 +15,7 @@ import (
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 )
 
-// AvailabilityErrors lists the DESIGN §3 inequalities an availability policy
+// AvailabilityErrors lists the docs/design.md §3 inequalities an availability policy
 // breaks: the lease within its limits, the start-up grace never below the
 // lease (L4), and the re-bind margin never below the hold bound (L3), all
 // through api/v1alpha1's HoldBound and RebindMargin. The CRD's CEL rules state

@@ -1,4 +1,4 @@
-// Package rules holds the safety rules that more than one holdfast component
+// Package policy holds the safety rules that more than one holdfast component
 // applies: the admission webhook refuses a change that breaks them, and the
 // controller checks the same functions before it acts. Every function here is
 // pure (objects and a clock in, a verdict out), so both sides agree by
@@ -7,9 +7,9 @@
 //   - swap Lease: SwapLeaseHeld, SwapLeaseExpiry, SwapLeaseNodes, SwapLeaseNames
 //     (node recovery leaves alone the nodes an unexpired swap Lease names).
 //   - voter swap gates: SwapGates, TombstoneOfCluster, Members, NodeReady,
-//     NodeProvisioned, NodeEligible, NodePinned (DESIGN §6 step 1, as VoterPolicy status and the Nodes
+//     NodeProvisioned, NodeEligible, NodePinned (docs/design.md §6 step 1, as VoterPolicy status and the Nodes
 //     show them).
-//   - units: AvailabilityErrors (DESIGN §3 L3/L4 through api/v1alpha1's
+//   - units: AvailabilityErrors (docs/design.md §3 L3/L4 through api/v1alpha1's
 //     HoldBound and RebindMargin), RebindPending, TargetsIncludingPrimary,
 //     EligibleTarget.
-package rules
+package policy

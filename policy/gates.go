@@ -1,4 +1,4 @@
-package rules
+package policy
 
 import (
 	"fmt"
@@ -88,7 +88,7 @@ func NodePinned(n *corev1.Node) bool {
 
 // TombstoneOfCluster reports whether the node carries a tombstone of the
 // etcd cluster clusterID: its removed member must never come back as a
-// server of that cluster (DESIGN §6). A tombstone that does not parse or
+// server of that cluster (docs/design.md §6). A tombstone that does not parse or
 // names no cluster, or any tombstone while clusterID is not yet known,
 // counts as one of this cluster: a removed member never comes back by doubt.
 // The swap gates, the voter controller and holdfast-scheduler's
@@ -136,7 +136,7 @@ func StatusFresh(p *holdfastv1.VoterPolicy, now time.Time) *field.Error {
 	return nil
 }
 
-// SwapGates lists every gate of DESIGN §6 step 1 that the swap fails now, as
+// SwapGates lists every gate of docs/design.md §6 step 1 that the swap fails now, as
 // VoterPolicy status and the Nodes show them, each at the field it is about
 // (spec for the cluster's own health). An empty list means every gate holds.
 // The webhook, the voter controller (on the status it just computed from
