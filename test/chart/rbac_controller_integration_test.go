@@ -93,18 +93,22 @@ func controllerScenario(t *testing.T, bin, kubeconfig string, chartArgs []string
 	poll(t, "the first binding and its runtime pod", func() bool { _, ok := pod(1); return ok && epoch() == 1 })
 
 	annotate := func(kv map[string]string) {
-		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			cur := &holdfastv1.Unit{}
-			if err := env.Client.Get(ctx, client.ObjectKeyFromObject(u), cur); err != nil {
-				return err
-			}
-			if cur.Annotations == nil {
-				cur.Annotations = map[string]string{}
-			}
-			for k, v := range kv {
-				cur.Annotations[k] = v
-			}
-			return env.Client.Update(ctx, cur)
+		// After the webhook is stopped, the apiserver may still call it
+		// from its cached configuration for a moment.
+		err := pastWebhookCalls(func() error {
+			return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+				cur := &holdfastv1.Unit{}
+				if err := env.Client.Get(ctx, client.ObjectKeyFromObject(u), cur); err != nil {
+					return err
+				}
+				if cur.Annotations == nil {
+					cur.Annotations = map[string]string{}
+				}
+				for k, v := range kv {
+					cur.Annotations[k] = v
+				}
+				return env.Client.Update(ctx, cur)
+			})
 		})
 		if err != nil {
 			t.Fatal(err)

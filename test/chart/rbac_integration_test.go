@@ -394,19 +394,12 @@ func webhookScenario(t *testing.T, bin, kubeconfig string, chartArgs []string) {
 	ns := env.Namespace(t)
 	mkNode := func(name string, labels map[string]string) *corev1.Node {
 		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			err := env.Client.Create(ctx, n)
-			if err == nil {
-				t.Cleanup(func() { _ = env.Client.Delete(ctx, n) })
-				return n
-			}
-			// Until the binary serves, the apiserver cannot call it.
-			if time.Now().After(deadline) || !strings.Contains(err.Error(), "failed calling webhook") {
-				t.Fatalf("creating node %s: %v", name, err)
-			}
-			time.Sleep(200 * time.Millisecond)
+		// Until the binary serves, the apiserver cannot call it.
+		if err := pastWebhookCalls(func() error { return env.Client.Create(ctx, n) }); err != nil {
+			t.Fatalf("creating node %s: %v", name, err)
 		}
+		t.Cleanup(func() { _ = env.Client.Delete(ctx, n) })
+		return n
 	}
 	// A holdfast label on a Node: swaps in progress are read (N3).
 	mkNode("rb-edge-1", map[string]string{holdfastv1.LabelVoterEligible: "true", "holdfast.io/device": "kiln-1"})
