@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -354,13 +355,21 @@ func helps(ctx context.Context, root string) ([]help, error) {
 		_ = cmd.Run() // flag's -help exits 0 or 2 by package; the text is what counts
 		cancel()
 		text := strings.ReplaceAll(buf.String(), tmp, "$TMPDIR")
-		if host != "" {
-			text = strings.ReplaceAll(text, host, "<hostname>")
-		}
+		text = redactHost(text, host)
 		if !strings.Contains(text, "-") {
 			return nil, fmt.Errorf("cmd/%s --help printed no flags:\n%s", name, text)
 		}
 		out = append(out, help{binary: name, text: text})
 	}
 	return out, nil
+}
+
+// redactHost replaces the build host's name where it stands as a word (a
+// flag's default), never inside another word: a host named "vm" is also in
+// "-vmodule".
+func redactHost(text, host string) string {
+	if host == "" {
+		return text
+	}
+	return regexp.MustCompile(`\b`+regexp.QuoteMeta(host)+`\b`).ReplaceAllString(text, "<hostname>")
 }
