@@ -320,8 +320,8 @@ type RuntimeBinding struct {
 	// +listType=map
 	// +listMapKey=epoch
 	UnplacedRebinds []UnplacedRebind `json:"unplacedRebinds,omitempty"`
-	// origin is the road that made this binding: Initial, Automatic or
-	// Manual. Empty on bindings written before the field existed.
+	// origin is the road that made this binding: Initial, Automatic, Manual
+	// or HandOver. Empty on bindings written before the field existed.
 	// +optional
 	Origin BindingOrigin `json:"origin,omitempty"`
 	// previousNode is the node the previous binding was on: the node this
