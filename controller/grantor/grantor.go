@@ -534,6 +534,12 @@ func judge(code int, data []byte, t Target, reply *lease.Reply) (Outcome, string
 		if reply.Epoch != t.Epoch {
 			return Refused, fmt.Sprintf("200 for epoch %d, the grant was for %d", reply.Epoch, t.Epoch)
 		}
+		if reply.State == lease.Autonomous {
+			// L11: an Autonomy runtime takes no lease and never fences, so
+			// its answer is no acknowledgement of one.
+			return Refused, fmt.Sprintf("200 from a runtime in %s mode (state %s): it holds no lease and never fences itself, so its answer acknowledges nothing",
+				holdfastv1.Autonomy, reply.State)
+		}
 		return Acknowledged, ""
 	case http.StatusConflict:
 		var c lease.Conflict

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -27,6 +28,8 @@ type endpoint struct {
 	mu     sync.Mutex
 	epoch  int64
 	refuse bool
+	// state is what a 200 says of the runtime's lease; empty is Held.
+	state lease.State
 	// hang: the handler takes the grant and answers only once release is
 	// closed (a starved runtime or grantor), or never if the client gives up.
 	hang     bool
@@ -66,7 +69,11 @@ func newEndpoint(t *testing.T, epoch int64) *endpoint {
 		default:
 			// The anchor is opaque to the grantor: any token will do, and
 			// each names the grant it answers.
-			_ = json.NewEncoder(w).Encode(lease.Reply{Epoch: e.epoch, State: lease.Held,
+			state := e.state
+			if state == "" {
+				state = lease.Held
+			}
+			_ = json.NewEncoder(w).Encode(lease.Reply{Epoch: e.epoch, State: state,
 				Incarnation: holdfastv1.RuntimeIncarnation{PodUID: "uid-1", RestartCount: e.restarts},
 				Anchor:      anchorOf(len(e.grants))})
 		}
@@ -100,6 +107,12 @@ func (e *endpoint) setHang(v bool) {
 	} else if e.release != nil {
 		close(e.release)
 	}
+}
+
+func (e *endpoint) setState(s lease.State) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.state = s
 }
 
 func (e *endpoint) setRefuse(v bool) {
@@ -378,4 +391,17 @@ func TestARestartedGrantorOfTheSameNameExtendsTheRuntimesLease(t *testing.T) {
 		rem, ok := held()
 		return ok && rem > before
 	})
+}
+
+// L11: an Autonomy runtime takes no lease and never fences, so its 200 is
+// no acknowledgement: the grantor records a refusal, and the binding never
+// reads Held on it.
+func TestAnAutonomyRuntimesReplyAcknowledgesNothing(t *testing.T) {
+	_, e, g := renewing(t, 1)
+	e.setState(lease.Autonomous)
+	waitFor(t, "an attempt", func() bool { o, _ := g.Observe(unit); return o.Attempts >= 1 })
+	obs, _ := g.Observe(unit)
+	if obs.Acked() || obs.LastAttempt.Outcome != Refused || !strings.Contains(obs.LastAttempt.Message, "in Autonomy mode (state Autonomous)") {
+		t.Fatalf("observation %+v: an Autonomy runtime's reply must be a refusal", obs)
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/policy"
 )
 
 const (
@@ -41,14 +42,15 @@ type Placement struct {
 
 // RuntimePod builds the runtime pod of the unit's binding at epoch. It never
 // sets nodeName: the controller decides when and with which epoch, the
-// scheduler where.
+// scheduler where. The mode and lease in its environment are the binding's
+// recorded promise (L11), so the process runs as the record says.
 func RuntimePod(u *holdfastv1.Unit, epoch int64, p Placement) *corev1.Pod {
 	rt := u.Spec.Runtime
-	a := u.Spec.Availability
-	mode := a.Mode
-	if mode == "" {
-		mode = holdfastv1.Autonomy
+	pr := policy.NewPromise(u)
+	if b := u.Status.RuntimeBinding; b != nil && b.Epoch == epoch && b.Promise != nil {
+		pr = *b.Promise
 	}
+	mode := pr.Mode
 	// The unit and the epoch come through the downward API from the pod's
 	// own labels, so the pod and the process can never disagree about
 	// which binding they are.
@@ -61,7 +63,7 @@ func RuntimePod(u *holdfastv1.Unit, epoch int64, p Placement) *corev1.Pod {
 		fieldEnv(holdfastv1.RuntimeEnvNodeName, "spec.nodeName"),
 		fieldEnv(holdfastv1.RuntimeEnvPodIP, "status.podIP"),
 		{Name: holdfastv1.RuntimeEnvMode, Value: string(mode)},
-		{Name: holdfastv1.RuntimeEnvLeaseDuration, Value: a.LeaseDuration().String()},
+		{Name: holdfastv1.RuntimeEnvLeaseDuration, Value: pr.LeaseDuration().String()},
 		{Name: holdfastv1.RuntimeEnvLeasePort, Value: strconv.Itoa(int(rt.LeasePort))},
 		{Name: holdfastv1.RuntimeEnvHealthPort, Value: strconv.Itoa(int(rt.HealthPort))},
 		{Name: holdfastv1.RuntimeEnvStateDir, Value: StateDir},

@@ -177,5 +177,23 @@ func controllerScenario(t *testing.T, bin, kubeconfig string, chartArgs []string
 		e := invalid()
 		return e.Series != nil && e.Series.Count >= 2
 	})
+	// A switch to Failover is a planned hand-over: the Autonomy runtime's
+	// pod is deleted and read past the cache until it is gone, then epoch 3.
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur := &holdfastv1.Unit{}
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(u), cur); err != nil {
+			return err
+		}
+		cur.Spec.Availability.Mode = holdfastv1.Failover
+		return env.Client.Update(ctx, cur)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	poll(t, "the hand-over to epoch 3 once the Autonomy runtime's pod is gone", func() bool {
+		_, next := pod(3)
+		_, old := pod(2)
+		return epoch() == 3 && next && !old
+	})
 	proc.stop(t)
 }
