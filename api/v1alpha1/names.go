@@ -118,6 +118,12 @@ const (
 	AnnotationSwapNodes = "holdfast.io/swap-nodes"
 )
 
+// AnnotationLastEpoch, on the Lease holdfast-epochs in the grantor's
+// namespace, is the highest epoch any grantor has reserved for a binding
+// (docs/design.md §3 L13). Only holdfast-controller writes it; a new
+// binding's epoch is always above it.
+const AnnotationLastEpoch = "holdfast.io/last-epoch"
+
 // VoterPolicyName is the name of the singleton VoterPolicy.
 const VoterPolicyName = "default"
 

@@ -14,6 +14,7 @@ import (
 	"github.com/holdfast-io/holdfast/api/lease"
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/controller/grantor"
+	"github.com/holdfast-io/holdfast/policy"
 )
 
 // Inputs is everything one pass decides from. The decisions are pure: the
@@ -40,6 +41,19 @@ type Inputs struct {
 	Unavailable map[string]string
 	// NodeExists answers whether a node of that name exists.
 	NodeExists func(string) bool
+	// EpochFloor is the least epoch a new binding may take
+	// (policy.EpochFloor of the cluster's epoch record and the clock, L13);
+	// the reconciler reserves the epoch a plan binds before it writes it.
+	EpochFloor int64
+}
+
+// nextEpoch is the epoch a new binding of the unit takes now.
+func (in *Inputs) nextEpoch() int64 {
+	var cur int64
+	if b := in.Unit.Status.RuntimeBinding; b != nil {
+		cur = b.Epoch
+	}
+	return policy.NextEpoch(cur, in.EpochFloor)
 }
 
 // Rebind is a new binding the pass decided on.
@@ -84,9 +98,10 @@ func Decide(in Inputs) Plan {
 	}
 
 	if p.Status.RuntimeBinding == nil {
-		b := &holdfastv1.RuntimeBinding{Epoch: 1, Pod: PodName(u.Name, 1), Origin: holdfastv1.OriginInitial}
+		e := in.nextEpoch()
+		b := &holdfastv1.RuntimeBinding{Epoch: e, Pod: PodName(u.Name, e), Origin: holdfastv1.OriginInitial}
 		if failover {
-			b.LeaseState, b.LeaseStateEpoch = holdfastv1.LeasePending, 1
+			b.LeaseState, b.LeaseStateEpoch = holdfastv1.LeasePending, e
 		}
 		p.Status.RuntimeBinding = b
 		leaseCondition(&p.Status, a, b, in.Now)
@@ -497,7 +512,7 @@ func automaticFailover(p *Plan, in *Inputs) bool {
 		p.Rebind = &Rebind{Origin: holdfastv1.OriginAutomatic}
 		r := warning(EventRebound)
 		r.Message = fmt.Sprintf("Re-bound from node %s (epoch %d, lease expired at %s, %s) to epoch %d after the margin of %v; the scheduler places it on an untried standby: %s",
-			nodeOrUnknown(b.Node), b.Epoch, exp.UTC().Format(time.RFC3339), b.Expiry.Verdict, b.Epoch+1, a.RebindMargin(), strings.Join(untried, ", "))
+			nodeOrUnknown(b.Node), b.Epoch, exp.UTC().Format(time.RFC3339), b.Expiry.Verdict, in.nextEpoch(), a.RebindMargin(), strings.Join(untried, ", "))
 		if n := len(b.UnplacedRebinds); n > 0 {
 			r.Message += fmt.Sprintf(" (%d attempt(s) left: %d re-bind(s) never placed count against the budget)", left, n)
 		}
@@ -635,9 +650,10 @@ func hold(p *Plan, in *Inputs, cause, msg string) *Record {
 func applyRebind(p *Plan, in *Inputs, rb *Rebind) {
 	u := in.Unit
 	old := p.Status.RuntimeBinding
+	e := in.nextEpoch()
 	nb := &holdfastv1.RuntimeBinding{
-		Epoch:        old.Epoch + 1,
-		Pod:          PodName(u.Name, old.Epoch+1),
+		Epoch:        e,
+		Pod:          PodName(u.Name, e),
 		Origin:       rb.Origin,
 		PreviousNode: old.Node,
 		RequestID:    rb.RequestID,
@@ -735,7 +751,7 @@ func manualFailover(p *Plan, in *Inputs) bool {
 	r := warning(EventManualRebind)
 	r.Manual, r.RequestID = true, u.Annotations[holdfastv1.AnnotationRequestID]
 	fence := "fence evidence: " + fenceEvidence(b, confirm)
-	r.Message = fmt.Sprintf("Manual failover from node %s (epoch %d) to node %s at epoch %d; %s", nodeOrUnknown(b.Node), b.Epoch, target, b.Epoch+1, fence)
+	r.Message = fmt.Sprintf("Manual failover from node %s (epoch %d) to node %s at epoch %d; %s", nodeOrUnknown(b.Node), b.Epoch, target, in.nextEpoch(), fence)
 	if len(b.UnsettledRebinds) > 0 || len(b.UnplacedRebinds) > 0 {
 		r.Message += fmt.Sprintf("; the re-bind ledger (%s) is emptied", ledgerSummary(b))
 	}

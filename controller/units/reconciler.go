@@ -52,7 +52,10 @@ type Reconciler struct {
 	Grantor   *grantor.Grantor
 	HoldOff   HoldOff
 	Audit     *audit.Logger
-	Clock     clock.PassiveClock
+	// Epochs is the cluster's epoch record: every new binding's epoch is
+	// above it and reserved in it before the binding is written (L13).
+	Epochs *EpochRecord
+	Clock  clock.PassiveClock
 	// Actor names this process in audit lines.
 	Actor string
 	// Notify carries the grantor's observations into the queue.
@@ -181,6 +184,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			return reconcile.Result{RequeueAfter: 50 * time.Millisecond}, nil
 		}
 	}
+	if e, ok := newEpoch(&u, plan); ok {
+		// Reserved before any object names it: a crash after this burns
+		// the epoch, never repeats it.
+		if err := r.Epochs.Reserve(ctx, e); err != nil {
+			if plan.Rebind != nil {
+				r.ensureLoop(&u, pod)
+			}
+			log.Info("Deciding again: the epoch could not be reserved", "epoch", e, "err", err.Error())
+			return reconcile.Result{RequeueAfter: 50 * time.Millisecond}, nil
+		}
+	}
 	if err := r.execute(ctx, &u, pod, plan); err != nil {
 		if plan.Rebind != nil {
 			r.ensureLoop(&u, pod)
@@ -191,6 +205,19 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, err
 	}
 	return reconcile.Result{RequeueAfter: plan.RequeueAfter}, nil
+}
+
+// newEpoch is the epoch of the binding a plan writes, when it writes a new
+// one.
+func newEpoch(u *holdfastv1.Unit, plan Plan) (int64, bool) {
+	nb := plan.Status.RuntimeBinding
+	if nb == nil {
+		return 0, false
+	}
+	if b := u.Status.RuntimeBinding; b != nil && b.Epoch == nb.Epoch {
+		return 0, false
+	}
+	return nb.Epoch, true
 }
 
 // ensurePods deletes the pods of earlier epochs, creates the current
@@ -296,6 +323,11 @@ func (r *Reconciler) ensureLoop(u *holdfastv1.Unit, pod *corev1.Pod) {
 
 func (r *Reconciler) inputs(ctx context.Context, u *holdfastv1.Unit, pod *corev1.Pod) (Inputs, error) {
 	in := Inputs{Unit: u, Pod: pod, Now: r.Clock.Now()}
+	last, err := r.Epochs.Last(ctx)
+	if err != nil {
+		return in, err
+	}
+	in.EpochFloor = policy.EpochFloor(last, in.Now)
 	a := &u.Spec.Availability
 	if r.HoldOff != nil {
 		in.HoldOffUntil = r.HoldOff.HoldOffUntil(a.LeaseDuration(), a.RebindMargin())
