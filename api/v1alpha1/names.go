@@ -134,6 +134,15 @@ const (
 	ConditionFailoverSuspended = "FailoverSuspended"
 	ConditionFailoverRequest   = "FailoverRequest"
 	ConditionLeaseExpired      = "LeaseExpired"
+	// ConditionLaterEpochAtDevice is True while the current binding's
+	// runtime writes nothing to a device whose owner epoch is later than
+	// its own (docs/design.md §3 L13); the message names the device, both
+	// epochs and the fix.
+	ConditionLaterEpochAtDevice = "LaterEpochAtDevice"
+	// ConditionLeaseBelowFloor is True while a Failover unit's lease is
+	// below the lease floor of the installed grantor (L14): a unit
+	// admitted before the floor was raised, run as it is.
+	ConditionLeaseBelowFloor = "LeaseBelowFloor"
 )
 
 // Unit condition reasons.
@@ -164,6 +173,12 @@ const (
 	ReasonRebound           = "Rebound"
 	ReasonRefused           = "Refused"
 	ReasonNoEligibleTarget  = "NoEligibleTarget"
+	// LaterEpochAtDevice
+	ReasonWritesWithheld = "WritesWithheld"
+	ReasonNoLaterEpoch   = "NoLaterEpoch"
+	// LeaseBelowFloor
+	ReasonBelowFloor     = "BelowFloor"
+	ReasonAtOrAboveFloor = "AtOrAboveFloor"
 	// RuntimeReady
 	ReasonPodReady    = "PodReady"
 	ReasonPodNotReady = "PodNotReady"

@@ -55,6 +55,13 @@ func (p *plant) epoch(n int) int64 {
 // CRD admits, so the drills run in seconds.
 func newPlant(t *testing.T, standbys ...string) *plant {
 	t.Helper()
+	return newPlantWith(t, func(*holdfastv1.Unit) {}, standbys...)
+}
+
+// newPlantWith is newPlant with the unit changed by mutate before it is
+// created.
+func newPlantWith(t *testing.T, mutate func(*holdfastv1.Unit), standbys ...string) *plant {
+	t.Helper()
 	ns := env.Namespace(t)
 	dev, err := devicesim.Start(devicesim.Config{Address: "127.0.0.1:0", EpochRegister: devicesim.DefaultEpochRegister})
 	if err != nil {
@@ -79,6 +86,7 @@ func newPlant(t *testing.T, standbys ...string) *plant {
 			},
 		},
 	}
+	mutate(p.u)
 	if err := env.Client.Create(context.Background(), p.u); err != nil {
 		t.Fatal(err)
 	}

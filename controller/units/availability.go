@@ -45,15 +45,25 @@ type Inputs struct {
 	// (policy.EpochFloor of the cluster's epoch record and the clock, L13);
 	// the reconciler reserves the epoch a plan binds before it writes it.
 	EpochFloor int64
+	// Devices is what the current binding's runtime last said of its
+	// devices (L13).
+	Devices DeviceReport
 }
 
-// nextEpoch is the epoch a new binding of the unit takes now.
-func (in *Inputs) nextEpoch() int64 {
+// nextEpoch is the epoch a new binding of the unit takes now. A person's
+// failover also goes above every owner epoch the runtime found later than
+// its own at a device: they took the decision that the device's other
+// writer is stopped (L13), which no automatic path can.
+func (in *Inputs) nextEpoch(origin holdfastv1.BindingOrigin) int64 {
 	var cur int64
 	if b := in.Unit.Status.RuntimeBinding; b != nil {
 		cur = b.Epoch
 	}
-	return policy.NextEpoch(cur, in.EpochFloor)
+	floor := in.EpochFloor
+	if origin == holdfastv1.OriginManual {
+		floor = max(floor, in.Devices.latestOwner()+1)
+	}
+	return policy.NextEpoch(cur, floor)
 }
 
 // Rebind is a new binding the pass decided on.
@@ -98,7 +108,7 @@ func Decide(in Inputs) Plan {
 	}
 
 	if p.Status.RuntimeBinding == nil {
-		e := in.nextEpoch()
+		e := in.nextEpoch(holdfastv1.OriginInitial)
 		b := &holdfastv1.RuntimeBinding{Epoch: e, Pod: PodName(u.Name, e), Origin: holdfastv1.OriginInitial}
 		if failover {
 			b.LeaseState, b.LeaseStateEpoch = holdfastv1.LeasePending, e
@@ -110,6 +120,7 @@ func Decide(in Inputs) Plan {
 	}
 	bookkeeping(&p, &in)
 	decide(&p, &in)
+	noteDevices(&p, &in)
 	// LeadershipHoldOff is a wait, not an outcome: it is removed on the
 	// first pass that no longer waits on it.
 	if c := meta.FindStatusCondition(p.Status.Conditions, holdfastv1.ConditionFailoverRequest); c != nil &&
@@ -512,7 +523,7 @@ func automaticFailover(p *Plan, in *Inputs) bool {
 		p.Rebind = &Rebind{Origin: holdfastv1.OriginAutomatic}
 		r := warning(EventRebound)
 		r.Message = fmt.Sprintf("Re-bound from node %s (epoch %d, lease expired at %s, %s) to epoch %d after the margin of %v; the scheduler places it on an untried standby: %s",
-			nodeOrUnknown(b.Node), b.Epoch, exp.UTC().Format(time.RFC3339), b.Expiry.Verdict, in.nextEpoch(), a.RebindMargin(), strings.Join(untried, ", "))
+			nodeOrUnknown(b.Node), b.Epoch, exp.UTC().Format(time.RFC3339), b.Expiry.Verdict, in.nextEpoch(holdfastv1.OriginAutomatic), a.RebindMargin(), strings.Join(untried, ", "))
 		if n := len(b.UnplacedRebinds); n > 0 {
 			r.Message += fmt.Sprintf(" (%d attempt(s) left: %d re-bind(s) never placed count against the budget)", left, n)
 		}
@@ -650,7 +661,7 @@ func hold(p *Plan, in *Inputs, cause, msg string) *Record {
 func applyRebind(p *Plan, in *Inputs, rb *Rebind) {
 	u := in.Unit
 	old := p.Status.RuntimeBinding
-	e := in.nextEpoch()
+	e := in.nextEpoch(rb.Origin)
 	nb := &holdfastv1.RuntimeBinding{
 		Epoch:        e,
 		Pod:          PodName(u.Name, e),
@@ -751,9 +762,12 @@ func manualFailover(p *Plan, in *Inputs) bool {
 	r := warning(EventManualRebind)
 	r.Manual, r.RequestID = true, u.Annotations[holdfastv1.AnnotationRequestID]
 	fence := "fence evidence: " + fenceEvidence(b, confirm)
-	r.Message = fmt.Sprintf("Manual failover from node %s (epoch %d) to node %s at epoch %d; %s", nodeOrUnknown(b.Node), b.Epoch, target, in.nextEpoch(), fence)
+	r.Message = fmt.Sprintf("Manual failover from node %s (epoch %d) to node %s at epoch %d; %s", nodeOrUnknown(b.Node), b.Epoch, target, in.nextEpoch(holdfastv1.OriginManual), fence)
 	if len(b.UnsettledRebinds) > 0 || len(b.UnplacedRebinds) > 0 {
 		r.Message += fmt.Sprintf("; the re-bind ledger (%s) is emptied", ledgerSummary(b))
+	}
+	if e := in.Devices.latestOwner(); e > 0 {
+		r.Message += fmt.Sprintf("; the new epoch is above owner epoch %d, which the runtime found at its device", e)
 	}
 	r.count = func() {
 		rebinds.WithLabelValues(u.Namespace, u.Name, "manual").Inc()

@@ -33,7 +33,9 @@ type sim struct {
 	free    []string
 	// unavailable: why each other eligible standby is not free.
 	unavailable map[string]string
-	records     []*Record
+	// devices is what the runtime reports of its devices (L13).
+	devices DeviceReport
+	records []*Record
 }
 
 func failoverUnit() *holdfastv1.Unit {
@@ -58,7 +60,7 @@ func newSim(t *testing.T, u *holdfastv1.Unit) *sim {
 func (s *sim) pass() Plan {
 	s.t.Helper()
 	p := Decide(Inputs{Unit: s.u, Pod: s.pod, Obs: s.obs, Now: s.now, HoldOffUntil: s.holdOff, FreeTargets: s.free, Unavailable: s.unavailable,
-		NodeExists: func(n string) bool { return n != "nowhere" }})
+		NodeExists: func(n string) bool { return n != "nowhere" }, Devices: s.devices})
 	s.u.Status = p.Status
 	if p.Record != nil {
 		s.records = append(s.records, p.Record)

@@ -148,6 +148,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, err
 	}
 	r.ensureLoop(&u, pod)
+	r.ensureWatch(&u, pod)
 
 	in, err := r.inputs(ctx, &u, pod)
 	if err != nil {
@@ -283,9 +284,17 @@ func placementFor(u *holdfastv1.Unit, b *holdfastv1.RuntimeBinding) Placement {
 // and the warm start both build targets with it, so the two roads cannot
 // decide differently about one pod.
 func LeaseTargetFor(u *holdfastv1.Unit, pod *corev1.Pod) (grantor.Target, bool) {
+	if u.Spec.Availability.Mode != holdfastv1.Failover {
+		return grantor.Target{}, false
+	}
+	return runtimeTarget(u, pod)
+}
+
+// runtimeTarget is where the unit's current binding's runtime answers, when
+// its pod has an address.
+func runtimeTarget(u *holdfastv1.Unit, pod *corev1.Pod) (grantor.Target, bool) {
 	b := u.Status.RuntimeBinding
-	if u.Spec.Availability.Mode != holdfastv1.Failover || b == nil || pod == nil ||
-		pod.Name != b.Pod || pod.Status.PodIP == "" || !pod.DeletionTimestamp.IsZero() {
+	if b == nil || pod == nil || pod.Name != b.Pod || pod.Status.PodIP == "" || !pod.DeletionTimestamp.IsZero() {
 		return grantor.Target{}, false
 	}
 	if e, ok := PodEpoch(pod); !ok || e != b.Epoch {
@@ -337,6 +346,7 @@ func (r *Reconciler) inputs(ctx context.Context, u *holdfastv1.Unit, pod *corev1
 			in.Obs = &obs
 		}
 	}
+	in.Devices = r.deviceReport(u, in.Obs)
 	var nodes corev1.NodeList
 	if err := r.Client.List(ctx, &nodes); err != nil {
 		return in, err
