@@ -187,6 +187,7 @@ func RunUnits(ctx context.Context, cfg *rest.Config, uc UnitsConfig) (leadership
 	rec.Recorder = mgr.GetEventRecorder("holdfast-controller")
 	rec.Grantor, rec.HoldOff, rec.Audit, rec.Clock, rec.Actor = g, tenure, trail, clk, actor
 	rec.Epochs = &units.EpochRecord{Reader: mgr.GetAPIReader(), Writer: mgr.GetClient(), Namespace: uc.Namespace}
+	rec.Timings = uc.Timings
 	if err := rec.SetupWithManager(mgr); err != nil {
 		return leadership.Exited, err
 	}

@@ -19,6 +19,7 @@ import (
 	leaseapi "github.com/holdfast-io/holdfast/api/lease"
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/controller/units"
+	"github.com/holdfast-io/holdfast/policy"
 	"github.com/holdfast-io/holdfast/test/devicesim"
 )
 
@@ -52,7 +53,10 @@ func (p *plant) epoch(n int) int64 {
 }
 
 // Lease 10s (hold bound 5s), start-up grace 10s, margin 5s: the smallest the
-// CRD admits, so the drills run in seconds.
+// CRD admits, so the drills run in seconds. The controller runs the shipped
+// timings, whose lease floor is 30s: a Failover plant is a unit admitted
+// before the floor was raised (L14), reported LeaseBelowFloor first and run
+// as it is.
 func newPlant(t *testing.T, standbys ...string) *plant {
 	t.Helper()
 	return newPlantWith(t, func(*holdfastv1.Unit) {}, standbys...)
@@ -161,6 +165,9 @@ func (p *plant) eventReasons() []string { return eventReasons(events(p.t, p.u)) 
 
 func (p *plant) waitEvents(want []string) {
 	p.t.Helper()
+	if floor, _ := policy.DefaultGrantorTimings().LeaseFloor(); p.u.Spec.Availability.Mode == holdfastv1.Failover && p.u.Spec.Availability.LeaseDuration() < floor {
+		want = append([]string{units.EventLeaseBelowFloor}, want...)
+	}
 	eventually(p.t, 15*time.Second, "events "+strings.Join(want, ","), func() (bool, string) {
 		got := p.eventReasons()
 		return slices.Equal(got, want), strings.Join(got, ",")

@@ -48,6 +48,9 @@ type Inputs struct {
 	// Devices is what the current binding's runtime last said of its
 	// devices (L13).
 	Devices DeviceReport
+	// Timings are this grantor's; a Failover unit's lease below their floor
+	// is reported (L14).
+	Timings policy.GrantorTimings
 }
 
 // nextEpoch is the epoch a new binding of the unit takes now. A person's
@@ -121,6 +124,7 @@ func Decide(in Inputs) Plan {
 	bookkeeping(&p, &in)
 	decide(&p, &in)
 	noteDevices(&p, &in)
+	noteLeaseFloor(&p, &in)
 	// LeadershipHoldOff is a wait, not an outcome: it is removed on the
 	// first pass that no longer waits on it.
 	if c := meta.FindStatusCondition(p.Status.Conditions, holdfastv1.ConditionFailoverRequest); c != nil &&

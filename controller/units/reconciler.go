@@ -55,7 +55,10 @@ type Reconciler struct {
 	// Epochs is the cluster's epoch record: every new binding's epoch is
 	// above it and reserved in it before the binding is written (L13).
 	Epochs *EpochRecord
-	Clock  clock.PassiveClock
+	// Timings are this grantor's: a Failover unit whose lease is below
+	// their floor is reported (L14).
+	Timings policy.GrantorTimings
+	Clock   clock.PassiveClock
 	// Actor names this process in audit lines.
 	Actor string
 	// Notify carries the grantor's observations into the queue.
@@ -331,7 +334,7 @@ func (r *Reconciler) ensureLoop(u *holdfastv1.Unit, pod *corev1.Pod) {
 }
 
 func (r *Reconciler) inputs(ctx context.Context, u *holdfastv1.Unit, pod *corev1.Pod) (Inputs, error) {
-	in := Inputs{Unit: u, Pod: pod, Now: r.Clock.Now()}
+	in := Inputs{Unit: u, Pod: pod, Now: r.Clock.Now(), Timings: r.Timings}
 	last, err := r.Epochs.Last(ctx)
 	if err != nil {
 		return in, err
