@@ -128,6 +128,9 @@ type Runtime struct {
 	lastInputs  map[string]uint16
 	restored    bool
 	started     time.Time
+	// laterOwners are the devices whose owner epoch was later than this
+	// runtime's at its last write attempt, by device (L13).
+	laterOwners map[string]leaseapi.LaterOwner
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -156,7 +159,7 @@ func New(cfg Config, log klog.Logger) (*Runtime, error) {
 		return nil, err
 	}
 	r := &Runtime{cfg: cfg, log: log, clock: cfg.Lease.Clock, keeper: k, drivers: map[string]driver.Driver{},
-		op: map[string]uint16{}, reg: cfg.Registry}
+		op: map[string]uint16{}, reg: cfg.Registry, laterOwners: map[string]leaseapi.LaterOwner{}}
 	if r.reg == nil {
 		r.reg = prometheus.NewRegistry()
 	}
@@ -183,6 +186,7 @@ func New(cfg Config, log klog.Logger) (*Runtime, error) {
 	r.handler.OnGrant = func(_ *leaseapi.Grant, out lease.Outcome) {
 		r.metrics.Grants.WithLabelValues(outcomeLabel(out)).Inc()
 	}
+	r.handler.LaterOwners = r.LaterOwners
 	r.checker = &health.Checker{
 		Clock: r.clock, DriverGrace: cfg.DriverGrace, ScanInterval: cfg.ScanInterval,
 		Fenced: func() bool {

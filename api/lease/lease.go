@@ -137,6 +137,23 @@ type Reply struct {
 	// sends it back in later grants (Grant.Anchor) while this reply is its
 	// last acknowledged one.
 	Anchor Anchor `json:"anchor,omitempty"`
+	// LaterOwners are the devices this runtime writes nothing to, because
+	// their owner epoch is later than its own (docs/design.md §3 L13).
+	LaterOwners []LaterOwner `json:"laterOwners,omitempty"`
+}
+
+// LaterOwner is a device whose owner-epoch block holds a later epoch than
+// the runtime's: read before the runtime's first write on a connection, it
+// says another binding has taken the device since this one was made (or the
+// unit's epochs restarted), so the runtime writes nothing to it, neither its
+// epoch nor an output, until the block is no later than its own.
+type LaterOwner struct {
+	// Device is the runtime's name of the device (its driver).
+	Device string `json:"device"`
+	// Address is where the runtime reaches it.
+	Address string `json:"address,omitempty"`
+	// OwnerEpoch is the epoch the device's owner-epoch block holds.
+	OwnerEpoch int64 `json:"ownerEpoch"`
 }
 
 // Conflict answers a grant for an epoch that is not the runtime's (409).
@@ -170,4 +187,7 @@ type Status struct {
 	// LastGrantor and LastSeq identify the last grant that extended the lease.
 	LastGrantor string `json:"lastGrantor,omitempty"`
 	LastSeq     uint64 `json:"lastSeq,omitempty"`
+	// LaterOwners are the devices the runtime writes nothing to because
+	// their owner epoch is later than its own (L13).
+	LaterOwners []LaterOwner `json:"laterOwners,omitempty"`
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/holdfast-io/holdfast/controller/grantor"
 	"github.com/holdfast-io/holdfast/controller/leadership"
 	"github.com/holdfast-io/holdfast/controller/units"
+	"github.com/holdfast-io/holdfast/policy"
 )
 
 var setLogger sync.Once
@@ -36,7 +37,7 @@ const UnitsElectionID = "holdfast-grantor"
 
 // unitsOptions are the units role's flags.
 type unitsOptions struct {
-	timings   leadership.Timings
+	timings   policy.GrantorTimings
 	standDown time.Duration
 	electID   string
 	watchNS   string
@@ -55,26 +56,21 @@ func init() {
 
 func unitsFlags(fs *flag.FlagSet, _ *Common) {
 	o := unitsOpts
-	o.timings.WarmStart = leadership.WarmStartBudget
 	fs.StringVar(&o.electID, "units-leader-election-id", UnitsElectionID, "")
 	doc("units-leader-election-id", "Name of the grantor's election Lease in --leader-election-namespace.", "none")
 	fs.StringVar(&o.watchNS, "watch-namespace", "", "")
 	doc("watch-namespace", "Reconcile the Units of this namespace only; empty reconciles every namespace. Two grantors must never watch the same Units under different election Leases.", "none")
-	fs.DurationVar(&o.timings.ElectionLeaseDuration, "leader-election-lease-duration", leadership.DefaultElectionLeaseDuration, "")
+	o.timings.AddFlags(fs, func(string) string { return "" })
 	doc("leader-election-lease-duration", "How long a standby waits, from the last leader record it saw change, before it takes the grantor's leadership. For this process the election is most of the grantor gap, hence 6s and not controller-runtime's 15s.",
-		"read-idle + ping + 2 x poll + this + warm start + 5s <= lease - 2 x lease/6 (20s at the default 30s lease); and this > --leader-election-renew-deadline (client-go refuses otherwise)")
-	fs.DurationVar(&o.timings.ElectionRenewDeadline, "leader-election-renew-deadline", leadership.DefaultElectionRenewDeadline, "")
+		"lease floor = the least lease with read-idle + ping + 2 x poll + this + warm start + 5s <= lease - 2 x lease/6 (30s at the defaults), which holdfast-webhook enforces when given the same value; and this > --leader-election-renew-deadline (client-go refuses otherwise)")
 	doc("leader-election-renew-deadline", "How long the leader retries a failed renewal of its election Lease before it gives up leadership and stands down. Election requests time out at half of it.",
 		"--leader-election-lease-duration > this > 1.2 x --leader-election-retry-period (client-go refuses otherwise)")
-	fs.DurationVar(&o.timings.ElectionRetryPeriod, "leader-election-retry-period", leadership.DefaultElectionRetryPeriod, "")
 	doc("leader-election-retry-period", "Between election attempts; client-go waits up to 2.2 times it (its 1.2 jitter), which is the poll in the grantor gap.",
-		"read-idle + ping + 2 x (2.2 x this) + election lease + warm start + 5s <= lease - 2 x lease/6; and 1.2 x this < --leader-election-renew-deadline")
-	fs.DurationVar(&o.timings.ReadIdleTimeout, "apiserver-read-idle-timeout", leadership.DefaultAPIServerReadIdleTimeout, "")
+		"lease floor: read-idle + ping + 2 x (2.2 x this) + election lease + warm start + 5s <= lease - 2 x lease/6; and 1.2 x this < --leader-election-renew-deadline")
 	doc("apiserver-read-idle-timeout", "HTTP/2 health check of this process's apiserver connections: a PING after this long with no frame received (HTTP2_READ_IDLE_TIMEOUT_SECONDS, set before any transport is built). Whole seconds, at least 1s: 0 would disable the check and leave a connection to a dead apiserver up for client-go's 45s.",
-		"this + --apiserver-ping-timeout + 2 x poll + election lease + warm start + 5s <= lease - 2 x lease/6")
-	fs.DurationVar(&o.timings.PingTimeout, "apiserver-ping-timeout", leadership.DefaultAPIServerPingTimeout, "")
+		"lease floor: this + --apiserver-ping-timeout + 2 x poll + election lease + warm start + 5s <= lease - 2 x lease/6")
 	doc("apiserver-ping-timeout", "How long that PING may go unanswered before the connection is closed and dialled again (HTTP2_PING_TIMEOUT_SECONDS). Whole seconds, at least 1s.",
-		"--apiserver-read-idle-timeout + this + 2 x poll + election lease + warm start + 5s <= lease - 2 x lease/6")
+		"lease floor: --apiserver-read-idle-timeout + this + 2 x poll + election lease + warm start + 5s <= lease - 2 x lease/6")
 	fs.DurationVar(&o.standDown, "lease-stand-down", leadership.DefaultLeaseStandDown, "")
 	doc("lease-stand-down", "When this process loses the grantor's leadership without being asked, it goes on renewing the runtimes it holds for this long, learning nothing new and answering /healthz, then exits; a signal ends it early. A new leader reads no lease expiry as a fence until this + the unit's lease + its margin after its acquisition (FailoverRequest LeadershipHoldOff). 0 disables the stand-down and the hold-off together. 90s clears the 60s ceiling of a control-plane VIP move on a healthy etcd.",
 		"hold-off = this + lease + rebind margin, from a new leader's acquisition; this >= the longest apiserver outage a unit should ride through")
@@ -90,9 +86,9 @@ func runUnits(ctx context.Context, c *Common) int {
 		fmt.Fprintf(os.Stderr, "holdfast-controller: --lease-stand-down (%v) must not be negative\n", o.standDown)
 		return 2
 	}
-	if spare := o.timings.Spare(leadership.ReferenceLease); spare < leadership.RequiredSpare {
-		klog.InfoS("The grantor gap does not fit the budget after a renewal with 5s to spare at a 30s lease: a leader loss may fence units",
-			"gap", o.timings.Gap(), "budget", leadership.BudgetAfterARenewal(leadership.ReferenceLease), "spare", spare)
+	if floor, _ := o.timings.LeaseFloor(); floor > policy.ReferenceLease {
+		klog.InfoS("The lease floor of these timings is above the Unit default: the webhook refuses Failover units with a shorter lease, and units admitted before report LeaseBelowFloor",
+			"floor", floor, "gap", o.timings.Gap(), "spare", policy.RequiredSpare)
 	}
 	// client-go reads these when it builds a transport, and from nowhere
 	// else: set them before the first one.
@@ -125,7 +121,7 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 // UnitsConfig is everything the units role runs from.
 type UnitsConfig struct {
 	Namespace, ElectionID, Identity string
-	Timings                         leadership.Timings
+	Timings                         policy.GrantorTimings
 	StandDown                       time.Duration
 	HealthAddr, MetricsAddr         string
 	AuditPath                       string
@@ -190,6 +186,8 @@ func RunUnits(ctx context.Context, cfg *rest.Config, uc UnitsConfig) (leadership
 	rec.Client, rec.APIReader = mgr.GetClient(), mgr.GetAPIReader()
 	rec.Recorder = mgr.GetEventRecorder("holdfast-controller")
 	rec.Grantor, rec.HoldOff, rec.Audit, rec.Clock, rec.Actor = g, tenure, trail, clk, actor
+	rec.Epochs = &units.EpochRecord{Reader: mgr.GetAPIReader(), Writer: mgr.GetClient(), Namespace: uc.Namespace}
+	rec.Timings = uc.Timings
 	if err := rec.SetupWithManager(mgr); err != nil {
 		return leadership.Exited, err
 	}

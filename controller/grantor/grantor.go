@@ -27,6 +27,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -110,6 +111,8 @@ type Grantor struct {
 
 	mu    sync.Mutex
 	loops map[types.NamespacedName]*loop
+	// watches read the status of runtimes that hold no lease (watch.go).
+	watches map[types.NamespacedName]*watch
 }
 
 // New builds a Grantor. No loop runs until Ensure.
@@ -197,6 +200,7 @@ func (g *Grantor) Forget(unit types.NamespacedName) {
 		l.stop()
 		klog.InfoS("Stopped lease renewal loop", "unit", unit, "epoch", l.target().Epoch)
 	}
+	g.Unwatch(unit)
 	g.mu.Lock()
 	loopsGauge.Set(float64(g.runningLocked()))
 	g.mu.Unlock()
@@ -227,7 +231,7 @@ func (g *Grantor) Running() []types.NamespacedName {
 	return out
 }
 
-// StopAll stops every loop and waits for them.
+// StopAll stops every loop and watch and waits for them.
 func (g *Grantor) StopAll() {
 	g.mu.Lock()
 	loops := g.loops
@@ -237,6 +241,13 @@ func (g *Grantor) StopAll() {
 		l.stop()
 	}
 	loopsGauge.Set(0)
+	g.mu.Lock()
+	watches := g.watches
+	g.watches = nil
+	g.mu.Unlock()
+	for _, w := range watches {
+		w.stop()
+	}
 }
 
 func (g *Grantor) runningLocked() int {
@@ -444,7 +455,7 @@ func (l *loop) attempt(ctx context.Context) bool {
 
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	prev := l.obs.LastAttempt.Outcome
+	prev, prevOwners := l.obs.LastAttempt.Outcome, l.obs.LaterOwners
 	firstAck := false
 	l.obs.LastAttempt = Attempt{At: now, Outcome: outcome, Message: msg}
 	l.obs.Attempts++
@@ -462,7 +473,7 @@ func (l *loop) attempt(ctx context.Context) bool {
 	if outcome != prev {
 		klog.V(2).InfoS("Lease renewal outcome changed", "unit", t.Unit, "epoch", t.Epoch, "outcome", outcome, "message", msg)
 	}
-	return firstAck || outcome != prev
+	return firstAck || outcome != prev || !slices.Equal(prevOwners, l.obs.LaterOwners)
 }
 
 // errNoAnswer is the cause of an attempt's cancellation at its bound.

@@ -45,6 +45,32 @@ type Inputs struct {
 	// current binding's name, so its runtime process is confirmed stopped.
 	// Read only while the binding is handed over.
 	PodGone bool
+	// EpochFloor is the least epoch a new binding may take
+	// (policy.EpochFloor of the cluster's epoch record and the clock, L13);
+	// the reconciler reserves the epoch a plan binds before it writes it.
+	EpochFloor int64
+	// Devices is what the current binding's runtime last said of its
+	// devices (L13).
+	Devices DeviceReport
+	// Timings are this grantor's; a Failover unit's lease below their floor
+	// is reported (L14).
+	Timings policy.GrantorTimings
+}
+
+// nextEpoch is the epoch a new binding of the unit takes now. A person's
+// failover also goes above every owner epoch the runtime found later than
+// its own at a device: they took the decision that the device's other
+// writer is stopped (L13), which no automatic path can.
+func (in *Inputs) nextEpoch(origin holdfastv1.BindingOrigin) int64 {
+	var cur int64
+	if b := in.Unit.Status.RuntimeBinding; b != nil {
+		cur = b.Epoch
+	}
+	floor := in.EpochFloor
+	if origin == holdfastv1.OriginManual {
+		floor = max(floor, in.Devices.latestOwner()+1)
+	}
+	return policy.NextEpoch(cur, floor)
 }
 
 // Rebind is a new binding the pass decided on.
@@ -91,11 +117,12 @@ func Decide(in Inputs) Plan {
 	u := in.Unit
 	p := Plan{Status: *u.Status.DeepCopy()}
 	if p.Status.RuntimeBinding == nil {
+		e := in.nextEpoch(holdfastv1.OriginInitial)
 		pr := policy.NewPromise(u)
-		b := &holdfastv1.RuntimeBinding{Epoch: 1, Pod: PodName(u.Name, 1), Origin: holdfastv1.OriginInitial, Promise: &pr}
+		b := &holdfastv1.RuntimeBinding{Epoch: e, Pod: PodName(u.Name, e), Origin: holdfastv1.OriginInitial, Promise: &pr}
 		p.terms = termsOf(u, b)
 		if p.terms.mode == holdfastv1.Failover {
-			b.LeaseState, b.LeaseStateEpoch = holdfastv1.LeasePending, 1
+			b.LeaseState, b.LeaseStateEpoch = holdfastv1.LeasePending, e
 		}
 		p.Status.RuntimeBinding = b
 		leaseCondition(&p.Status, p.terms, b, in.Now)
@@ -108,6 +135,8 @@ func Decide(in Inputs) Plan {
 		p.at(&in, in.Now.Add(lease.RenewInterval(p.terms.lease, 0)))
 	}
 	decide(&p, &in)
+	noteDevices(&p, &in)
+	noteLeaseFloor(&p, &in)
 	// LeadershipHoldOff is a wait, not an outcome: it is removed on the
 	// first pass that no longer waits on it.
 	if c := meta.FindStatusCondition(p.Status.Conditions, holdfastv1.ConditionFailoverRequest); c != nil &&
@@ -521,7 +550,7 @@ func automaticFailover(p *Plan, in *Inputs) bool {
 		p.Rebind = &Rebind{Origin: holdfastv1.OriginAutomatic}
 		r := warning(EventRebound)
 		r.Message = fmt.Sprintf("Re-bound from node %s (epoch %d, lease expired at %s, %s) to epoch %d after the margin of %v; the scheduler places it on an untried standby: %s",
-			nodeOrUnknown(b.Node), b.Epoch, exp.UTC().Format(time.RFC3339), b.Expiry.Verdict, b.Epoch+1, t.margin, strings.Join(untried, ", "))
+			nodeOrUnknown(b.Node), b.Epoch, exp.UTC().Format(time.RFC3339), b.Expiry.Verdict, in.nextEpoch(holdfastv1.OriginAutomatic), t.margin, strings.Join(untried, ", "))
 		if n := len(b.UnplacedRebinds); n > 0 {
 			r.Message += fmt.Sprintf(" (%d attempt(s) left: %d re-bind(s) never placed count against the budget)", left, n)
 		}
@@ -663,9 +692,10 @@ func applyRebind(p *Plan, in *Inputs, rb *Rebind) {
 	u := in.Unit
 	old := p.Status.RuntimeBinding
 	pr := policy.NewPromise(u)
+	e := in.nextEpoch(rb.Origin)
 	nb := &holdfastv1.RuntimeBinding{
-		Epoch:        old.Epoch + 1,
-		Pod:          PodName(u.Name, old.Epoch+1),
+		Epoch:        e,
+		Pod:          PodName(u.Name, e),
 		Origin:       rb.Origin,
 		PreviousNode: old.Node,
 		RequestID:    rb.RequestID,
@@ -777,9 +807,12 @@ func manualFailover(p *Plan, in *Inputs) bool {
 	r := warning(EventManualRebind)
 	r.Manual, r.RequestID = true, u.Annotations[holdfastv1.AnnotationRequestID]
 	fence := "fence evidence: " + fenceEvidence(b, confirm)
-	r.Message = fmt.Sprintf("Manual failover from node %s (epoch %d) to node %s at epoch %d; %s", nodeOrUnknown(b.Node), b.Epoch, target, b.Epoch+1, fence)
+	r.Message = fmt.Sprintf("Manual failover from node %s (epoch %d) to node %s at epoch %d; %s", nodeOrUnknown(b.Node), b.Epoch, target, in.nextEpoch(holdfastv1.OriginManual), fence)
 	if len(b.UnsettledRebinds) > 0 || len(b.UnplacedRebinds) > 0 {
 		r.Message += fmt.Sprintf("; the re-bind ledger (%s) is emptied", ledgerSummary(b))
+	}
+	if e := in.Devices.latestOwner(); e > 0 {
+		r.Message += fmt.Sprintf("; the new epoch is above owner epoch %d, which the runtime found at its device", e)
 	}
 	r.count = func() {
 		rebinds.WithLabelValues(u.Namespace, u.Name, "manual").Inc()

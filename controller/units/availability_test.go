@@ -35,6 +35,8 @@ type sim struct {
 	unavailable map[string]string
 	// podGone: the apiserver has no pod of the current binding.
 	podGone bool
+	// devices is what the runtime reports of its devices (L13).
+	devices DeviceReport
 	records []*Record
 }
 
@@ -66,7 +68,7 @@ func newSim(t *testing.T, u *holdfastv1.Unit) *sim {
 func (s *sim) pass() Plan {
 	s.t.Helper()
 	p := Decide(Inputs{Unit: s.u, Pod: s.pod, Obs: s.obs, Now: s.now, HoldOffUntil: s.holdOff, FreeTargets: s.free, Unavailable: s.unavailable,
-		NodeExists: func(n string) bool { return n != "nowhere" }, PodGone: s.podGone})
+		NodeExists: func(n string) bool { return n != "nowhere" }, PodGone: s.podGone, Devices: s.devices})
 	s.u.Status = p.Status
 	if p.Record != nil {
 		s.records = append(s.records, p.Record)

@@ -1,7 +1,6 @@
 package units
 
 import (
-	"fmt"
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
@@ -25,7 +24,7 @@ const (
 
 // PodName is the runtime pod of a binding: <unit>-runtime-e<epoch>.
 func PodName(unit string, epoch int64) string {
-	return fmt.Sprintf("%s-runtime-e%d", unit, epoch)
+	return holdfastv1.RuntimePodName(unit, epoch)
 }
 
 // Placement says where a new runtime pod may go, beyond what the scheduler's

@@ -52,7 +52,13 @@ type Reconciler struct {
 	Grantor   *grantor.Grantor
 	HoldOff   HoldOff
 	Audit     *audit.Logger
-	Clock     clock.PassiveClock
+	// Epochs is the cluster's epoch record: every new binding's epoch is
+	// above it and reserved in it before the binding is written (L13).
+	Epochs *EpochRecord
+	// Timings are this grantor's: a Failover unit whose lease is below
+	// their floor is reported (L14).
+	Timings policy.GrantorTimings
+	Clock   clock.PassiveClock
 	// Actor names this process in audit lines.
 	Actor string
 	// Notify carries the grantor's observations into the queue.
@@ -145,6 +151,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, err
 	}
 	r.ensureLoop(&u, pod, false)
+	r.ensureWatch(&u, pod)
 
 	in, err := r.inputs(ctx, &u, pod)
 	if err != nil {
@@ -183,6 +190,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			return reconcile.Result{RequeueAfter: 50 * time.Millisecond}, nil
 		}
 	}
+	if e, ok := newEpoch(&u, plan); ok {
+		// Reserved before any object names it: a crash after this burns
+		// the epoch, never repeats it.
+		if err := r.Epochs.Reserve(ctx, e); err != nil {
+			if stops(plan) {
+				r.ensureLoop(&u, pod, false)
+			}
+			log.Info("Deciding again: the epoch could not be reserved", "epoch", e, "err", err.Error())
+			return reconcile.Result{RequeueAfter: 50 * time.Millisecond}, nil
+		}
+	}
 	wrote := !equality.Semantic.DeepEqual(u.Status, plan.Status)
 	if err := r.execute(ctx, &u, pod, plan); err != nil {
 		if stops(plan) {
@@ -199,6 +217,19 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		r.ensureLoop(&u, pod, wrote)
 	}
 	return reconcile.Result{RequeueAfter: plan.RequeueAfter}, nil
+}
+
+// newEpoch is the epoch of the binding a plan writes, when it writes a new
+// one.
+func newEpoch(u *holdfastv1.Unit, plan Plan) (int64, bool) {
+	nb := plan.Status.RuntimeBinding
+	if nb == nil {
+		return 0, false
+	}
+	if b := u.Status.RuntimeBinding; b != nil && b.Epoch == nb.Epoch {
+		return 0, false
+	}
+	return nb.Epoch, true
 }
 
 // ensurePods deletes the pods of earlier epochs, creates the current
@@ -274,22 +305,34 @@ func placementFor(u *holdfastv1.Unit, b *holdfastv1.RuntimeBinding) Placement {
 // the pod was built with.
 func LeaseTargetFor(u *holdfastv1.Unit, pod *corev1.Pod) (grantor.Target, bool) {
 	b := u.Status.RuntimeBinding
-	if b == nil || b.Promise == nil || b.Promise.Mode != holdfastv1.Failover || b.HandOver != nil || pod == nil ||
-		pod.Name != b.Pod || pod.Status.PodIP == "" || !pod.DeletionTimestamp.IsZero() {
+	if b == nil || b.Promise == nil || b.Promise.Mode != holdfastv1.Failover || b.HandOver != nil {
+		return grantor.Target{}, false
+	}
+	t, ok := runtimeTarget(u, pod)
+	if !ok {
+		return grantor.Target{}, false
+	}
+	t.Duration = b.Promise.LeaseDuration()
+	if want := u.Spec.Availability.LeaseDuration(); want >= holdfastv1.MinLeaseDuration && want < t.Duration {
+		t.Duration = want
+	}
+	return t, true
+}
+
+// runtimeTarget is where the unit's current binding's runtime answers, when
+// its pod has an address; it carries no lease.
+func runtimeTarget(u *holdfastv1.Unit, pod *corev1.Pod) (grantor.Target, bool) {
+	b := u.Status.RuntimeBinding
+	if b == nil || pod == nil || pod.Name != b.Pod || pod.Status.PodIP == "" || !pod.DeletionTimestamp.IsZero() {
 		return grantor.Target{}, false
 	}
 	if e, ok := PodEpoch(pod); !ok || e != b.Epoch {
 		return grantor.Target{}, false
 	}
-	d := b.Promise.LeaseDuration()
-	if want := u.Spec.Availability.LeaseDuration(); want >= holdfastv1.MinLeaseDuration && want < d {
-		d = want
-	}
 	return grantor.Target{
-		Unit:     types.NamespacedName{Namespace: u.Namespace, Name: u.Name},
-		Epoch:    b.Epoch,
-		Address:  fmt.Sprintf("%s:%d", hostForURL(pod.Status.PodIP), podLeasePort(u, pod)),
-		Duration: d,
+		Unit:    types.NamespacedName{Namespace: u.Namespace, Name: u.Name},
+		Epoch:   b.Epoch,
+		Address: fmt.Sprintf("%s:%d", hostForURL(pod.Status.PodIP), podLeasePort(u, pod)),
 	}, true
 }
 
@@ -344,7 +387,12 @@ func (r *Reconciler) ensureLoop(u *holdfastv1.Unit, pod *corev1.Pod, written boo
 }
 
 func (r *Reconciler) inputs(ctx context.Context, u *holdfastv1.Unit, pod *corev1.Pod) (Inputs, error) {
-	in := Inputs{Unit: u, Pod: pod, Now: r.Clock.Now()}
+	in := Inputs{Unit: u, Pod: pod, Now: r.Clock.Now(), Timings: r.Timings}
+	last, err := r.Epochs.Last(ctx)
+	if err != nil {
+		return in, err
+	}
+	in.EpochFloor = policy.EpochFloor(last, in.Now)
 	a := &u.Spec.Availability
 	if b := u.Status.RuntimeBinding; b != nil {
 		if r.HoldOff != nil {
@@ -364,6 +412,7 @@ func (r *Reconciler) inputs(ctx context.Context, u *holdfastv1.Unit, pod *corev1
 			in.PodGone = gone
 		}
 	}
+	in.Devices = r.deviceReport(u, in.Obs)
 	var nodes corev1.NodeList
 	if err := r.Client.List(ctx, &nodes); err != nil {
 		return in, err

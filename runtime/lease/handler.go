@@ -26,6 +26,10 @@ type Handler struct {
 	// OnGrant, when set, is called after every grant the handler answered
 	// 200, with its outcome (for metrics and logs).
 	OnGrant func(g *leaseapi.Grant, out Outcome)
+	// LaterOwners, when set, lists the devices the runtime writes nothing
+	// to because their owner epoch is later than its own (L13); every
+	// Reply and Status carries it.
+	LaterOwners func() []leaseapi.LaterOwner
 }
 
 // NewHandler returns the lease endpoint of k.
@@ -43,7 +47,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	switch r.Method {
 	case http.MethodGet:
-		writeJSON(w, http.StatusOK, h.k.Status())
+		st := h.k.Status()
+		if h.LaterOwners != nil {
+			st.LaterOwners = h.LaterOwners()
+		}
+		writeJSON(w, http.StatusOK, st)
 	case http.MethodPost:
 		h.grant(w, r, arrival)
 	default:
@@ -72,6 +80,9 @@ func (h *Handler) grant(w http.ResponseWriter, r *http.Request, arrival time.Tim
 		return
 	}
 	out, reply := h.k.Grant(&g, arrival)
+	if h.LaterOwners != nil {
+		reply.LaterOwners = h.LaterOwners()
+	}
 	if h.OnGrant != nil {
 		h.OnGrant(&g, out)
 	}

@@ -46,7 +46,7 @@ func New(reg prometheus.Registerer, src Sources) *Metrics {
 		DriverConnected: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "driver_connected",
 			Help: "1 while the field driver has a working connection."}, []string{"driver"}),
 		Writes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "output_writes_total",
-			Help: "Output writes by kind (control, hold) and result (written, refused by the lease, failed at the device)."},
+			Help: "Output writes by kind (control, hold) and result (written, refused by the lease, later_owner: withheld because the device holds a later owner epoch, failed at the device)."},
 			[]string{"kind", "result"}),
 		Grants: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "lease_grants_total",
 			Help: "Grants answered 200, by outcome (extended, no_ack, no_anchor, stale)."}, []string{"outcome"}),

@@ -8,9 +8,11 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/holdfast-io/holdfast/policy"
 	"github.com/holdfast-io/holdfast/test/testenv"
 )
 
@@ -86,6 +88,80 @@ func TestChartRendersEveryCase(t *testing.T) {
 	}
 }
 
+// containerArgs are the args the chart gives the component's container.
+func containerArgs(t *testing.T, ms []Manifest, component string) []string {
+	t.Helper()
+	for _, m := range ms {
+		if (m.Kind != "Deployment" && m.Kind != "DaemonSet") || !strings.HasPrefix(m.Name, "holdfast-"+component) {
+			continue
+		}
+		spec, _ := m.Object["spec"].(map[string]any)
+		tmpl, _ := spec["template"].(map[string]any)
+		pod, _ := tmpl["spec"].(map[string]any)
+		containers, _ := pod["containers"].([]any)
+		c, _ := containers[0].(map[string]any)
+		var args []string
+		for _, a := range c["args"].([]any) {
+			args = append(args, a.(string))
+		}
+		return args
+	}
+	t.Fatalf("no workload for %s in the chart", component)
+	return nil
+}
+
+// L14: the units role and the webhook are given the grantor's timings from
+// one place, controller.units.grantor, so the webhook's lease floor is the
+// floor of the timings the grantor runs on; the defaults are the binaries'
+// own, and a timing in the units role's extraArgs is refused.
+func TestTheGrantorAndTheWebhookGetTheSameTimings(t *testing.T) {
+	ch, err := Load(repoRoot(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	timings := func(args []string) []string {
+		var out []string
+		for _, a := range args {
+			for _, f := range []string{policy.FlagElectionLeaseDuration, policy.FlagElectionRenewDeadline, policy.FlagElectionRetryPeriod,
+				policy.FlagReadIdleTimeout, policy.FlagPingTimeout} {
+				if strings.HasPrefix(a, "--"+f+"=") {
+					out = append(out, a)
+				}
+			}
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		values string
+		want   policy.GrantorTimings
+	}{
+		{"{}", policy.DefaultGrantorTimings()},
+		{"controller: {units: {grantor: {electionLeaseDuration: 8s, electionRenewDeadline: 5s, electionRetryPeriod: 2s, apiserverReadIdleTimeout: 3s, apiserverPingTimeout: 1s}}}",
+			policy.GrantorTimings{ElectionLeaseDuration: 8 * time.Second, ElectionRenewDeadline: 5 * time.Second, ElectionRetryPeriod: 2 * time.Second,
+				ReadIdleTimeout: 3 * time.Second, PingTimeout: time.Second}},
+	} {
+		var v map[string]any
+		if err := yaml.Unmarshal([]byte(tc.values), &v); err != nil {
+			t.Fatal(err)
+		}
+		ms, _, err := Render(ch, v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		units, webhook := timings(containerArgs(t, ms, "controller-units")), timings(containerArgs(t, ms, "webhook"))
+		if want := tc.want.Args(); !slices.Equal(units, want) || !slices.Equal(webhook, want) {
+			t.Errorf("values %s: the units role gets %v, the webhook %v; want both %v", tc.values, units, webhook, want)
+		}
+	}
+	var v map[string]any
+	if err := yaml.Unmarshal([]byte("controller: {units: {extraArgs: [--v=2, --leader-election-lease-duration=15s]}}"), &v); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := Render(ch, v); err == nil || !strings.Contains(err.Error(), "controller.units.extraArgs: --leader-election-lease-duration=15s: set controller.units.grantor instead") {
+		t.Fatalf("a timing in extraArgs, which the webhook would not see: %v", err)
+	}
+}
+
 // values.schema.json refuses unknown keys and wrong types, naming the path.
 func TestValuesSchemaRefusesUnknownKeysAndWrongTypes(t *testing.T) {
 	root := repoRoot(t)
@@ -103,6 +179,7 @@ func TestValuesSchemaRefusesUnknownKeysAndWrongTypes(t *testing.T) {
 		{"webhook: {tls: {mode: manual}}", []string{"/webhook/tls/mode"}},
 		{"webhook: {swapGroups: []}", []string{"/webhook/swapGroups"}},
 		{"controller: {units: {leaseStandDown: ninety}}", []string{"/controller/units/leaseStandDown"}},
+		{"controller: {units: {grantor: {apiserverPingTimeout: 1500ms}}}", []string{"/controller/units/grantor/apiserverPingTimeout"}},
 		{"node: {hostDir: var/lib/holdfast}", []string{"/node/hostDir"}},
 		{"controller: {voters: {enabled: true, snapshotVolume: {emptyDir: {}, hostPath: {path: /srv/snapshots}}}}", []string{"/controller/voters/snapshotVolume"}},
 		{"metrics: {prometheusRule: {enabled: yes please}}", []string{"/metrics/prometheusRule/enabled", "boolean"}},

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -90,7 +92,12 @@ func controllerScenario(t *testing.T, bin, kubeconfig string, chartArgs []string
 		}
 		return cur.Status.RuntimeBinding.Epoch
 	}
-	poll(t, "the first binding and its runtime pod", func() bool { _, ok := pod(1); return ok && epoch() == 1 })
+	var e1 int64
+	poll(t, "the first binding and its runtime pod", func() bool {
+		e1 = epoch()
+		_, ok := pod(e1)
+		return e1 > 0 && ok
+	})
 
 	annotate := func(kv map[string]string) {
 		// After the webhook is stopped, the apiserver may still call it
@@ -131,13 +138,18 @@ func controllerScenario(t *testing.T, bin, kubeconfig string, chartArgs []string
 	plugin := buildBinary(t, repoRoot(t), "./cmd/kubectl-holdfast")
 	out, err := exec.Command(plugin, "--kubeconfig", env.Kubeconfig, "failover", "-n", ns, u.Name,
 		"--to", "rb-press-standby", "--confirm-fenced", "powered off", "--wait", "--timeout", "1m").CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "re-bound at epoch 2") {
+	m := regexp.MustCompile(`re-bound at epoch (\d+)`).FindStringSubmatch(string(out))
+	if err != nil || m == nil {
 		t.Fatalf("kubectl holdfast failover --wait against the real controller: %v\n%s", err, out)
 	}
-	poll(t, "the re-bind at epoch 2, the old pod deleted", func() bool {
-		_, newPod := pod(2)
-		_, oldPod := pod(1)
-		return epoch() == 2 && newPod && !oldPod && consumed()
+	if e2, _ := strconv.ParseInt(m[1], 10, 64); e2 <= e1 {
+		t.Fatalf("re-bound at epoch %d, not above the first binding's %d:\n%s", e2, e1, out)
+	}
+	e2, _ := strconv.ParseInt(m[1], 10, 64)
+	poll(t, "the re-bind, the old pod deleted", func() bool {
+		_, newPod := pod(e2)
+		_, oldPod := pod(e1)
+		return epoch() == e2 && newPod && !oldPod && consumed()
 	})
 	status, err := exec.Command(plugin, "--kubeconfig", env.Kubeconfig, "status", "-n", ns).CombinedOutput()
 	if err != nil || !strings.Contains(string(status), u.Name) {
@@ -169,7 +181,7 @@ func controllerScenario(t *testing.T, bin, kubeconfig string, chartArgs []string
 	}
 	poll(t, "the invalid restart request's Event", func() bool { return invalid() != nil })
 	poll(t, "the Event patched into a series", func() bool {
-		p, _ := pod(2)
+		p, _ := pod(e2)
 		patch := fmt.Sprintf(`{"metadata":{"annotations":{"rb.holdfast.io/touch":"%d"}}}`, time.Now().UnixNano())
 		if err := env.Client.Patch(ctx, p, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
 			t.Fatal(err)

@@ -274,28 +274,6 @@ func podKubeconfig(ctx context.Context, t *testing.T, sa string, pod *corev1.Pod
 	return path
 }
 
-// containerArgs are the args the chart gives the component's container.
-func containerArgs(t *testing.T, ms []Manifest, component string) []string {
-	t.Helper()
-	for _, m := range ms {
-		if (m.Kind != "Deployment" && m.Kind != "DaemonSet") || !strings.HasPrefix(m.Name, "holdfast-"+component) {
-			continue
-		}
-		spec, _ := m.Object["spec"].(map[string]any)
-		tmpl, _ := spec["template"].(map[string]any)
-		pod, _ := tmpl["spec"].(map[string]any)
-		containers, _ := pod["containers"].([]any)
-		c, _ := containers[0].(map[string]any)
-		var args []string
-		for _, a := range c["args"].([]any) {
-			args = append(args, a.(string))
-		}
-		return args
-	}
-	t.Fatalf("no workload for %s in the chart", component)
-	return nil
-}
-
 // override replaces (or adds) --flag=value arguments.
 func override(args []string, flags map[string]string) []string {
 	var out []string
