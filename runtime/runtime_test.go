@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"sync"
 	"testing"
 	"time"
 
@@ -115,16 +114,8 @@ func start(t *testing.T, o opts) *fixture {
 
 var seq uint64
 
-var (
-	caOnce sync.Once
-	ca     *leasetlstest.CA
-)
-
 // testCA is the lease CA of this package's runtimes and their grantor.
-func testCA(t testing.TB) *leasetlstest.CA {
-	caOnce.Do(func() { ca = leasetlstest.NewCA(t, "runtime-test-lease-ca") })
-	return ca
-}
+func testCA(t testing.TB) *leasetlstest.CA { return leasetlstest.Shared(t) }
 
 // leaseTLSDir is the lease credentials directory of the runtime of unit at
 // epoch, as its pod mounts it.

@@ -18,17 +18,9 @@ import (
 	runtimelease "github.com/holdfast-io/holdfast/runtime/lease"
 )
 
-var (
-	caOnce sync.Once
-	ca     *leasetlstest.CA
-)
-
 // testCA is the lease CA of this package's tests: every endpoint's
 // certificate and the grantor's come from it.
-func testCA(t testing.TB) *leasetlstest.CA {
-	caOnce.Do(func() { ca = leasetlstest.NewCA(t, "grantor-test-lease-ca") })
-	return ca
-}
+func testCA(t testing.TB) *leasetlstest.CA { return leasetlstest.Shared(t) }
 
 // testGrantor are the grantor's credentials from the test CA.
 func testGrantor(t testing.TB) Credentials { return testCA(t).Grantor(t) }

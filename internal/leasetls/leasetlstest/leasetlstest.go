@@ -16,6 +16,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -40,6 +41,23 @@ func NewCA(t testing.TB, name string) *CA {
 		t.Fatal(err)
 	}
 	return c
+}
+
+var (
+	sharedOnce sync.Once
+	shared     *CA
+	sharedErr  error
+)
+
+// Shared is one lease CA for the whole test process: the runtimes and
+// grantors of a package's tests share it, as those of one installation do.
+func Shared(t testing.TB) *CA {
+	t.Helper()
+	sharedOnce.Do(func() { shared, sharedErr = MakeCA("holdfast-test-lease-ca") })
+	if sharedErr != nil {
+		t.Fatal(sharedErr)
+	}
+	return shared
 }
 
 // MakeCA is NewCA outside a test (a TestMain, a harness).
