@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	stdlog "log"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -110,9 +112,13 @@ type Server struct {
 	split *splitListener
 }
 
-func newHTTPServer(h http.Handler) *http.Server {
+func newHTTPServer(h http.Handler, log klog.Logger) *http.Server {
 	srv := &http.Server{
-		Handler:           h,
+		Handler: h,
+		// Handshakes that fail (a scanner, a peer that refused this
+		// runtime's certificate) are the other end's business; refused
+		// grants are counted by the handler.
+		ErrorLog:          stdlog.New(logWriter{log.V(2)}, "", 0),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      10 * time.Second,
@@ -135,7 +141,7 @@ func Listen(addr string, h http.Handler, tlsConfig *tls.Config, log klog.Logger)
 		return nil, fmt.Errorf("lease endpoint: %w", err)
 	}
 	s := &Server{ln: ln}
-	plain := newHTTPServer(h)
+	plain := newHTTPServer(h, log)
 	plain.Protocols.SetUnencryptedHTTP2(true)
 	s.srvs = append(s.srvs, plain)
 	serve := func(srv *http.Server, f func() error) {
@@ -149,7 +155,7 @@ func Listen(addr string, h http.Handler, tlsConfig *tls.Config, log klog.Logger)
 		serve(plain, func() error { return plain.Serve(ln) })
 		return s, nil
 	}
-	secure := newHTTPServer(h)
+	secure := newHTTPServer(h, log)
 	secure.Protocols.SetHTTP2(true)
 	secure.TLSConfig = tlsConfig.Clone()
 	s.srvs = append(s.srvs, secure)
@@ -161,6 +167,14 @@ func Listen(addr string, h http.Handler, tlsConfig *tls.Config, log klog.Logger)
 
 // Addr is the bound address.
 func (s *Server) Addr() net.Addr { return s.ln.Addr() }
+
+// logWriter carries the HTTP servers' own messages into the log.
+type logWriter struct{ log klog.Logger }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	w.log.Info("Lease endpoint: " + strings.TrimSpace(string(p)))
+	return len(p), nil
+}
 
 // Shutdown stops the servers.
 func (s *Server) Shutdown(ctx context.Context) error {
