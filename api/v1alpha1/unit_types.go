@@ -63,11 +63,14 @@ const (
 type RenewalOutcome string
 
 const (
-	// RenewalRefused: the runtime's own handler answered and refused; the
+	// RenewalRefused: the runtime's own handler answered and refused (over
+	// the authenticated channel: an endpoint that proved to be the binding's
+	// runtime, which may have refused the grantor's certificate); the
 	// runtime is up and reachable.
 	RenewalRefused RenewalOutcome = "Refused"
 	// RenewalUnreachable: no answer from the runtime's handler (connection
-	// refused, reset or timed out); the node may be gone.
+	// refused, reset or timed out, or nothing at its address proved to be
+	// the binding's runtime, and no grant was sent); the node may be gone.
 	RenewalUnreachable RenewalOutcome = "Unreachable"
 	// RenewalNotAttempted: the runtime never had an address to renew at.
 	RenewalNotAttempted RenewalOutcome = "NotAttempted"

@@ -63,6 +63,9 @@ type Reconciler struct {
 	Actor string
 	// Notify carries the grantor's observations into the queue.
 	Notify chan event.GenericEvent
+	// InsecurePlaintextLease builds runtime pods that serve their lease
+	// endpoint over plain HTTP (--insecure-plaintext-lease).
+	InsecurePlaintextLease bool
 }
 
 // SetupWithManager registers the controller. Pods and Nodes are watched
@@ -265,7 +268,7 @@ func (r *Reconciler) ensurePods(ctx context.Context, u *holdfastv1.Unit, pods []
 		// own pod is not made again.
 		return nil, nil
 	}
-	pod := RuntimePod(u, b.Epoch, placementFor(u, b))
+	pod := r.runtimePod(u, b)
 	if err := r.Client.Create(ctx, pod); err != nil {
 		if apierrors.IsAlreadyExists(err) {
 			return nil, nil // the cache is behind; the watch brings it
@@ -274,6 +277,15 @@ func (r *Reconciler) ensurePods(ctx context.Context, u *holdfastv1.Unit, pods []
 	}
 	klog.FromContext(ctx).Info("Created runtime pod", "pod", klog.KObj(pod), "epoch", b.Epoch)
 	return nil, nil
+}
+
+// runtimePod is the runtime pod of the binding b.
+func (r *Reconciler) runtimePod(u *holdfastv1.Unit, b *holdfastv1.RuntimeBinding) *corev1.Pod {
+	pod := RuntimePod(u, b.Epoch, placementFor(u, b))
+	if r.InsecurePlaintextLease {
+		PlaintextLease(pod)
+	}
+	return pod
 }
 
 // placementFor: a first binding goes to the primary selector; a binding
@@ -553,7 +565,7 @@ func (r *Reconciler) execute(ctx context.Context, u *holdfastv1.Unit, pod *corev
 			}
 		}
 		b := u.Status.RuntimeBinding
-		np := RuntimePod(u, b.Epoch, placementFor(u, b))
+		np := r.runtimePod(u, b)
 		if err := r.Client.Create(ctx, np); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("creating runtime pod %s: %w", np.Name, err)
 		}
