@@ -79,7 +79,7 @@ func TestTheRecordedPromiseSurvivesAControllerRestart(t *testing.T) {
 
 	p.c.stop()
 	p.c = startController(t, controllerOptions{namespace: p.ns, identity: "ctl-second", standDown: 90 * time.Second})
-	rt := p.k.proc(units.PodName("kiln", 1))
+	rt := p.k.proc(units.PodName("kiln", p.epoch(1)))
 	eventually(t, 30*time.Second, "the new leader granting", func() (bool, string) {
 		st, err := rt.leaseStatus()
 		return err == nil && st.LastGrantor == "ctl-second" && st.State == leaseapi.Held, fmt.Sprintf("%+v %v", st, err)
@@ -116,7 +116,7 @@ func TestAModeSwitchIsAPlannedHandOverBothWays(t *testing.T) {
 	p.place(1)
 	p.waitLease(1, holdfastv1.LeaseHeld, 30*time.Second)
 	p.waitWrites(1)
-	rt1 := p.k.proc(units.PodName("kiln", 1))
+	rt1 := p.k.proc(units.PodName("kiln", p.epoch(1)))
 
 	p.edit(func(s *holdfastv1.UnitSpec) { s.Availability.Mode = holdfastv1.Autonomy })
 	eventually(t, 30*time.Second, "the hand-over held and announced", func() (bool, string) {
@@ -135,14 +135,14 @@ func TestAModeSwitchIsAPlannedHandOverBothWays(t *testing.T) {
 	if b.Origin != holdfastv1.OriginHandOver || b.Node != p.primary || b.Promise.Mode != holdfastv1.Autonomy {
 		t.Fatalf("binding after the hand-over: %+v %+v", b, b.Promise)
 	}
-	schedule(t, p.key, 2, p.primary)
+	schedule(t, p.key, p.epoch(2), p.primary)
 	p.waitWrites(2)
-	for _, w := range devicesim.ByEpoch(p.dev.Writes())[1] {
+	for _, w := range devicesim.ByEpoch(p.dev.Writes())[p.epoch(1)] {
 		if w.Time.After(fencedAt) {
 			t.Fatalf("epoch 1 wrote at %v, after it reported Fenced at %v", w.Time, fencedAt)
 		}
 	}
-	rt2 := p.k.proc(units.PodName("kiln", 2))
+	rt2 := p.k.proc(units.PodName("kiln", p.epoch(2)))
 	if st, err := rt2.leaseStatus(); err != nil || st.Mode != holdfastv1.Autonomy || st.LastGrantor != "" {
 		t.Fatalf("epoch 2 reports %+v (%v), want an Autonomy runtime no grant ever extended", st, err)
 	}
@@ -154,14 +154,14 @@ func TestAModeSwitchIsAPlannedHandOverBothWays(t *testing.T) {
 	default:
 		t.Fatal("epoch 3 was created while the Autonomy runtime of epoch 2 still ran")
 	}
-	schedule(t, p.key, 3, p.primary)
+	schedule(t, p.key, p.epoch(3), p.primary)
 	p.waitLease(3, holdfastv1.LeaseHeld, 30*time.Second)
 	p.waitWrites(3)
 	if err := devicesim.CheckOneWriter(p.dev.Writes()); err != nil {
 		t.Fatalf("two writers on the device: %v", err)
 	}
 	by := devicesim.ByEpoch(p.dev.Writes())
-	if last, first := by[2][len(by[2])-1].Time, by[3][0].Time; !first.After(last) {
+	if last, first := by[p.epoch(2)][len(by[p.epoch(2)])-1].Time, by[p.epoch(3)][0].Time; !first.After(last) {
 		t.Fatalf("epoch 3 first wrote at %v, before epoch 2's last write at %v", first, last)
 	}
 	want := []string{units.EventLeaseEstablished, units.EventHandOver, units.EventHandedOver, units.EventHandOver, units.EventHandedOver, units.EventLeaseEstablished}

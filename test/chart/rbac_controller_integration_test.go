@@ -175,7 +175,7 @@ func controllerScenario(t *testing.T, bin, kubeconfig string, chartArgs []string
 		ObjectMeta: metav1.ObjectMeta{Name: installedVWC.Name}}); err != nil {
 		t.Fatal(err)
 	}
-	leaseCredentials(ctx, t, ns, leaseCADir, leaseCA)
+	leaseCredentials(ctx, t, ns, e2, leaseCADir, leaseCA)
 	annotate(map[string]string{holdfastv1.AnnotationRestart: "after lunch"})
 	invalid := func() *eventsv1.Event {
 		var evs eventsv1.EventList
@@ -200,7 +200,8 @@ func controllerScenario(t *testing.T, bin, kubeconfig string, chartArgs []string
 		return e.Series != nil && e.Series.Count >= 2
 	})
 	// A switch to Failover is a planned hand-over: the Autonomy runtime's
-	// pod is deleted and read past the cache until it is gone, then epoch 3.
+	// pod is deleted and read past the cache until it is gone, then the next
+	// epoch.
 	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		cur := &holdfastv1.Unit{}
 		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(u), cur); err != nil {
@@ -212,23 +213,24 @@ func controllerScenario(t *testing.T, bin, kubeconfig string, chartArgs []string
 	if err != nil {
 		t.Fatal(err)
 	}
-	poll(t, "the hand-over to epoch 3 once the Autonomy runtime's pod is gone", func() bool {
-		_, next := pod(3)
-		_, old := pod(2)
-		return epoch() == 3 && next && !old
+	poll(t, "the hand-over to the next epoch once the Autonomy runtime's pod is gone", func() bool {
+		e3 := epoch()
+		_, next := pod(e3)
+		_, old := pod(e2)
+		return e3 > e2 && next && !old
 	})
 	proc.stop(t)
 }
 
 // leaseCredentials drives the lease channel's certificates (docs/design.md
-// §3 L12) as a cluster would: the runtime pod of epoch 2, bound to its node,
+// §3 L12) as a cluster would: the runtime pod of the second binding, bound to its node,
 // asks the lease signer for its certificate as its kubelet would, and is
 // issued one naming its binding; the published CA bundle follows a second
 // CA added to the lease CA's Secret.
-func leaseCredentials(ctx context.Context, t *testing.T, ns, dir string, files map[string][]byte) {
+func leaseCredentials(ctx context.Context, t *testing.T, ns string, epoch int64, dir string, files map[string][]byte) {
 	t.Helper()
 	pod := &corev1.Pod{}
-	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "rb-press-runtime-e2"}, pod); err != nil {
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: fmt.Sprintf("rb-press-runtime-e%d", epoch)}, pod); err != nil {
 		t.Fatal(err)
 	}
 	if err := env.Client.SubResource("binding").Create(ctx, pod, &corev1.Binding{
@@ -277,7 +279,7 @@ func leaseCredentials(ctx context.Context, t *testing.T, ns, dir string, files m
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := rc.Cert.Leaf.URIs; len(got) != 1 || got[0].String() != leaseapi.RuntimeIdentity(ns+"/rb-press", 2) {
+	if got := rc.Cert.Leaf.URIs; len(got) != 1 || got[0].String() != leaseapi.RuntimeIdentity(ns+"/rb-press", epoch) {
 		t.Fatalf("the runtime's certificate names %v", got)
 	}
 	second, err := leasetlstest.MakeCA("another-lease-ca")
