@@ -325,11 +325,7 @@ func (r *Runtime) MetricsAddr() string {
 // loops. Nothing it does waits for a broker or a device to answer.
 func (r *Runtime) Start(ctx context.Context) error {
 	r.log.Info("Starting unit runtime", "mode", r.cfg.Lease.Mode, "incarnation", r.cfg.Lease.Incarnation)
-	r.mu.Lock()
-	r.started = r.clock.Now()
-	r.lastScan = r.started // the stall budget runs from the start until the first scan completes
-	r.mu.Unlock()
-	if err := r.restore(); err != nil {
+	if err := r.Prepare(); err != nil {
 		return err
 	}
 	var err error
@@ -395,6 +391,24 @@ func (r *Runtime) Start(ctx context.Context) error {
 	r.log.Info("Unit runtime started")
 	return nil
 }
+
+// Prepare is the first step of Start, which opens nothing: it stamps the
+// start (the stall budget runs from it until the first scan completes) and
+// restores the state file (L10). A caller that steps the runtime from its
+// own event loop (test/sim) calls it instead of Start, connects the drivers,
+// serves Handler itself, and calls Step for every scan and Keeper().Step at
+// the instants it returns.
+func (r *Runtime) Prepare() error {
+	r.mu.Lock()
+	r.started = r.clock.Now()
+	r.lastScan = r.started
+	r.mu.Unlock()
+	return r.restore()
+}
+
+// Step runs one scan now: what the scan loop does at every tick and at
+// every lease transition.
+func (r *Runtime) Step(ctx context.Context) { r.scan(ctx) }
 
 // Stop stops the loops, closes the drivers and the servers.
 func (r *Runtime) Stop(ctx context.Context) {

@@ -104,6 +104,16 @@ type Options struct {
 	// in a way the reconciler must see: the first acknowledgement, and every
 	// change of outcome.
 	Notify func(types.NamespacedName)
+	// Rand, when set, draws the loops' phase spread and jitter; nil draws
+	// from math/rand/v2's global source. A simulation sets it so that one
+	// seed gives one schedule.
+	Rand *rand.Rand
+	// Stepped, when set, runs no goroutine per loop: it is called (under
+	// the Grantor's locks: it must not call back) with the unit each time a
+	// loop starts, and the caller drives the loop with Begin and End at the
+	// instants End names. For a caller that steps every process from one
+	// event loop (test/sim); the loop's decisions are the same code.
+	Stepped func(types.NamespacedName)
 }
 
 // Credentials are the grantor's side of the lease channel's TLS, read at
@@ -298,12 +308,14 @@ type loop struct {
 	obs    Observation
 	cancel context.CancelFunc
 	done   chan struct{}
+	// ctx is a stepped loop's life (Options.Stepped).
+	ctx context.Context
 	// counted: this loop is in the backing-off gauge.
 	counted bool
 	// parked is true while the loop waits on its timer with no attempt in
 	// flight: the tests' signal that it has handled a clock step.
 	parked atomic.Bool
-	// spread: the loop's phase has been spread (spreadPhase), once.
+	// spread: the loop's phase has been spread, once.
 	spread bool
 }
 
@@ -339,6 +351,12 @@ func (l *loop) start() {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	l.cancel, l.done = cancel, make(chan struct{})
+	if l.g.opts.Stepped != nil {
+		l.ctx = ctx
+		close(l.done)
+		l.g.opts.Stepped(l.obs.Target.Unit)
+		return
+	}
 	go l.run(ctx, l.done)
 }
 
@@ -350,6 +368,9 @@ func (l *loop) stop() {
 	if cancel != nil {
 		cancel()
 		<-done
+		if l.g.opts.Stepped != nil {
+			l.countBackoff(false)
+		}
 	}
 	l.transport.CloseIdleConnections()
 }
@@ -400,9 +421,9 @@ func (l *loop) nextWait() time.Duration {
 	if anchored && wait > 0 {
 		if !l.spread {
 			l.spread = true
-			return spreadPhase(wait)
+			return wait - l.g.randN(wait)
 		}
-		wait -= rand.N(wait/jitterDivisor + 1)
+		wait -= l.g.randN(wait/jitterDivisor + 1)
 		// On a grid, so that loops due within one step wake together: the
 		// process wakes once per step rather than once per renewal.
 		if q := now.Add(wait).Truncate(planGrid); q.After(now) {
@@ -424,16 +445,21 @@ const planGrid = 20 * time.Millisecond
 // average one renewal in twenty more.
 const jitterDivisor = 10
 
-// spreadPhase shortens a loop's first wait at the cadence by a uniform
-// random part of it. Loops started together (every loop at once after a
+// The first wait at the cadence is shortened by a uniform random part of
+// it (the phase spread). Loops started together (every loop at once after a
 // leader's warm start, or a burst of new bindings) would otherwise renew in
 // step, each cadence a burst of every unit's renewal queued behind one
 // another on the grantor's cores: the tail of the renewal skew. Later waits
 // run from each loop's own acknowledgements and keep the spread. Only ever
 // earlier, so L1 and L2 hold as they are; the cost is one early renewal per
 // loop.
-func spreadPhase(wait time.Duration) time.Duration {
-	return wait - rand.N(wait)
+
+// randN is a uniform duration in [0, n), n > 0.
+func (g *Grantor) randN(n time.Duration) time.Duration {
+	if g.opts.Rand != nil {
+		return time.Duration(g.opts.Rand.Int64N(int64(n)))
+	}
+	return rand.N(n)
 }
 
 // anchorLeft is what is left of the runtime's anchor at now: zero when it
@@ -462,23 +488,35 @@ func (l *loop) countBackoff(on bool) {
 // attempt sends one grant and records what came back. It reports whether the
 // reconciler must be told.
 func (l *loop) attempt(ctx context.Context) bool {
-	clk := l.g.opts.Clock
-	grant := lease.Grant{Grantor: l.g.opts.Name, Seq: l.g.seq.Add(1)}
-	l.mu.Lock()
-	t := l.obs.Target
-	grant.Unit, grant.Epoch, grant.DurationMillis = t.Unit.String(), t.Epoch, t.Duration.Milliseconds()
-	start := clk.Now()
-	sent := l.obs.Stamp(&grant, start)
-	timeout := AttemptTimeout(t.Duration, l.obs.Timeouts, l.anchorLeft(start))
-	l.mu.Unlock()
-
-	l.refreshCredentials()
-	reply, outcome, msg, timedOut := l.post(ctx, t, &grant, timeout)
+	x := l.begin(ctx)
+	reply, outcome, msg, timedOut := l.post(ctx, x.Target, &x.Grant, x.Timeout)
 	if ctx.Err() != nil {
 		// Paused or stopped mid-flight: the attempt is not an observation.
 		return false
 	}
-	now := clk.Now()
+	return l.record(x, reply, outcome, msg, timedOut)
+}
+
+// begin stamps the next grant from the book.
+func (l *loop) begin(ctx context.Context) *Exchange {
+	clk := l.g.opts.Clock
+	x := &Exchange{Grant: lease.Grant{Grantor: l.g.opts.Name, Seq: l.g.seq.Add(1)}, ctx: ctx, l: l}
+	l.mu.Lock()
+	t := l.obs.Target
+	x.Target = t
+	x.Grant.Unit, x.Grant.Epoch, x.Grant.DurationMillis = t.Unit.String(), t.Epoch, t.Duration.Milliseconds()
+	start := clk.Now()
+	x.sent = l.obs.Stamp(&x.Grant, start)
+	x.Timeout = AttemptTimeout(t.Duration, l.obs.Timeouts, l.anchorLeft(start))
+	l.mu.Unlock()
+	return x
+}
+
+// record keeps what one attempt got back and reports whether the
+// reconciler must be told.
+func (l *loop) record(x *Exchange, reply lease.Reply, outcome Outcome, msg string, timedOut bool) bool {
+	t, timeout := x.Target, x.Timeout
+	now := l.g.opts.Clock.Now()
 	renewals.WithLabelValues(string(outcome)).Inc()
 	if timedOut {
 		renewalTimeouts.Inc()
@@ -500,7 +538,7 @@ func (l *loop) attempt(ctx context.Context) bool {
 		l.obs.Timeouts = 0
 	}
 	if outcome == Acknowledged {
-		firstAck = l.obs.Acknowledged(sent, reply, now)
+		firstAck = l.obs.Acknowledged(x.sent, reply, now)
 	}
 	if outcome != prev {
 		klog.V(2).InfoS("Lease renewal outcome changed", "unit", t.Unit, "epoch", t.Epoch, "outcome", outcome, "message", msg)
@@ -529,25 +567,41 @@ var errNoAnswer = errors.New("no answer in time")
 // post sends one grant and reads the answer within timeout, measured on the
 // injected clock. timedOut reports an attempt abandoned at its bound.
 func (l *loop) post(ctx context.Context, t Target, grant *lease.Grant, timeout time.Duration) (reply lease.Reply, outcome Outcome, msg string, timedOut bool) {
-	body, err := json.Marshal(grant)
-	if err != nil {
-		return reply, Unreachable, err.Error(), false
-	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	defer afterFunc(l.g.opts.Clock, timeout, func() { cancel(errNoAnswer) })()
+	l.refreshCredentials()
+	req, err := l.g.request(ctx, t, grant)
+	if err != nil {
+		return reply, Unreachable, err.Error(), false
+	}
+	resp, err := (&http.Client{Transport: l.transport}).Do(req)
+	return l.answer(resp, err, func() bool { return errors.Is(context.Cause(ctx), errNoAnswer) }, timeout, t)
+}
+
+// request is the POST of one grant.
+func (g *Grantor) request(ctx context.Context, t Target, grant *lease.Grant) (*http.Request, error) {
+	body, err := json.Marshal(grant)
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, g.scheme+"://"+t.Address+lease.Path, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	return req, nil
+}
+
+// answer reads the outcome of one POST: the response, or err when there was
+// none; abandoned says whether the attempt was abandoned at its bound.
+func (l *loop) answer(resp *http.Response, err error, abandoned func() bool, timeout time.Duration, t Target) (reply lease.Reply, outcome Outcome, msg string, timedOut bool) {
 	noAnswer := func(err error) (lease.Reply, Outcome, string, bool) {
-		if errors.Is(context.Cause(ctx), errNoAnswer) {
+		if abandoned() {
 			return reply, Unreachable, fmt.Sprintf("no answer within %v: %v", timeout, err), true
 		}
 		return reply, Unreachable, err.Error(), false
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, l.g.scheme+"://"+t.Address+lease.Path, bytes.NewReader(body))
-	if err != nil {
-		return reply, Unreachable, err.Error(), false
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := (&http.Client{Transport: l.transport}).Do(req)
 	if err != nil {
 		if o, m, ok := l.notAuthenticated(t, err); ok {
 			return reply, o, m, false

@@ -39,9 +39,12 @@ type watch struct {
 
 // Watch keeps reading the status of t's runtime, which holds no lease, and
 // calls Notify when what it says of its devices changes. A watch at another
-// epoch or address is replaced. The status grants nothing, so it is read
-// over plain HTTP whatever the lease channel speaks.
+// epoch or address is replaced. A stepped grantor (Options.Stepped) runs no
+// watch: its caller steps the renewal loops only.
 func (g *Grantor) Watch(t Target) {
+	if g.opts.Stepped != nil {
+		return
+	}
 	g.mu.Lock()
 	if g.watches == nil {
 		g.watches = map[types.NamespacedName]*watch{}
