@@ -30,7 +30,7 @@ func TestASteppedLoopRenewsAsARunningLoopDoes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := runtimelease.NewHandler(k, klog.Background())
+	h := runtimelease.NewHandler(k, runtimelease.InsecurePlaintext, klog.Background())
 	serve := func(x *Exchange) *http.Response {
 		req, err := x.Request()
 		if err != nil {
