@@ -164,7 +164,10 @@ func TestAModeSwitchIsAPlannedHandOverBothWays(t *testing.T) {
 	if last, first := by[p.epoch(2)][len(by[p.epoch(2)])-1].Time, by[p.epoch(3)][0].Time; !first.After(last) {
 		t.Fatalf("epoch 3 first wrote at %v, before epoch 2's last write at %v", first, last)
 	}
-	want := []string{units.EventLeaseEstablished, units.EventHandOver, units.EventHandedOver, units.EventHandOver, units.EventHandedOver, units.EventLeaseEstablished}
+	// The lease of 10s is below the shipped floor (L14): reported at the
+	// start, and again when the unit is Failover once more.
+	want := []string{units.EventLeaseBelowFloor, units.EventLeaseEstablished, units.EventHandOver, units.EventHandedOver,
+		units.EventHandOver, units.EventLeaseBelowFloor, units.EventHandedOver, units.EventLeaseEstablished}
 	eventually(t, 15*time.Second, "the events", func() (bool, string) {
 		got := p.eventReasons()
 		return slices.Equal(got, want), strings.Join(got, ",")
