@@ -13,6 +13,12 @@ CONTROLLER_GEN := $(CURDIR)/bin/tools/controller-gen-$(CONTROLLER_GEN_VERSION)
 TEST_TIMEOUT ?= 25m
 GO_TEST_FLAGS ?=
 
+# The release this tree builds. The chart's appVersion is the one place it
+# is written; every binary is stamped with it (--version, holdfast_build_info).
+VERSION ?= v$(shell awk '$$1 == "appVersion:" { gsub(/"/, "", $$2); print $$2; exit }' charts/holdfast/Chart.yaml)
+LDFLAGS := -X github.com/holdfast-io/holdfast/internal/version.Version=$(VERSION)
+BIN_DIR ?= bin
+
 export KUBEBUILDER_ASSETS := $(K8S_BIN)
 # The chart checks generate third-party CRDs (test/chart) with it.
 export CONTROLLER_GEN
@@ -22,8 +28,8 @@ help: ## Show every target and what it does
 	@awk 'BEGIN { FS = ":.*## " } /^[a-zA-Z0-9_-]+:.*## / { printf "  %-18s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
 
 .PHONY: build
-build: ## Build every binary under cmd/ into bin/
-	@if compgen -G 'cmd/*/main.go' >/dev/null; then $(GO) build -o bin/ ./cmd/...; else echo "build: no binaries under cmd/ yet"; fi
+build: ## Build every binary under cmd/ into bin/ (BIN_DIR), stamped with VERSION (the chart's appVersion)
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN_DIR)/ ./cmd/...
 
 .PHONY: generate
 generate: $(CONTROLLER_GEN) ## Generate deepcopy code (api/, scheduler plugin args) and the CRDs (into charts/holdfast/crds)
@@ -91,8 +97,8 @@ $(CONTROLLER_GEN):
 	mv $(CURDIR)/bin/tools/.gobin/controller-gen $@
 
 .PHONY: images
-images: ## Build the static, non-root image of every binary (build/Dockerfile; needs Docker: IMAGE_REPO, IMAGE_TAG)
-	hack/images.sh
+images: ## Build the static, non-root image of every binary (build/Dockerfile; needs Docker: IMAGE_REPO, IMAGE_TAG, default VERSION)
+	IMAGE_TAG="$${IMAGE_TAG:-$(VERSION)}" hack/images.sh
 
 .PHONY: kind-demo
 kind-demo: ## With Docker: a kind cluster, the images, the chart, and the failover and swap stories (kind-config/)

@@ -26,9 +26,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/internal/version"
 	"github.com/holdfast-io/holdfast/node-plugin/actuator"
 	"github.com/holdfast-io/holdfast/node-plugin/fence"
 	"github.com/holdfast-io/holdfast/node-plugin/hoststate"
@@ -40,6 +42,8 @@ import (
 
 // Options are holdfast-node's flags.
 type Options struct {
+	// Version: print the build's version and exit.
+	Version       bool
 	NodeName      string
 	HostDir       string
 	SystemdDir    string
@@ -78,8 +82,12 @@ func ParseFlags(args []string) (Options, error) {
 	fs.StringVar(&o.CRIEndpoint, "cri-endpoint", "unix:///run/containerd/containerd.sock", "the container runtime's CRI socket")
 	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8095", "metrics address (0 disables)")
 	fs.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8096", "health probe address")
+	v := version.Flag(fs)
 	if err := fs.Parse(args); err != nil {
 		return o, err
+	}
+	if o.Version = *v; o.Version {
+		return o, nil
 	}
 	if o.NodeName == "" {
 		return o, errors.New("--node-name or NODE_NAME: must name this node")
@@ -139,6 +147,7 @@ func hostSettings(ctx context.Context, r client.Reader, o *Options) error {
 
 // Run starts holdfast-node until ctx ends.
 func Run(ctx context.Context, cfg *rest.Config, o Options) error {
+	version.Register(metrics.Registry)
 	mgr, err := NewManager(cfg, o)
 	if err != nil {
 		return err

@@ -29,6 +29,7 @@ import (
 	leaseapi "github.com/holdfast-io/holdfast/api/lease"
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/internal/leasetls"
+	"github.com/holdfast-io/holdfast/internal/version"
 	"github.com/holdfast-io/holdfast/runtime/driver"
 	"github.com/holdfast-io/holdfast/runtime/health"
 	"github.com/holdfast-io/holdfast/runtime/lease"
@@ -177,6 +178,7 @@ func New(cfg Config, log klog.Logger) (*Runtime, error) {
 	if r.reg == nil {
 		r.reg = prometheus.NewRegistry()
 	}
+	version.Register(r.reg)
 	auth := lease.InsecurePlaintext
 	src := metrics.Sources{Remaining: k.Remaining}
 	if !cfg.InsecurePlaintextLease {

@@ -11,6 +11,7 @@ import (
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/holdfast-io/holdfast/internal/version"
 	nodeplugin "github.com/holdfast-io/holdfast/node-plugin"
 	"github.com/holdfast-io/holdfast/node-plugin/hoststate"
 )
@@ -23,6 +24,10 @@ func main() {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
+	}
+	if opts.Version {
+		version.Print(os.Stdout, "holdfast-node")
+		return
 	}
 	ctrl.SetLogger(klog.NewKlogr())
 	if err := nodeplugin.Run(ctrl.SetupSignalHandler(), ctrl.GetConfigOrDie(), opts); err != nil {

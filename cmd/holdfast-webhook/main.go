@@ -12,9 +12,11 @@ import (
 	"k8s.io/klog/v2/textlogger"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
+	"github.com/holdfast-io/holdfast/internal/version"
 	"github.com/holdfast-io/holdfast/webhook"
 )
 
@@ -36,9 +38,15 @@ func run() error {
 	metricsAddr := fs.String("metrics-bind-address", ":8080", "address of /metrics (0 disables)")
 	logCfg := textlogger.NewConfig()
 	logCfg.AddFlags(fs)
+	showVersion := version.Flag(fs)
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return err
 	}
+	if *showVersion {
+		version.Print(os.Stdout, "holdfast-webhook")
+		return nil
+	}
+	version.Register(metrics.Registry)
 	if err := opts.Validate(); err != nil {
 		return fmt.Errorf("flags: %w", err)
 	}

@@ -17,7 +17,9 @@ import (
 	"strings"
 
 	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/holdfast-io/holdfast/internal/version"
 	"github.com/holdfast-io/holdfast/policy"
 )
 
@@ -48,6 +50,8 @@ type Common struct {
 	MetricsAddr string
 	AuditPath   string
 	Verbosity   int
+	// Version: print the build's version and exit.
+	Version bool
 
 	// Values a role's flags write into; kept here so Help can show them.
 	Values map[string]any
@@ -71,6 +75,8 @@ func doc(name, usage, inequality string) {
 func DocFlag(name, usage, inequality string) { doc(name, usage, inequality) }
 
 func commonFlags(fs *flag.FlagSet, c *Common) {
+	fs.BoolVar(&c.Version, "version", false, "")
+	doc("version", "Print the version, the commit and the Go version of this build, and exit.", "none")
 	fs.StringVar(&c.Role, "role", "", "")
 	doc("role", "The job to run: "+roleNames()+". Each role runs its own leader election.", "none")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "")
@@ -117,6 +123,10 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
+	if c.Version {
+		version.Print(stdout, "holdfast-controller")
+		return 0
+	}
 	r, ok := roles[c.Role]
 	if !ok {
 		fmt.Fprintf(stderr, "holdfast-controller: --role: %q: must be one of %s\n", c.Role, roleNames())
@@ -125,6 +135,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var klogFlags flag.FlagSet
 	klog.InitFlags(&klogFlags)
 	_ = klogFlags.Set("v", strconv.Itoa(c.Verbosity))
+	version.Register(metrics.Registry)
 	return r.Run(ctx, c)
 }
 

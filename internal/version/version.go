@@ -5,8 +5,13 @@
 package version
 
 import (
+	"errors"
+	"flag"
 	"fmt"
+	"io"
 	"runtime/debug"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Version is the release this binary was built as; a build that was not
@@ -56,4 +61,64 @@ func (in Info) String() string {
 		s += ")"
 	}
 	return fmt.Sprintf("%s %s", s, in.GoVersion)
+}
+
+// Flag registers --version on fs; a binary that sees it set prints Line
+// and exits 0 before it does anything else.
+func Flag(fs *flag.FlagSet) *bool {
+	return fs.Bool("version", false, "Print the version, the commit and the Go version of this build, and exit")
+}
+
+// Print writes the line --version prints: binary and Get().
+func Print(w io.Writer, binary string) {
+	fmt.Fprintf(w, "%s %s\n", binary, Get())
+}
+
+// Register adds holdfast_build_info to reg (once: a registry that has it
+// keeps it), so a dashboard or an alert can tell which build runs where.
+func Register(reg prometheus.Registerer) {
+	in := Get()
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: "holdfast", Name: "build_info",
+		Help:        "Always 1, labelled with the build's version, the commit it was built from (revision) and its Go version.",
+		ConstLabels: prometheus.Labels{"version": in.Version, "revision": in.Revision, "go_version": in.GoVersion},
+	})
+	g.Set(1)
+	if err := reg.Register(g); err != nil {
+		if are := (prometheus.AlreadyRegisteredError{}); !errors.As(err, &are) {
+			panic(err)
+		}
+	}
+}
+
+// Module is the version of the module at path this binary was built with
+// ("unknown" when the build recorded none): holdfast-scheduler reports the
+// kube-scheduler it embeds.
+func Module(path string) string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, d := range bi.Deps {
+			if d.Path == path {
+				if d.Replace != nil {
+					return d.Replace.Version
+				}
+				return d.Version
+			}
+		}
+	}
+	return "unknown"
+}
+
+// Requested reports whether args ask for the version the way a cobra
+// command's --version flag does (--version, or --version=true|raw), before
+// any "--".
+func Requested(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "--":
+			return false
+		case "--version", "--version=true", "--version=raw":
+			return true
+		}
+	}
+	return false
 }

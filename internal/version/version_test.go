@@ -1,6 +1,14 @@
 package version
 
-import "testing"
+import (
+	"bytes"
+	"flag"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
 
 func TestStringNamesVersionRevisionAndGo(t *testing.T) {
 	for _, tc := range []struct {
@@ -23,5 +31,49 @@ func TestGetReportsTheStampedVersion(t *testing.T) {
 	Version = "v9.9.9-test"
 	if got := Get(); got.Version != "v9.9.9-test" || got.GoVersion == "" {
 		t.Errorf("Get() = %+v, want the stamped version and a Go version", got)
+	}
+}
+
+func TestTheVersionFlagAndLineNameTheStampedVersion(t *testing.T) {
+	old := Version
+	t.Cleanup(func() { Version = old })
+	Version = "v9.9.9-test"
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	v := Flag(fs)
+	if err := fs.Parse([]string{"--version"}); err != nil || !*v {
+		t.Fatalf("--version: %v, set %v", err, *v)
+	}
+	var b bytes.Buffer
+	Print(&b, "holdfast-webhook")
+	if got := b.String(); !strings.HasPrefix(got, "holdfast-webhook v9.9.9-test ") || !strings.HasSuffix(got, "\n") {
+		t.Errorf("Print wrote %q", got)
+	}
+}
+
+func TestBuildInfoIsOneSeriesOfTheStampedVersion(t *testing.T) {
+	old := Version
+	t.Cleanup(func() { Version = old })
+	Version = "v9.9.9-test"
+	reg := prometheus.NewRegistry()
+	Register(reg)
+	Register(reg) // a second registration keeps the first
+	in := Get()
+	want := `# HELP holdfast_build_info Always 1, labelled with the build's version, the commit it was built from (revision) and its Go version.
+# TYPE holdfast_build_info gauge
+holdfast_build_info{go_version="` + in.GoVersion + `",revision="` + in.Revision + `",version="v9.9.9-test"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "holdfast_build_info"); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestRequestedReadsTheVersionFlagBeforeTheArgumentsEnd(t *testing.T) {
+	for args, want := range map[string]bool{
+		"--version": true, "--config=x --version=true": true, "--version=raw": true,
+		"--version=false": false, "--config=x": false, "-- --version": false, "": false,
+	} {
+		if got := Requested(strings.Fields(args)); got != want {
+			t.Errorf("Requested(%q) = %v, want %v", args, got, want)
+		}
 	}
 }

@@ -23,6 +23,7 @@ import (
 
 	leaseapi "github.com/holdfast-io/holdfast/api/lease"
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/internal/version"
 	"github.com/holdfast-io/holdfast/runtime"
 	"github.com/holdfast-io/holdfast/runtime/driver"
 	"github.com/holdfast-io/holdfast/runtime/driver/modbus"
@@ -34,6 +35,8 @@ import (
 
 // Options are the parsed flags.
 type Options struct {
+	// Version: print the build's version and exit.
+	Version        bool
 	Unit           string
 	Epoch          int64
 	Mode           string
@@ -108,6 +111,7 @@ func envUnit() string {
 // NewFlagSet registers every flag of the reference runtime on a new set.
 func NewFlagSet(o *Options) *flag.FlagSet {
 	fs := flag.NewFlagSet("unit-runtime", flag.ContinueOnError)
+	fs.BoolVar(&o.Version, "version", false, "print the version, the commit and the Go version of this build, and exit")
 	fs.StringVar(&o.Unit, "unit", envUnit(), "the unit this runtime drives, namespace/name (env "+holdfastv1.RuntimeEnvNamespace+" and "+holdfastv1.RuntimeEnvUnitName+"); required")
 	fs.Int64Var(&o.Epoch, "epoch", envParse(o, "epoch", holdfastv1.RuntimeEnvEpoch, 0, parseInt64), "the binding epoch this runtime was created for, at least 1 (env "+holdfastv1.RuntimeEnvEpoch+"); grants for any other epoch are refused with 409; required")
 	fs.StringVar(&o.Mode, "mode", envOr(holdfastv1.RuntimeEnvMode, string(holdfastv1.Autonomy)), "availability mode: Failover (starts fenced, holds a control lease, holds then fences when renewals stop) or Autonomy (never fences) (env "+holdfastv1.RuntimeEnvMode+")")
@@ -185,6 +189,9 @@ func Parse(args []string, stderr io.Writer, log klog.Logger) (runtime.Config, *O
 	fs.Usage = func() { Usage(stderr, NewFlagSet(&Options{}), newKlogFlags()) }
 	if err := fs.Parse(args); err != nil {
 		return runtime.Config{}, nil, err // the flag package printed the usage
+	}
+	if o.Version {
+		return runtime.Config{}, &o, nil
 	}
 	fs.Visit(func(f *flag.Flag) { delete(o.envErrs, f.Name) }) // a flag given wins over its environment
 	if fs.NArg() > 0 {
@@ -451,6 +458,10 @@ func Main(args []string, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "unit-runtime: %v\nRun unit-runtime --help for the flags.\n", err)
 		return 2
+	}
+	if o.Version {
+		version.Print(os.Stdout, "unit-runtime")
+		return 0
 	}
 	defer klog.Flush()
 	if o.PodName != "" {
