@@ -71,13 +71,18 @@ type Stall struct {
 // places the stalls in the swap's steps).
 const StallOver = 100 * time.Millisecond
 
-// StartWriter starts writing under prefix; each attempt (put and read
-// back) may take attempt before it is tried again (0: 2 s).
+// StartWriter starts writing under prefix, in keys of its own below it
+// (prefix, its start instant, /): a second writer on one cluster, as in a
+// swap and then a swap back, never reads the first one's keys as phantoms.
+// Each attempt (put and read back) may take attempt before it is tried
+// again (0: 2 s).
 func StartWriter(cli *clientv3.Client, prefix string, attempt time.Duration) *Writer {
 	if attempt == 0 {
 		attempt = 2 * time.Second
 	}
-	w := &Writer{cli: cli, prefix: prefix, attempt: attempt, stop: make(chan struct{}), done: make(chan struct{}), started: time.Now()}
+	started := time.Now()
+	prefix = fmt.Sprintf("%s%d/", prefix, started.UnixNano())
+	w := &Writer{cli: cli, prefix: prefix, attempt: attempt, stop: make(chan struct{}), done: make(chan struct{}), started: started}
 	go w.run()
 	return w
 }
