@@ -118,6 +118,7 @@ func checkUnit(o *Options, r requester, old, u *holdfastv1.Unit, f unitFacts) (v
 					ob.LeaseEstablishedBy.PodUID, ob.LeaseEstablishedBy.RestartCount, oe)))
 			}
 		}
+		checkPromiseRecord(&v, bindPath, old, u)
 	}
 
 	var audits []AuditRecord

@@ -3,8 +3,10 @@
 //
 // The grantor POSTs a Grant to Path on the runtime pod's IP and leasePort. The
 // runtime answers 200 with a Reply, 409 with a Conflict for an epoch that is
-// not its own, and 400 with an Error for a malformed grant. GET on Path
-// answers a Status, which the node plugin's watchdog reads.
+// not its own, 400 with an Error for a malformed grant, and 403 with an Error
+// (ReasonUnauthenticated) for a grant not sent by the authorised grantor over
+// mutual TLS (auth.go). GET on Path answers a Status, which the node plugin's
+// watchdog reads, with or without TLS: it grants nothing.
 //
 // One anchor (L1, as amended): every Reply carries an Anchor, a token the
 // runtime issues naming the instant on its own monotonic clock at which it
@@ -163,9 +165,12 @@ type Conflict struct {
 	GrantEpoch   int64  `json:"grantEpoch"`
 }
 
-// Error answers a malformed request (400) or a refusal the runtime explains.
+// Error answers a malformed request (400) or a refusal the runtime explains
+// (403 when the sender is not the authorised grantor).
 type Error struct {
 	Message string `json:"message"`
+	// Reason is ReasonUnauthenticated for a 403; empty otherwise.
+	Reason string `json:"reason,omitempty"`
 }
 
 // Status answers GET Path.

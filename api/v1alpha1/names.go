@@ -190,6 +190,23 @@ const (
 	ReasonPodMissing  = "PodMissing"
 )
 
+// Unit hand-over conditions and reasons (docs/design.md §3 L11).
+const (
+	// ConditionRuntimeHandOver is True while a planned hand-over to a new
+	// runtime process (a change of mode or spec.runtime) waits for the old
+	// runtime to stop writing, and False once it is done or cancelled.
+	ConditionRuntimeHandOver = "RuntimeHandOver"
+	// RuntimeHandOver: AwaitingFence (a Failover runtime fences by its own
+	// lease), AwaitingPodGone (an Autonomy runtime's pod is being deleted),
+	// HandedOver, HandOverCancelled. HandOver is the Held reason of a
+	// hand-over.
+	ReasonHandOver          = "HandOver"
+	ReasonAwaitingFence     = "AwaitingFence"
+	ReasonAwaitingPodGone   = "AwaitingPodGone"
+	ReasonHandedOver        = "HandedOver"
+	ReasonHandOverCancelled = "HandOverCancelled"
+)
+
 // VoterSwap and VoterPolicy condition types.
 const (
 	ConditionGatesPassed = "GatesPassed"

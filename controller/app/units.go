@@ -8,7 +8,9 @@ import (
 	"sync"
 	"time"
 
+	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/selection"
@@ -22,11 +24,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
+	leaseapi "github.com/holdfast-io/holdfast/api/lease"
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/controller/audit"
 	"github.com/holdfast-io/holdfast/controller/grantor"
 	"github.com/holdfast-io/holdfast/controller/leadership"
+	"github.com/holdfast-io/holdfast/controller/leasecerts"
 	"github.com/holdfast-io/holdfast/controller/units"
+	"github.com/holdfast-io/holdfast/internal/leasetls"
 	"github.com/holdfast-io/holdfast/policy"
 )
 
@@ -41,6 +46,8 @@ type unitsOptions struct {
 	standDown time.Duration
 	electID   string
 	watchNS   string
+	leaseCA   string
+	plaintext bool
 }
 
 var unitsOpts = &unitsOptions{}
@@ -74,7 +81,19 @@ func unitsFlags(fs *flag.FlagSet, _ *Common) {
 	fs.DurationVar(&o.standDown, "lease-stand-down", leadership.DefaultLeaseStandDown, "")
 	doc("lease-stand-down", "When this process loses the grantor's leadership without being asked, it goes on renewing the runtimes it holds for this long, learning nothing new and answering /healthz, then exits; a signal ends it early. A new leader reads no lease expiry as a fence until this + the unit's lease + its margin after its acquisition (FailoverRequest LeadershipHoldOff). 0 disables the stand-down and the hold-off together. 90s clears the 60s ceiling of a control-plane VIP move on a healthy etcd.",
 		"hold-off = this + lease + rebind margin, from a new leader's acquisition; this >= the longest apiserver outage a unit should ride through")
+	fs.StringVar(&o.leaseCA, "lease-ca-dir", "", "")
+	doc("lease-ca-dir", leaseCADirDoc, "the CA's certificate chains to ca.crt and may sign; it should outlive the runtime certificates it signs (a day) by far")
+	fs.BoolVar(&o.plaintext, "insecure-plaintext-lease", false, "")
+	doc("insecure-plaintext-lease", insecurePlaintextDoc, "never with --lease-ca-dir")
 }
+
+// leaseCADirDoc and insecurePlaintextDoc are the lease channel's flags'
+// help (docs/design.md §3 L12).
+const (
+	leaseCADirDoc = "Directory of the lease CA, as a kubernetes.io/tls Secret mounts it: tls.crt and tls.key (the CA that signs the grantor's client certificate and every runtime pod's serving certificate) and ca.crt (the CA bundle both ends trust, published to runtime pods in the ClusterTrustBundle " +
+		"holdfast.io:lease:ca). Read again every 2s: a rotated CA takes effect without a restart. The grantor speaks only mutual TLS (HTTP/2) to runtimes and signs the PodCertificateRequests of the holdfast.io/lease signer. Required unless --insecure-plaintext-lease."
+	insecurePlaintextDoc = "UNSAFE: speak plain HTTP to the runtimes, build runtime pods that take grants from anyone who reaches their lease port, and sign nothing. Any process on the plant network can then keep a runtime writing after its lease expired here, so two runtimes write to one device. Only for a lab without a lease CA."
+)
 
 func runUnits(ctx context.Context, c *Common) int {
 	o := unitsOpts
@@ -84,6 +103,14 @@ func runUnits(ctx context.Context, c *Common) int {
 	}
 	if o.standDown < 0 {
 		fmt.Fprintf(os.Stderr, "holdfast-controller: --lease-stand-down (%v) must not be negative\n", o.standDown)
+		return 2
+	}
+	switch {
+	case o.leaseCA == "" && !o.plaintext:
+		fmt.Fprintf(os.Stderr, "holdfast-controller: --lease-ca-dir is required: the lease channel is mutual TLS (--insecure-plaintext-lease turns it off and lets anyone grant; unsafe)\n")
+		return 2
+	case o.leaseCA != "" && o.plaintext:
+		fmt.Fprintf(os.Stderr, "holdfast-controller: --insecure-plaintext-lease must not be given with --lease-ca-dir\n")
 		return 2
 	}
 	if floor, _ := o.timings.LeaseFloor(); floor > policy.ReferenceLease {
@@ -106,7 +133,7 @@ func runUnits(ctx context.Context, c *Common) int {
 		Namespace: c.Namespace, ElectionID: o.electID, Identity: c.Identity,
 		Timings: o.timings, StandDown: o.standDown,
 		HealthAddr: c.HealthAddr, MetricsAddr: c.MetricsAddr, AuditPath: c.AuditPath,
-		WatchNamespace: o.watchNS,
+		WatchNamespace: o.watchNS, LeaseCADir: o.leaseCA, InsecurePlaintextLease: o.plaintext,
 	})
 	return exitCode("units", ending, err)
 }
@@ -128,6 +155,12 @@ type UnitsConfig struct {
 	// WatchNamespace limits the Units (and their pods) this process
 	// reconciles to one namespace; empty is every namespace.
 	WatchNamespace string
+	// LeaseCADir holds the lease CA (leasetls CACertFile, CAKeyFile,
+	// CABundleFile); required unless InsecurePlaintextLease.
+	LeaseCADir string
+	// InsecurePlaintextLease turns the lease channel's authentication off:
+	// unsafe (leaseCADirDoc, insecurePlaintextDoc).
+	InsecurePlaintextLease bool
 	// Clock drives the grantor and the decisions; nil is the real clock.
 	Clock clock.WithTicker
 	// Started, when set, is told the bound health and metrics addresses.
@@ -145,6 +178,8 @@ func Scheme() *runtime.Scheme {
 func cacheOptions(ns string, hasUnit *labels.Requirement) cache.Options {
 	o := cache.Options{ByObject: map[client.Object]cache.ByObject{
 		&corev1.Pod{}: {Label: labels.NewSelector().Add(*hasUnit)},
+		// Only the requests addressed to the lease signer.
+		&certificatesv1.PodCertificateRequest{}: {Field: fields.OneTermEqualSelector("spec.signerName", leaseapi.SignerName)},
 	}}
 	if ns != "" {
 		o.DefaultNamespaces = map[string]cache.Config{ns: {}}
@@ -180,8 +215,38 @@ func RunUnits(ctx context.Context, cfg *rest.Config, uc UnitsConfig) (leadership
 	}
 
 	notify := make(chan event.GenericEvent, 1024)
-	rec := &units.Reconciler{Notify: notify}
-	g := grantor.New(grantor.Options{Name: uc.Identity, Clock: clk, Notify: rec.NotifyFunc()})
+	rec := &units.Reconciler{Notify: notify, InsecurePlaintextLease: uc.InsecurePlaintextLease}
+	gopts := grantor.Options{Name: uc.Identity, Clock: clk, Notify: rec.NotifyFunc()}
+	if uc.InsecurePlaintextLease {
+		klog.InfoS("WARNING: the lease channel is plain HTTP (--insecure-plaintext-lease): anyone who reaches a runtime's lease port can keep it writing")
+	} else {
+		if uc.LeaseCADir == "" {
+			return leadership.Exited, fmt.Errorf("no lease CA directory: the lease channel is mutual TLS unless InsecurePlaintextLease")
+		}
+		ca, err := leasetls.WatchAuthorityDir(uc.LeaseCADir, klog.Background())
+		if err != nil {
+			return leadership.Exited, fmt.Errorf("--lease-ca-dir=%s: %w", uc.LeaseCADir, err)
+		}
+		// The CA is read for as long as the process runs: the grantor goes
+		// on renewing through a stand-down, after the manager stopped.
+		go ca.Run(ctx, leasetls.ReloadInterval)
+		// Certificates are judged on wall clocks, whatever drives the
+		// lease decisions.
+		creds, err := leasecerts.NewGrantorCredentials(ca, clock.RealClock{}, klog.Background())
+		if err != nil {
+			return leadership.Exited, fmt.Errorf("--lease-ca-dir=%s: making the grantor's certificate: %w", uc.LeaseCADir, err)
+		}
+		gopts.TLS = creds
+		if err := (&leasecerts.Signer{Client: mgr.GetClient(), CA: ca}).SetupWithManager(mgr); err != nil {
+			return leadership.Exited, err
+		}
+		if err := mgr.Add(&leasecerts.TrustBundle{Reader: mgr.GetAPIReader(), Writer: mgr.GetClient(), CA: ca}); err != nil {
+			return leadership.Exited, err
+		}
+		klog.InfoS("The lease channel is mutual TLS", "ca", ca.Current().Cert.Subject.String(), "caNotAfter", ca.Current().Cert.NotAfter,
+			"signer", leaseapi.SignerName, "trustBundle", leasecerts.TrustBundleName)
+	}
+	g := grantor.New(gopts)
 	tenure := leadership.NewTenure(clk, uc.StandDown)
 	rec.Client, rec.APIReader = mgr.GetClient(), mgr.GetAPIReader()
 	rec.Recorder = mgr.GetEventRecorder("holdfast-controller")

@@ -91,13 +91,11 @@ func (w *watch) stop() {
 	<-w.done
 }
 
-var statusClient = &http.Client{Timeout: 2 * time.Second}
-
 func (g *Grantor) runWatch(ctx context.Context, w *watch) {
 	defer close(w.done)
 	clk := g.opts.Clock
 	for {
-		st, err := readStatus(ctx, w.target)
+		st, err := g.readStatus(ctx, w.target)
 		if ctx.Err() != nil {
 			return
 		}
@@ -122,13 +120,18 @@ func (g *Grantor) runWatch(ctx context.Context, w *watch) {
 	}
 }
 
-func readStatus(ctx context.Context, t Target) (lease.Status, error) {
+// readStatus reads the runtime's status over the lease channel as a grant
+// goes: the runtime proves it is the binding's (L12), on a connection made
+// for this read alone, so a rotated certificate is used from the next read.
+func (g *Grantor) readStatus(ctx context.Context, t Target) (lease.Status, error) {
 	var st lease.Status
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+t.Address+lease.Path, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, g.scheme+"://"+t.Address+lease.Path, nil)
 	if err != nil {
 		return st, err
 	}
-	resp, err := statusClient.Do(req)
+	tr := g.transport(t)
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr, Timeout: 2 * time.Second}).Do(req)
 	if err != nil {
 		return st, err
 	}

@@ -36,6 +36,7 @@ import (
 	"github.com/holdfast-io/holdfast/controller/audit"
 	"github.com/holdfast-io/holdfast/controller/leadership"
 	"github.com/holdfast-io/holdfast/controller/units"
+	"github.com/holdfast-io/holdfast/internal/leasetls/leasetlstest"
 	"github.com/holdfast-io/holdfast/policy"
 	"github.com/holdfast-io/holdfast/test/testenv"
 )
@@ -44,6 +45,12 @@ var (
 	env *testenv.Env
 	// The real binaries the process-level tests run, built into bin/test.
 	unitRuntimeBinary, controllerBinary string
+	// leaseCA is the cluster's lease CA, as the chart makes it, and
+	// leaseCADir its directory as the units role mounts it: every
+	// controller of these tests signs and grants with it, as every replica
+	// of one installation does.
+	leaseCA    *leasetlstest.CA
+	leaseCADir string
 )
 
 func TestMain(m *testing.M) {
@@ -62,6 +69,15 @@ func TestMain(m *testing.M) {
 			fmt.Fprintf(os.Stderr, "building %s: %v\n%s", pkg, err, out)
 			os.Exit(1)
 		}
+	}
+	if leaseCA, err = leasetlstest.MakeCA("holdfast-lease-ca"); err == nil {
+		if leaseCADir, err = os.MkdirTemp("", "holdfast-lease-ca-"); err == nil {
+			err = leasetlstest.WriteFiles(leaseCADir, leaseCA.DirFiles(nil))
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "the lease CA: %v\n", err)
+		os.Exit(1)
 	}
 	ctrl.SetLogger(klog.NewKlogr())
 	testenv.Main(m, &env, testenv.Options{})
@@ -124,7 +140,8 @@ func startController(t testing.TB, o controllerOptions) *controller {
 			Namespace: o.electionNS, ElectionID: o.electionID, Identity: o.identity,
 			Timings: policy.DefaultGrantorTimings(), StandDown: o.standDown, Clock: o.clock,
 			HealthAddr: "127.0.0.1:0", MetricsAddr: "0", AuditPath: c.auditPath, WatchNamespace: o.namespace,
-			Started: func(h, _ string) { c.health = h; close(started) },
+			LeaseCADir: leaseCADir,
+			Started:    func(h, _ string) { c.health = h; close(started) },
 		})
 	}()
 	select {

@@ -48,6 +48,7 @@ func startControllerProcess(t testing.TB, ns, electionID, identity string) *cont
 		"--health-probe-bind-address=127.0.0.1:0",
 		"--metrics-bind-address=0",
 		"--audit-log-path="+filepath.Join(dir, identity+".audit"),
+		"--lease-ca-dir="+leaseCADir,
 	)
 	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
 	if err := p.cmd.Start(); err != nil {

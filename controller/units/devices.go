@@ -48,11 +48,11 @@ func (d DeviceReport) latestOwner() int64 {
 	return e
 }
 
-// ensureWatch reads the status of an Autonomy runtime, which no grant
-// reaches; a Failover runtime reports in its replies.
+// ensureWatch reads the status of a runtime whose promise is Autonomy,
+// which no grant reaches; a Failover runtime reports in its replies.
 func (r *Reconciler) ensureWatch(u *holdfastv1.Unit, pod *corev1.Pod) {
 	key := types.NamespacedName{Namespace: u.Namespace, Name: u.Name}
-	if u.Spec.Availability.Mode != holdfastv1.Failover {
+	if b := u.Status.RuntimeBinding; b != nil && termsOf(u, b).mode != holdfastv1.Failover {
 		if t, ok := runtimeTarget(u, pod); ok {
 			r.Grantor.Watch(t)
 			return

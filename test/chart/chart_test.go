@@ -183,6 +183,8 @@ func TestValuesSchemaRefusesUnknownKeysAndWrongTypes(t *testing.T) {
 		{"node: {hostDir: var/lib/holdfast}", []string{"/node/hostDir"}},
 		{"controller: {voters: {enabled: true, snapshotVolume: {emptyDir: {}, hostPath: {path: /srv/snapshots}}}}", []string{"/controller/voters/snapshotVolume"}},
 		{"metrics: {prometheusRule: {enabled: yes please}}", []string{"/metrics/prometheusRule/enabled", "boolean"}},
+		{"controller: {units: {leaseTLS: {mode: cert-manager}}}", []string{"/controller/units/leaseTLS/mode"}},
+		{"controller: {units: {insecurePlaintextLease: \"no\"}}", []string{"/controller/units/insecurePlaintextLease", "boolean"}},
 	} {
 		var v map[string]any
 		if err := yaml.Unmarshal([]byte(tc.values), &v); err != nil {
@@ -352,5 +354,84 @@ func TestEveryAlertWatchesAMetricTheCodeDefines(t *testing.T) {
 	}
 	if alerts < 4 {
 		t.Fatalf("the PrometheusRule has %d alerts, want at least 4 (lease expired, failover suspended, swap overdue, even voter count)", alerts)
+	}
+}
+
+// L12 in the chart: the lease channel is mutual TLS unless the values say
+// unsafe. By default the lease CA is generated and mounted into the units
+// role (--lease-ca-dir) with the certificates RBAC; mode secret mounts the
+// named Secret and needs its name; insecurePlaintextLease passes the unsafe
+// flag and renders neither the CA nor its RBAC.
+func TestTheLeaseChannelIsOnByDefault(t *testing.T) {
+	ch, err := Load(repoRoot(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	units := func(ms []Manifest) (args []string, secret string) {
+		for _, m := range ms {
+			if m.Kind != "Deployment" || m.Name != "holdfast-controller-units" {
+				continue
+			}
+			spec := m.Object["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
+			for _, a := range spec["containers"].([]any)[0].(map[string]any)["args"].([]any) {
+				args = append(args, a.(string))
+			}
+			vols, _ := spec["volumes"].([]any)
+			for _, v := range vols {
+				if s, ok := v.(map[string]any)["secret"].(map[string]any); ok {
+					secret = s["secretName"].(string)
+				}
+			}
+		}
+		return args, secret
+	}
+	rules := func(ms []Manifest) string {
+		for _, m := range ms {
+			if m.Kind == "ClusterRole" && m.Name == "holdfast-controller" {
+				b, _ := yaml.Marshal(m.Object["rules"])
+				return string(b)
+			}
+		}
+		return ""
+	}
+	has := func(ms []Manifest, kind, name string) bool {
+		return slices.ContainsFunc(ms, func(m Manifest) bool { return m.Kind == kind && m.Name == name })
+	}
+	for _, tc := range []struct {
+		name, values string
+		arg, secret  string
+		rbac         bool
+	}{
+		{name: "defaults", arg: "--lease-ca-dir=/etc/holdfast/lease-ca", secret: "holdfast-lease-ca", rbac: true},
+		{name: "an existing Secret", values: "controller: {units: {leaseTLS: {mode: secret, secretName: plant-lease-ca}}}",
+			arg: "--lease-ca-dir=/etc/holdfast/lease-ca", secret: "plant-lease-ca", rbac: true},
+		{name: "plain HTTP", values: "controller: {units: {insecurePlaintextLease: true}}", arg: "--insecure-plaintext-lease"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var v map[string]any
+			if err := yaml.Unmarshal([]byte(tc.values), &v); err != nil {
+				t.Fatal(err)
+			}
+			ms, _, err := Render(ch, v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			args, secret := units(ms)
+			if !slices.Contains(args, tc.arg) || secret != tc.secret {
+				t.Fatalf("units role args %v, lease CA Secret %q; want %s and %q", args, secret, tc.arg, tc.secret)
+			}
+			if got := has(ms, "Secret", "holdfast-lease-ca"); got != (tc.name == "defaults") {
+				t.Fatalf("renders the generated lease CA: %v", got)
+			}
+			r := rules(ms)
+			if got := strings.Contains(r, "podcertificaterequests") && strings.Contains(r, "holdfast.io/lease") && strings.Contains(r, "clustertrustbundles"); got != tc.rbac {
+				t.Fatalf("certificates RBAC rendered %v, want %v:\n%s", got, tc.rbac, r)
+			}
+		})
+	}
+	var v map[string]any
+	_ = yaml.Unmarshal([]byte("controller: {units: {leaseTLS: {mode: secret}}}"), &v)
+	if _, _, err := Render(ch, v); err == nil || !strings.Contains(err.Error(), "controller.units.leaseTLS.secretName is required") {
+		t.Fatalf("mode secret without a name: %v", err)
 	}
 }

@@ -107,3 +107,13 @@ spec:
 {{- end }}
 {{- end }}
 {{- end -}}
+
+{{/* holdfast.leaseCASecret: the Secret holding the lease CA the units role mounts. */}}
+{{- define "holdfast.leaseCASecret" -}}
+{{- $t := .Values.controller.units.leaseTLS -}}
+{{- if eq $t.mode "secret" -}}
+{{ required "controller.units.leaseTLS.secretName is required when controller.units.leaseTLS.mode is secret" $t.secretName }}
+{{- else -}}
+holdfast-lease-ca
+{{- end -}}
+{{- end -}}

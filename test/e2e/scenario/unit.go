@@ -1,8 +1,12 @@
 package scenario
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"sort"
 	"strings"
 	"time"
@@ -15,6 +19,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/holdfast-io/holdfast/api/lease"
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/test/cluster"
 	"github.com/holdfast-io/holdfast/test/devicesim"
@@ -64,6 +69,9 @@ const startupGraceSeconds = 30
 // outputRegister is the register every runtime writes its counter to.
 const outputRegister = 100
 
+// leasePort is every unit's lease port.
+const leasePort = 9443
+
 // CreateUnit starts the unit's device, labels its primary and creates the
 // Unit.
 func (w *World) CreateUnit(ctx context.Context, o UnitOptions) (*Unit, error) {
@@ -100,7 +108,7 @@ func (w *World) CreateUnit(ctx context.Context, o UnitOptions) (*Unit, error) {
 		ObjectMeta: metav1.ObjectMeta{Namespace: o.Namespace, Name: o.Name},
 		Spec: holdfastv1.UnitSpec{
 			Runtime: holdfastv1.UnitRuntime{
-				Image: RuntimeImage, ImagePullPolicy: corev1.PullNever, HealthPort: 9440, LeasePort: 9443,
+				Image: RuntimeImage, ImagePullPolicy: corev1.PullNever, HealthPort: 9440, LeasePort: leasePort,
 				Args: args,
 			},
 			NodeSelector: sel,
@@ -197,6 +205,32 @@ func (u *Unit) WaitCondition(ctx context.Context, condType string, timeout time.
 	return u.waitUnit(ctx, timeout, "condition "+condType+" True", func(b *holdfastv1.Unit) bool {
 		return meta.IsStatusConditionTrue(b.Status.Conditions, condType)
 	})
+}
+
+// BystanderGrant is what any process on the network could send: a
+// well-formed grant for the unit's binding at epoch, acknowledged age and
+// all, POSTed in plain HTTP to its runtime's lease port on node. It returns
+// the runtime's answer (403 Unauthenticated: only the grantor, over mutual
+// TLS, may grant).
+func (u *Unit) BystanderGrant(ctx context.Context, node string, epoch int64) (int, string, error) {
+	ack := int64(0)
+	body, err := json.Marshal(lease.Grant{Unit: u.Key.String(), Epoch: epoch, DurationMillis: 600000, AckAgeMillis: &ack,
+		Grantor: "bystander", Seq: uint64(time.Now().UnixNano())})
+	if err != nil {
+		return 0, "", err
+	}
+	url := fmt.Sprintf("http://%s:%d%s", u.w.Nodes[node].IP, leasePort, lease.Path)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return 0, "", err
+	}
+	resp, err := u.w.HTTPClient().Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, strings.TrimSpace(string(b)), nil
 }
 
 // Writes is the unit's device write log.
