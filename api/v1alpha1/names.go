@@ -118,11 +118,16 @@ const (
 	AnnotationSwapNodes = "holdfast.io/swap-nodes"
 )
 
-// AnnotationLastEpoch, on the Lease holdfast-epochs in the grantor's
-// namespace, is the highest epoch any grantor has reserved for a binding
-// (docs/design.md §3 L13). Only holdfast-controller writes it; a new
-// binding's epoch is always above it.
-const AnnotationLastEpoch = "holdfast.io/last-epoch"
+// The epoch record (docs/design.md §3 L13).
+const (
+	// AnnotationLastEpoch, on the Lease EpochRecordName in the grantor's
+	// namespace, is the highest epoch any grantor has reserved for a
+	// binding. Only holdfast-controller writes it; every new binding's
+	// epoch is above it.
+	AnnotationLastEpoch = "holdfast.io/last-epoch"
+	// EpochRecordName is the Lease that carries it.
+	EpochRecordName = "holdfast-epochs"
+)
 
 // VoterPolicyName is the name of the singleton VoterPolicy.
 const VoterPolicyName = "default"

@@ -14,6 +14,7 @@ import (
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/controller/units"
+	"github.com/holdfast-io/holdfast/runtime/driver/modbus"
 	"github.com/holdfast-io/holdfast/test/devicesim"
 )
 
@@ -118,8 +119,7 @@ func declareOwner(t *testing.T, addr string, epoch int64) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	u := uint64(epoch)
-	if err := c.WriteRegisters(devicesim.DefaultEpochRegister, []uint16{uint16(u >> 48), uint16(u >> 32), uint16(u >> 16), uint16(u)}); err != nil {
+	if err := c.WriteRegisters(devicesim.DefaultEpochRegister, modbus.EncodeEpoch(epoch)); err != nil {
 		t.Fatal(err)
 	}
 }

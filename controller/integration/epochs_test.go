@@ -55,7 +55,7 @@ func TestARecreatedUnitNeverReusesAnEpoch(t *testing.T) {
 
 			first.stop()
 			if tc.loseRecord {
-				rec := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: electionNS, Name: units.EpochRecordName}}
+				rec := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: electionNS, Name: holdfastv1.EpochRecordName}}
 				if err := env.Client.Delete(context.Background(), rec); err != nil {
 					t.Fatalf("losing the epoch record: %v", err)
 				}

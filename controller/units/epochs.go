@@ -32,9 +32,6 @@ type EpochRecord struct {
 	lease *coordinationv1.Lease
 }
 
-// EpochRecordName is the Lease that carries the record.
-const EpochRecordName = "holdfast-epochs"
-
 // Last is the highest epoch reserved, as last read or written by this
 // process (read from the apiserver the first time, and after a lost race).
 func (r *EpochRecord) Last(ctx context.Context) (int64, error) {
@@ -50,12 +47,12 @@ func (r *EpochRecord) Last(ctx context.Context) (int64, error) {
 
 func (r *EpochRecord) readLocked(ctx context.Context) error {
 	var l coordinationv1.Lease
-	err := r.Reader.Get(ctx, client.ObjectKey{Namespace: r.Namespace, Name: EpochRecordName}, &l)
+	err := r.Reader.Get(ctx, client.ObjectKey{Namespace: r.Namespace, Name: holdfastv1.EpochRecordName}, &l)
 	switch {
 	case apierrors.IsNotFound(err):
-		r.lease = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: r.Namespace, Name: EpochRecordName}}
+		r.lease = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: r.Namespace, Name: holdfastv1.EpochRecordName}}
 	case err != nil:
-		return fmt.Errorf("reading the epoch record %s/%s: %w", r.Namespace, EpochRecordName, err)
+		return fmt.Errorf("reading the epoch record %s/%s: %w", r.Namespace, holdfastv1.EpochRecordName, err)
 	default:
 		r.lease = &l
 	}
@@ -105,7 +102,7 @@ func (r *EpochRecord) Reserve(ctx context.Context, e int64) error {
 	}
 	if err != nil {
 		r.lease = nil // read again: another writer may have moved it
-		return fmt.Errorf("reserving epoch %d in %s/%s: %w", e, r.Namespace, EpochRecordName, err)
+		return fmt.Errorf("reserving epoch %d in %s/%s: %w", e, r.Namespace, holdfastv1.EpochRecordName, err)
 	}
 	r.lease = l
 	return nil

@@ -69,6 +69,14 @@ func newDrillWith(t *testing.T, name string, leaseSeconds int32, opt func(*scena
 	return d
 }
 
+// within gives the drill's steps until dur from now, for a drill longer
+// than newDrill's ten minutes.
+func (d *drill) within(dur time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), dur)
+	d.t.Cleanup(cancel)
+	d.ctx = ctx
+}
+
 func (d *drill) dump() {
 	u, err := d.u.Get(d.ctx)
 	if err == nil {

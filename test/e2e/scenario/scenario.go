@@ -237,6 +237,9 @@ func (w *World) LeaseFloor() int32 {
 	return int32(floor / time.Second)
 }
 
+// Grantor is the installed grantor's timings.
+func (w *World) Grantor() policy.GrantorTimings { return w.grantor }
+
 // startControllerAgain starts the i-th replica in old's place. A replica
 // that started but did not turn healthy still takes the place: it holds
 // the ports, and its supervisor watches it.
