@@ -6,12 +6,30 @@
 // its work pods need (the default ServiceAccount, kube-root-ca.crt), and
 // every pod is bound by name or by holdfast's own placement.
 //
-// Every part lives in network namespaces the cluster creates: a hub
-// namespace with a bridge holds the control plane and the plant (device
-// simulator); each node is its own namespace with a veth to the bridge and a
-// private mount namespace. Nothing is added to the machine's own network
-// namespace: this process reaches the cluster with DialContextIn, so no
-// test traffic can leave the machine. Stop stops every process by its own
+// Every part lives in network namespaces the cluster creates, in a plant's
+// topology of two networks that nothing routes between:
+//   - the control network: a hub namespace with a bridge holds the control
+//     plane (etcd, kube-apiserver, holdfast's components when they run as
+//     processes) and the MQTT broker a drill starts (test/e2e/scenario);
+//   - the field network: a namespace with a bridge of its own holds the
+//     plant, the device simulators (field.go).
+//
+// Each node is its own network namespace with a veth to each bridge (eth0 on
+// the control network, eth1 on the field network) and a private mount
+// namespace. A node reaches its devices only over its field link, so the
+// control link and the field link fail independently (Node.CutLink,
+// Node.DropOn, faults.go): a node cut from the control plane keeps its
+// devices, which is the partition the control lease exists for.
+//
+// The MQTT broker stays on the control side: telemetry is the operators'
+// view of a unit (SCADA and historians sit on the control network), it
+// writes nothing to the field, and a control cut then shows what an
+// operator sees of a cut node, its last will and then silence.
+//
+// Nothing is added to the machine's own network namespace: this process
+// reaches the cluster with DialContextIn (Dial picks the field network's
+// namespace for a field address, the hub's for any other), so no test
+// traffic can leave the machine. Stop stops every process by its own
 // PID, removes the namespaces (and with them every mount the nodes made)
 // and the cgroups, restores the kernel settings the kubelet changed, and
 // reports anything left behind.
@@ -109,8 +127,10 @@ type Cluster struct {
 	ID string
 	// Dir holds every file of the cluster.
 	Dir string
-	// HubNetns is the hub's network namespace.
+	// HubNetns is the hub's network namespace (the control network).
 	HubNetns string
+	// FieldNetns is the field network's namespace, where the devices are.
+	FieldNetns string
 	// Kubeconfig is an administrator's kubeconfig (system:masters); run
 	// kubectl with it inside the hub (Kubectl does).
 	Kubeconfig string
@@ -209,6 +229,7 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		c.logf("cleaned up after clusters whose process died: %v", reaped)
 	}
 	c.HubNetns = "hfe-" + c.ID + "-hub"
+	c.FieldNetns = "hfe-" + c.ID + "-field"
 	defer func() {
 		if err != nil {
 			if serr := c.Stop(); serr != nil {
@@ -229,12 +250,16 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	if err := c.startHub(); err != nil {
 		return c, err
 	}
+	if err := c.startField(); err != nil {
+		return c, err
+	}
 	if c.pki, err = newPKI(filepath.Join(dir, "pki")); err != nil {
 		return c, err
 	}
 	for i, spec := range cfg.Nodes {
-		n := &Node{Name: spec.Name, IP: fmt.Sprintf("198.18.0.%d", 11+i), Netns: "hfe-" + c.ID + "-" + spec.Name,
-			Dir: filepath.Join(dir, spec.Name), c: c, index: i + 1, hubLink: fmt.Sprintf("n%d", i+1),
+		n := &Node{Name: spec.Name, IP: fmt.Sprintf("198.18.0.%d", 11+i), FieldIP: fmt.Sprintf("%s%d", fieldPrefix, 11+i),
+			Netns: "hfe-" + c.ID + "-" + spec.Name,
+			Dir:   filepath.Join(dir, spec.Name), c: c, index: i + 1, hubLink: fmt.Sprintf("n%d", i+1), fieldLink: fieldLinkName(i + 1),
 			cgroupRoot: "/hfe-" + c.ID + "-" + spec.Name}
 		n.CRIEndpoint = n.containerdConfig().Endpoint()
 		c.Nodes[spec.Name] = n
@@ -302,9 +327,14 @@ func (c *Cluster) startHub() error {
 	return nil
 }
 
-// Dial dials an address inside the hub's network namespace.
+// Dial dials an address from inside the cluster: a field address from the
+// field network's namespace (a device), any other from the hub's.
 func (c *Cluster) Dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	return DialContextIn(netnsPath(c.HubNetns))(ctx, network, addr)
+	ns := c.HubNetns
+	if inField(addr) {
+		ns = c.FieldNetns
+	}
+	return DialContextIn(netnsPath(ns))(ctx, network, addr)
 }
 
 // ListenInHub listens on addr inside the hub (HubIP is reachable from every

@@ -30,7 +30,12 @@ func (c *Cluster) addProc(p *proc) bool {
 // StartInHub starts a process in the hub's network namespace, with its log
 // under the cluster's logs directory. The cluster stops it on Stop.
 func (c *Cluster) StartInHub(name string, env []string, argv ...string) (*Process, error) {
-	p, err := startProc(name, filepath.Join(c.Dir, "logs", name+".log"), env, inNetns(c.HubNetns, argv...)...)
+	return c.startIn(c.HubNetns, name, env, argv...)
+}
+
+// startIn starts a process in the network namespace ns (see StartInHub).
+func (c *Cluster) startIn(ns, name string, env []string, argv ...string) (*Process, error) {
+	p, err := startProc(name, filepath.Join(c.Dir, "logs", name+".log"), env, inNetns(ns, argv...)...)
 	if err != nil {
 		return nil, err
 	}

@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// Ports of holdfast's processes in the hub.
+// Ports of holdfast's processes in the hub, and of the devices in the field.
 const (
 	WebhookPort      = 9443
 	PlantModbusPort  = 5020
@@ -50,9 +50,9 @@ func (c *Cluster) Binary(pkg string) (string, error) {
 	return out, nil
 }
 
-// Plant is the device simulator the units drive: a Modbus TCP device in the
-// hub, reachable from every node, logging every write with its peer and
-// epoch.
+// Plant is the device simulator the units drive: a Modbus TCP device on the
+// field network, reachable from every node over its field link, logging
+// every write with its peer, time and epoch.
 type Plant struct {
 	*Process
 	// Address is the Modbus TCP address the runtimes dial.
@@ -70,11 +70,11 @@ func (c *Cluster) StartPlant(ctx context.Context, name string, index int) (*Plan
 	if err != nil {
 		return nil, err
 	}
-	p := &Plant{Address: fmt.Sprintf("%s:%d", HubIP, PlantModbusPort+2*index),
-		HTTP:     fmt.Sprintf("http://%s:%d", HubIP, PlantHTTPPort+2*index),
+	p := &Plant{Address: fmt.Sprintf("%s:%d", FieldIP, PlantModbusPort+2*index),
+		HTTP:     fmt.Sprintf("http://%s:%d", FieldIP, PlantHTTPPort+2*index),
 		WriteLog: filepath.Join(c.Dir, "logs", name+"-writes.jsonl")}
-	p.Process, err = c.StartInHub(name, nil, bin, "--listen", p.Address,
-		"--http", fmt.Sprintf("%s:%d", HubIP, PlantHTTPPort+2*index), "--write-log", p.WriteLog)
+	p.Process, err = c.StartInField(name, nil, bin, "--listen", p.Address,
+		"--http", fmt.Sprintf("%s:%d", FieldIP, PlantHTTPPort+2*index), "--write-log", p.WriteLog)
 	if err != nil {
 		return nil, err
 	}

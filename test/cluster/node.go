@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -20,14 +21,18 @@ import (
 )
 
 // Node is one real node: a network namespace with its own address on the
-// cluster's bridge, a private mount namespace (its own /var/lib and
+// control network's bridge and on the field network's, a private mount
+// namespace (its own /var/lib and
 // /var/log, so the kubelet's and containerd's fixed paths are its own),
 // containerd with runc, and a kubelet.
 type Node struct {
 	Name string
-	// IP is the node's address, its InternalIP and every hostNetwork
-	// pod's IP.
+	// IP is the node's address on the control network, its InternalIP
+	// and every hostNetwork pod's IP.
 	IP string
+	// FieldIP is the node's address on the field network (its eth1),
+	// where its runtimes' device requests come from.
+	FieldIP string
 	// Netns is the node's network namespace (ip netns name).
 	Netns string
 	// Dir holds every file of the node.
@@ -38,6 +43,7 @@ type Node struct {
 	c          *Cluster
 	index      int
 	hubLink    string
+	fieldLink  string
 	cgroupRoot string
 	holder     *proc
 	mountNS    uint64
@@ -187,8 +193,9 @@ func (n *Node) start(ctx context.Context) error {
 }
 
 // network makes the node's network namespace: a veth pair from the hub's
-// bridge to the node's eth0. An etcd member on the node (etcd_nodes.go)
-// needs it before the control plane starts, so it runs apart from start.
+// bridge to the node's eth0 and one from the field bridge to its eth1. An
+// etcd member on the node (etcd_nodes.go) needs it before the control plane
+// starts, so it runs apart from start.
 func (n *Node) network() error {
 	c := n.c
 	if err := run("ip", "netns", "add", n.Netns); err != nil {
@@ -196,15 +203,18 @@ func (n *Node) network() error {
 	}
 	c.netns = append(c.netns, n.Netns)
 	for _, argv := range [][]string{
-		{"ip", "-n", c.HubNetns, "link", "add", n.hubLink, "type", "veth", "peer", "name", "eth0", "netns", n.Netns},
+		{"ip", "-n", c.HubNetns, "link", "add", n.hubLink, "type", "veth", "peer", "name", string(Control), "netns", n.Netns},
 		{"ip", "-n", c.HubNetns, "link", "set", n.hubLink, "master", hubBridge, "up"},
-		{"ip", "-n", n.Netns, "addr", "add", n.IP + "/24", "dev", "eth0"},
-		{"ip", "-n", n.Netns, "link", "set", "eth0", "up"},
+		{"ip", "-n", n.Netns, "addr", "add", n.IP + "/24", "dev", string(Control)},
+		{"ip", "-n", n.Netns, "link", "set", string(Control), "up"},
 		{"ip", "-n", n.Netns, "link", "set", "lo", "up"},
 	} {
 		if err := run(argv...); err != nil {
 			return err
 		}
+	}
+	if err := n.fieldNetwork(); err != nil {
+		return err
 	}
 	n.networkUp = true
 	return nil
@@ -258,15 +268,16 @@ func (n *Node) StartKubelet() error {
 // KubeletPID is the kubelet's process ID.
 func (n *Node) KubeletPID() int { return n.kubelet.PID() }
 
-// Cut takes the node's link down on the hub side: the node loses the
-// apiserver, the grantor and the plant at once, as when its cable is pulled.
+// Cut takes both of the node's links down at their bridges: the node loses
+// the apiserver, the grantor and its devices at once, as when it loses power
+// to its switches. CutLink cuts one.
 func (n *Node) Cut() error {
-	return run("ip", "-n", n.c.HubNetns, "link", "set", n.hubLink, "down")
+	return errors.Join(n.CutLink(Control), n.CutLink(Field))
 }
 
-// Mend brings the link back up.
+// Mend brings both links back up.
 func (n *Node) Mend() error {
-	return run("ip", "-n", n.c.HubNetns, "link", "set", n.hubLink, "up")
+	return errors.Join(n.MendLink(Control), n.MendLink(Field))
 }
 
 // InNode is argv as run inside the node's namespaces.
