@@ -10,6 +10,8 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/holdfast-io/holdfast/test/devicesim"
 )
 
 // Ports of holdfast's processes in the hub, and of the devices in the field.
@@ -52,7 +54,7 @@ func (c *Cluster) Binary(pkg string) (string, error) {
 
 // Plant is the device simulator the units drive: a Modbus TCP device on the
 // field network, reachable from every node over its field link, logging
-// every write with its peer, time and epoch.
+// every write with its peer and time (and epoch, when it checks epochs).
 type Plant struct {
 	*Process
 	// Address is the Modbus TCP address the runtimes dial.
@@ -61,19 +63,21 @@ type Plant struct {
 	HTTP string
 	// WriteLog is the file every write is appended to.
 	WriteLog string
+	// Mode is the device's mode (devicesim.OwnerEpoch or devicesim.Plain).
+	Mode devicesim.Mode
 }
 
-// StartPlant starts a device simulator, the index-th (each unit drives its
-// own device: the owner-epoch block is one per device).
-func (c *Cluster) StartPlant(ctx context.Context, name string, index int) (*Plant, error) {
+// StartPlant starts a device simulator in mode, the index-th (each unit
+// drives its own device: the owner-epoch block is one per device).
+func (c *Cluster) StartPlant(ctx context.Context, name string, index int, mode devicesim.Mode) (*Plant, error) {
 	bin, err := c.Binary("cmd/device-simulator")
 	if err != nil {
 		return nil, err
 	}
 	p := &Plant{Address: fmt.Sprintf("%s:%d", FieldIP, PlantModbusPort+2*index),
 		HTTP:     fmt.Sprintf("http://%s:%d", FieldIP, PlantHTTPPort+2*index),
-		WriteLog: filepath.Join(c.Dir, "logs", name+"-writes.jsonl")}
-	p.Process, err = c.StartInField(name, nil, bin, "--listen", p.Address,
+		WriteLog: filepath.Join(c.Dir, "logs", name+"-writes.jsonl"), Mode: mode}
+	p.Process, err = c.StartInField(name, nil, bin, "--listen", p.Address, "--mode", string(mode),
 		"--http", fmt.Sprintf("%s:%d", FieldIP, PlantHTTPPort+2*index), "--write-log", p.WriteLog)
 	if err != nil {
 		return nil, err

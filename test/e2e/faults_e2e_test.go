@@ -272,27 +272,24 @@ func TestEveryStandbyFailingSuspendsFailover(t *testing.T) {
 		t.Fatalf("re-bound while suspended: %+v", u.Status.RuntimeBinding)
 	}
 	fence := b1ExpiryFence(t, d, last)
-	log, err := d.u.Writes(d.ctx)
+	turns, err := d.u.Turns(d.ctx)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%v; turns %s", err, scenario.TurnsString(turns))
 	}
-	if err := scenario.CheckNoTwoWriters(log); err != nil {
-		t.Fatal(err)
-	}
-	// Suspended, no higher epoch ever wrote, so the device's owner-epoch
-	// block would take whatever epoch 1 sent. Its runtime reset every
-	// device connection with an unanswered write when it fenced (runtime
-	// L3), and its link was down from the cut until long after the fence
-	// (segments in the neighbour queue are dropped within
-	// NeighbourQueueWindow): not one epoch 1 request may reach the device
-	// after the fence, accepted or not.
-	for _, w := range log {
-		if w.Epoch == 1 && w.Time.After(fence) {
-			t.Fatalf("epoch 1 sent register %d value %d (accepted %v) at %s from %s after its fence (%s): a fenced runtime's request reached the device",
-				w.Register, w.Value, w.Accepted, w.Time.Format(time.RFC3339Nano), w.Peer, fence.Format(time.RFC3339Nano))
+	// Suspended, no higher epoch ever wrote, so the device (either mode)
+	// would take whatever epoch 1 sent. Its runtime reset every device
+	// connection with an unanswered write when it fenced (runtime L3), and
+	// its link was down from the cut until long after the fence (segments
+	// in the neighbour queue are dropped within NeighbourQueueWindow): not
+	// one epoch 1 request may reach the device after the fence, accepted or
+	// not, and no other epoch may have sent any.
+	for _, tn := range turns {
+		if tn.Writer.Epoch != 1 {
+			t.Fatalf("the device took requests of %s while the unit was suspended: turns %s", tn.Writer.Name, scenario.TurnsString(turns))
 		}
-		if w.Accepted && w.Epoch != 1 {
-			t.Fatalf("the device took a write of epoch %d while the unit was suspended: register %d at %s", w.Epoch, w.Register, w.Time.Format(time.RFC3339Nano))
+		if tn.Last.After(fence) {
+			t.Fatalf("epoch 1 sent a request at %s, after its fence (%s): a fenced runtime's request reached the device; turns %s",
+				tn.Last.Format(time.RFC3339Nano), fence.Format(time.RFC3339Nano), scenario.TurnsString(turns))
 		}
 	}
 
@@ -424,15 +421,12 @@ func TestManualFailoverThroughKubectlHoldfast(t *testing.T) {
 	d.oldRuntimeFenced(b1.Node, 1)
 	d.staleRuntimeStopped(b1.Node, 1)
 	d.staleRuntimeQuiet(b1.Node, 1, 2)
-	log, err := d.u.Writes(d.ctx)
+	turns, err := d.u.Turns(d.ctx)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("two writers on the device: %v; turns %s", err, scenario.TurnsString(turns))
 	}
-	if err := scenario.CheckNoTwoWriters(log); err != nil {
-		t.Fatalf("two writers on the device: %v", err)
-	}
-	if by := devicesim.ByEpoch(log); len(by[2]) == 0 {
-		t.Fatalf("epoch 2 never wrote: %v", devicesim.Epochs(log))
+	if t2, ok := devicesim.Of(turns, 2); !ok || t2.Accepted == 0 {
+		t.Fatalf("epoch 2 never wrote: turns %s", scenario.TurnsString(turns))
 	}
 	d.oneHolder(2, target)
 }

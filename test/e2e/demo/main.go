@@ -27,7 +27,6 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
-	"github.com/holdfast-io/holdfast/test/devicesim"
 	"github.com/holdfast-io/holdfast/test/e2e/scenario"
 )
 
@@ -139,16 +138,10 @@ func failover(ctx context.Context, w *scenario.World, logf func(string, ...any))
 	if err != nil {
 		return err
 	}
-	by := devicesim.ByEpoch(log)
-	for _, ep := range []int64{1, 2} {
-		ws := by[ep]
-		if len(ws) == 0 {
-			continue
-		}
-		tl = append(tl, entry{ws[0].Time, fmt.Sprintf("device: first write of epoch %d (from %s)", ep, ws[0].Peer)})
-		if ep == 1 {
-			tl = append(tl, entry{ws[len(ws)-1].Time, "device: last accepted write of epoch 1"})
-		}
+	turns, turnsErr := u.Turns(ctx)
+	for _, t := range turns {
+		tl = append(tl, entry{t.First, fmt.Sprintf("device: first write of %s", t.Writer.Name)},
+			entry{t.Last, fmt.Sprintf("device: last write of %s (%d accepted, %d refused)", t.Writer.Name, t.Accepted, t.Refused)})
 	}
 	for _, wr := range log {
 		if !wr.Accepted {
@@ -168,10 +161,10 @@ func failover(ctx context.Context, w *scenario.World, logf func(string, ...any))
 	for _, e := range tl {
 		fmt.Printf("  %+7.2fs  %s\n", e.at.Sub(cutAt).Seconds(), e.what)
 	}
-	if err := scenario.CheckNoTwoWriters(log); err != nil {
-		return fmt.Errorf("two writers on the device: %w", err)
+	if turnsErr != nil {
+		return fmt.Errorf("two writers on the device: %w", turnsErr)
 	}
-	fmt.Println("The device saw one writer at a time.")
+	fmt.Printf("The device (%s mode) saw one writer at a time.\n", u.Device)
 	return nil
 }
 

@@ -17,6 +17,7 @@ import (
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/test/cluster"
+	"github.com/holdfast-io/holdfast/test/devicesim"
 )
 
 // Options say what to start.
@@ -34,6 +35,9 @@ type Options struct {
 	LeaseStandDown time.Duration
 	// EtcdMembers of the control plane (default 1).
 	EtcdMembers int
+	// Device is the mode of every unit's device unless its UnitOptions
+	// say otherwise (default devicesim.OwnerEpoch).
+	Device devicesim.Mode
 	// Voters, when set, puts the control plane's etcd on nodes and runs
 	// holdfast-controller --role voters (voters.go).
 	Voters *VotersOptions
@@ -61,6 +65,7 @@ type World struct {
 	logf             func(string, ...any)
 	plants           int
 	standDown        time.Duration
+	device           devicesim.Mode
 
 	mu                 sync.Mutex
 	schedulerRestarts  int
@@ -103,6 +108,9 @@ func Up(ctx context.Context, o Options) (w *World, err error) {
 	if o.LeaseStandDown == 0 {
 		o.LeaseStandDown = DefaultLeaseStandDown
 	}
+	if o.Device == "" {
+		o.Device = devicesim.OwnerEpoch
+	}
 	var specs []cluster.NodeSpec
 	for _, n := range o.Nodes {
 		specs = append(specs, cluster.NodeSpec{Name: n, Etcd: o.Voters.etcdRole(n)})
@@ -112,7 +120,7 @@ func Up(ctx context.Context, o Options) (w *World, err error) {
 	if err != nil {
 		return nil, err
 	}
-	w = &World{Cluster: c, logf: o.Logf, standDown: o.LeaseStandDown, ctlBusy: map[int]bool{}}
+	w = &World{Cluster: c, logf: o.Logf, standDown: o.LeaseStandDown, device: o.Device, ctlBusy: map[int]bool{}}
 	w.supervision, w.stopSupervising = context.WithCancel(context.Background())
 	defer func() {
 		if err != nil {
@@ -165,6 +173,9 @@ func (w *World) Down() error {
 	}
 	return err
 }
+
+// Device is the mode of the units' devices unless a unit says otherwise.
+func (w *World) Device() devicesim.Mode { return w.device }
 
 // ControllerList is the units role's replicas now.
 func (w *World) ControllerList() []*cluster.Controller {
