@@ -1,16 +1,18 @@
 // Package cluster runs a real Kubernetes cluster on one machine for the
-// end-to-end drills and the demo: etcd and kube-apiserver and, per node,
+// end-to-end drills and the demo: etcd, kube-apiserver,
+// kube-controller-manager and kube-scheduler (kube.go) and, per node,
 // containerd with runc and a real kubelet v1.37.2 (make k8s-bin cri-bin
 // cni-bin), with holdfast's components started as processes beside them.
-// There is no kube-controller-manager: EnsureNamespace does the little of
-// its work pods need (the default ServiceAccount, kube-root-ca.crt), and
-// every pod is bound by name or by holdfast's own placement.
 //
 // Every part lives in network namespaces the cluster creates, in a plant's
 // topology of two networks that nothing routes between:
 //   - the control network: a hub namespace with a bridge holds the control
-//     plane (etcd, kube-apiserver, holdfast's components when they run as
-//     processes) and the MQTT broker a drill starts (test/e2e/scenario);
+//     plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
+//     holdfast-webhook and holdfast-scheduler when they run as processes)
+//     and the MQTT broker a drill starts (test/e2e/scenario); each
+//     holdfast-controller process runs on a control host of its own on the
+//     same bridge (controlhost.go), and the nodes route their pods' subnets
+//     to one another over it (podnet.go);
 //   - the field network: a namespace with a bridge of its own holds the
 //     plant, the device simulators (field.go).
 //
@@ -104,13 +106,19 @@ type Config struct {
 	Images []Image
 	// EtcdMembers is the control plane's etcd member count (default 1).
 	EtcdMembers int
+	// EvictionSeconds is how long pods without a toleration of their own
+	// stay on a NotReady or unreachable node before eviction (the
+	// apiserver's --default-*-toleration-seconds; default
+	// DefaultEvictionSeconds).
+	EvictionSeconds int
 	// Logf reports progress (default: nothing).
 	Logf func(format string, args ...any)
 }
 
 // Binaries are the directories the cluster's programs come from.
 type Binaries struct {
-	// K8s holds kube-apiserver, kubectl and etcd (make k8s-bin).
+	// K8s holds kube-apiserver, kube-controller-manager, kube-scheduler,
+	// kubectl and etcd (make k8s-bin).
 	K8s string
 	// Kubelet is the kubelet binary (make k8s-bin builds it into K8s in
 	// the same go build; HOLDFAST_KUBELET names another).
@@ -143,9 +151,13 @@ type Cluster struct {
 	Nodes     map[string]*Node
 	NodeNames []string
 	Root      string
+	// EvictionSeconds is how long a pod without a toleration of its own
+	// stays on a NotReady or unreachable node (Config.EvictionSeconds).
+	EvictionSeconds int
 
 	bins     Binaries
 	pki      *pki
+	hosts    map[string]*ControlHost
 	logf     func(string, ...any)
 	mu       sync.Mutex
 	procs    []*proc // control plane and components, in start order
@@ -183,7 +195,7 @@ func FindBinaries(root string) (Binaries, error) {
 		return b, fmt.Errorf("%s missing: run make k8s-bin (or set HOLDFAST_KUBELET): %w", b.Kubelet, err)
 	}
 	for dir, files := range map[string][]string{
-		b.K8s: {"kube-apiserver", "etcd", "kubectl"},
+		b.K8s: {"kube-apiserver", "etcd", "kubectl", "kube-controller-manager", "kube-scheduler"},
 		b.CRI: {"containerd", "containerd-shim-runc-v2", "ctr", "runc"},
 		b.CNI: {"bridge", "host-local", "loopback"},
 	} {
@@ -271,7 +283,7 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	if err := c.startEtcdHosts(ctx, cfg.Nodes); err != nil {
 		return c, err
 	}
-	if err := c.startControlPlane(ctx, cfg.EtcdMembers); err != nil {
+	if err := c.startControlPlane(ctx, cfg.EtcdMembers, cfg.EvictionSeconds); err != nil {
 		return c, err
 	}
 	imgDir := filepath.Join(dir, "images")
@@ -290,6 +302,9 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		if err := c.Nodes[name].start(ctx); err != nil {
 			return c, fmt.Errorf("node %s: %w", name, err)
 		}
+	}
+	if err := c.podNetwork(); err != nil {
+		return c, err
 	}
 	for i, spec := range cfg.Nodes {
 		n := c.Nodes[spec.Name]
@@ -430,6 +445,20 @@ func (c *Cluster) LabelNode(ctx context.Context, name string, labels map[string]
 	return c.Client.Patch(ctx, &n, patch)
 }
 
+// WaitNodeReady waits until the node named name is Ready and untainted
+// again (waitNodeReady).
+func (c *Cluster) WaitNodeReady(ctx context.Context, name string, timeout time.Duration) error {
+	n, ok := c.Nodes[name]
+	if !ok {
+		return fmt.Errorf("no node %s", name)
+	}
+	return c.waitNodeReady(ctx, n, timeout)
+}
+
+// waitNodeReady waits until the node is Ready and the node lifecycle
+// controller has taken off the not-ready taint the kubelet registers it
+// with, and any unreachable taint (a scheduler honouring taints places
+// nothing there before).
 func (c *Cluster) waitNodeReady(ctx context.Context, n *Node, timeout time.Duration) error {
 	var last string
 	err := Poll(ctx, timeout, func() (bool, error) {
@@ -441,18 +470,25 @@ func (c *Cluster) waitNodeReady(ctx context.Context, n *Node, timeout time.Durat
 			last = err.Error()
 			return false, nil
 		}
+		ready := false
 		for _, cond := range node.Status.Conditions {
 			if cond.Type == corev1.NodeReady {
 				last = string(cond.Status) + ": " + cond.Message
-				return cond.Status == corev1.ConditionTrue, nil
+				ready = cond.Status == corev1.ConditionTrue
 			}
 		}
-		return false, nil
+		for _, t := range node.Spec.Taints {
+			if t.Key == corev1.TaintNodeNotReady || t.Key == corev1.TaintNodeUnreachable {
+				last += "; still tainted " + t.ToString()
+				return false, nil
+			}
+		}
+		return ready, nil
 	})
 	if err != nil {
 		return fmt.Errorf("node %s not Ready (%s): %w; kubelet log:\n%s", n.Name, last, err, n.kubelet.tail(15))
 	}
-	return c.untaintReady(ctx, n.Name)
+	return nil
 }
 
 // Stop stops everything and removes what the cluster made. It returns an

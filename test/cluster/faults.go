@@ -38,11 +38,11 @@ const dropTable = "holdfast_drill"
 // DropOn).
 func (n *Node) Drop(d Direction, tcpPorts ...int) error { return n.DropOn(Control, d, tcpPorts...) }
 
-// DropOn drops one direction of the node's traffic on link l, with nftables
-// inside the node's own network namespace: all of it, or, with tcpPorts,
-// only TCP to those ports of the node (Inbound) or of the far end
-// (Outbound). Loopback and the other link are untouched. Drops add up
-// until Heal.
+// DropOn drops one direction of the node's traffic on link l, its pods'
+// included, with nftables inside the node's own network namespace: all of
+// it, or, with tcpPorts, only TCP to those ports of the node (Inbound) or
+// of the far end (Outbound). Loopback and the other link are untouched.
+// Drops add up until Heal.
 func (n *Node) DropOn(l Link, d Direction, tcpPorts ...int) error {
 	if err := l.valid(); err != nil {
 		return err
@@ -55,16 +55,21 @@ func (n *Node) DropOn(l Link, d Direction, tcpPorts ...int) error {
 		}
 		match = " tcp dport { " + strings.Join(ps, ", ") + " }"
 	}
-	var rule string
+	// What the node's own processes send and receive passes the output
+	// and input hooks; what its pods (off the host network) send and
+	// receive is forwarded through the node.
+	var rules string
 	switch d {
 	case Inbound:
-		rule = `chain in { type filter hook input priority -300; policy accept; iifname "` + string(l) + `"` + match + ` drop; }`
+		rules = `chain in { type filter hook input priority -300; policy accept; iifname "` + string(l) + `"` + match + ` drop; }
+chain fwdin { type filter hook forward priority -300; policy accept; iifname "` + string(l) + `"` + match + ` drop; }`
 	case Outbound:
-		rule = `chain out { type filter hook output priority -300; policy accept; oifname "` + string(l) + `"` + match + ` drop; }`
+		rules = `chain out { type filter hook output priority -300; policy accept; oifname "` + string(l) + `"` + match + ` drop; }
+chain fwdout { type filter hook forward priority -300; policy accept; oifname "` + string(l) + `"` + match + ` drop; }`
 	default:
 		return fmt.Errorf("direction %q: must be %s or %s", d, Inbound, Outbound)
 	}
-	return n.nft(fmt.Sprintf("table inet %s {\n%s\n}\n", dropTable, rule))
+	return n.nft(fmt.Sprintf("table inet %s {\n%s\n}\n", dropTable, rules))
 }
 
 // Partition drops everything on link l in both directions while the link
@@ -78,16 +83,20 @@ func (n *Node) Partition(l Link) error {
 }
 
 // Heal removes every drop the drills added to the node (none is no error).
-func (n *Node) Heal() error {
-	// Adding the empty table first makes the delete succeed when none exists.
-	return n.nft(fmt.Sprintf("table inet %s {}\ndelete table inet %s\n", dropTable, dropTable))
-}
+func (n *Node) Heal() error { return n.nft(healScript) }
 
-func (n *Node) nft(script string) error {
-	cmd := exec.Command("ip", "netns", "exec", n.Netns, "nft", "-f", "-")
+// healScript deletes the drills' table; adding it empty first makes the
+// delete succeed when none exists.
+var healScript = fmt.Sprintf("table inet %s {}\ndelete table inet %s\n", dropTable, dropTable)
+
+func (n *Node) nft(script string) error { return nftIn(n.Netns, script) }
+
+// nftIn runs an nftables script inside the network namespace ns.
+func nftIn(ns, script string) error {
+	cmd := exec.Command("ip", "netns", "exec", ns, "nft", "-f", "-")
 	cmd.Stdin = strings.NewReader(script)
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("nft in %s: %v: %s", n.Netns, err, out)
+		return fmt.Errorf("nft in %s: %v: %s", ns, err, out)
 	}
 	return nil
 }

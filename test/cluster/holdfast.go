@@ -100,6 +100,38 @@ func (c *Cluster) StartPlant(ctx context.Context, name string, index int, mode d
 // apiserver, with the rules of webhook/config (the chart renders the same),
 // reached by URL rather than through a Service (there is no kube-proxy).
 func (c *Cluster) StartWebhook(ctx context.Context) (*Process, error) {
+	p, err := c.StartWebhookProcess(ctx)
+	if err != nil {
+		return nil, err
+	}
+	raw, err := os.ReadFile(filepath.Join(c.Root, webhookConfigYML))
+	if err != nil {
+		return nil, err
+	}
+	var vwc admissionregistrationv1.ValidatingWebhookConfiguration
+	if err := yaml.UnmarshalStrict(raw, &vwc); err != nil {
+		return nil, fmt.Errorf("%s: %w", webhookConfigYML, err)
+	}
+	ca, err := os.ReadFile(c.pki.CAFile)
+	if err != nil {
+		return nil, err
+	}
+	for i := range vwc.Webhooks {
+		cc := &vwc.Webhooks[i].ClientConfig
+		path := "/"
+		if cc.Service != nil && cc.Service.Path != nil {
+			path = *cc.Service.Path
+		}
+		url := fmt.Sprintf("https://%s:%d%s", HubIP, WebhookPort, path)
+		cc.Service, cc.URL, cc.CABundle = nil, &url, ca
+	}
+	return p, c.Client.Create(ctx, &vwc)
+}
+
+// StartWebhookProcess starts the holdfast-webhook process (its certificate,
+// its flags) and waits until it is ready, registering nothing: StartWebhook
+// registers it, and a drill that stopped it starts it again with this.
+func (c *Cluster) StartWebhookProcess(ctx context.Context) (*Process, error) {
 	bin, err := c.Binary("cmd/holdfast-webhook")
 	if err != nil {
 		return nil, err
@@ -134,28 +166,7 @@ func (c *Cluster) StartWebhook(ctx context.Context) (*Process, error) {
 	if err != nil {
 		return nil, err
 	}
-	raw, err := os.ReadFile(filepath.Join(c.Root, webhookConfigYML))
-	if err != nil {
-		return nil, err
-	}
-	var vwc admissionregistrationv1.ValidatingWebhookConfiguration
-	if err := yaml.UnmarshalStrict(raw, &vwc); err != nil {
-		return nil, fmt.Errorf("%s: %w", webhookConfigYML, err)
-	}
-	ca, err := os.ReadFile(c.pki.CAFile)
-	if err != nil {
-		return nil, err
-	}
-	for i := range vwc.Webhooks {
-		cc := &vwc.Webhooks[i].ClientConfig
-		path := "/"
-		if cc.Service != nil && cc.Service.Path != nil {
-			path = *cc.Service.Path
-		}
-		url := fmt.Sprintf("https://%s:%d%s", HubIP, WebhookPort, path)
-		cc.Service, cc.URL, cc.CABundle = nil, &url, ca
-	}
-	// Register only once it answers: failurePolicy is Fail.
+	// Registered only once it answers: failurePolicy is Fail.
 	hc := c.HTTPClient()
 	if err := Poll(ctx, 60*time.Second, func() (bool, error) {
 		if p.Exited() {
@@ -170,5 +181,5 @@ func (c *Cluster) StartWebhook(ctx context.Context) (*Process, error) {
 	}); err != nil {
 		return nil, err
 	}
-	return p, c.Client.Create(ctx, &vwc)
+	return p, nil
 }

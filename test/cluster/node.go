@@ -55,6 +55,21 @@ type Node struct {
 	Host *Host
 }
 
+// Paths inside every node's mount namespace, the same on every node as on
+// real hosts, so one DaemonSet's host paths fit them all. The node's /var/lib
+// is its own (<Dir>/var/lib), so each is also <Dir><path> from this process.
+const (
+	// NodeHostDir holds what holdfast-node reaches on the host:
+	// holdfast/ (its host state), systemd/ (the server unit's drop-ins),
+	// db/ (the etcd member's data) and dbus/ (the system bus socket).
+	NodeHostDir = "/var/lib/holdfast-host"
+	// NodeCRISocket is containerd's socket.
+	NodeCRISocket = "/var/lib/hf-containerd/containerd.sock"
+)
+
+// HostDir is NodeHostDir of this node, as this process reaches it.
+func (n *Node) HostDir() string { return filepath.Join(n.Dir, NodeHostDir) }
+
 // The bridge network of pods that are not hostNetwork: it exists only inside
 // the node's network namespace. Its presence makes the node Ready.
 const cniConfig = `{
@@ -105,7 +120,7 @@ serializeImagePulls: false
 
 func (n *Node) replacer() *strings.Replacer {
 	return strings.NewReplacer("{{dir}}", n.Dir, "{{criendpoint}}", n.CRIEndpoint, "{{ip}}", n.IP, "{{name}}", n.Name, "{{pki}}", n.c.pki.dir,
-		"{{cgroupRoot}}", n.cgroupRoot, "{{podcidr}}", fmt.Sprintf("198.19.%d.0/24", n.index))
+		"{{cgroupRoot}}", n.cgroupRoot, "{{podcidr}}", podCIDR(n.index))
 }
 
 // start brings the node up: namespaces, link, mounts, cgroups, containerd
@@ -225,10 +240,10 @@ func (n *Node) enter(argv ...string) []string {
 	return append([]string{"nsenter", "--target", strconv.Itoa(n.holder.PID()), "--mount", "--net", "--"}, argv...)
 }
 
-// containerdConfig is the node's containerd: its files under
-// <node>/containerd, the e2e CNI plugins and the node's networks.
+// containerdConfig is the node's containerd: its files in the directory of
+// NodeCRISocket, the e2e CNI plugins and the node's networks.
 func (n *Node) containerdConfig() crihost.Config {
-	return crihost.Config{Dir: filepath.Join(n.Dir, "containerd"), Bin: n.c.bins.CRI, CNIBin: n.c.bins.CNI,
+	return crihost.Config{Dir: filepath.Join(n.Dir, filepath.Dir(NodeCRISocket)), Bin: n.c.bins.CRI, CNIBin: n.c.bins.CNI,
 		CNIConf: filepath.Join(n.Dir, "cni", "conf"), Pause: PauseImage}
 }
 

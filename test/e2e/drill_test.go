@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -44,7 +45,8 @@ func newDrill(t *testing.T, name string, leaseSeconds int32) *drill {
 // newDrillWith is newDrill with the unit's options changed by opt.
 func newDrillWith(t *testing.T, name string, leaseSeconds int32, opt func(*scenario.UnitOptions)) *drill {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	// Long enough for a ten-minute partition and what follows it.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	t.Cleanup(cancel)
 	nodes := world.NodeNames
 	o := scenario.UnitOptions{Namespace: "drill-" + name, Name: "kiln", LeaseSeconds: leaseSeconds,
@@ -90,7 +92,7 @@ func (d *drill) dump() {
 	}
 	d.t.Logf("units role: %d supervisor restarts", world.ControllerRestarts())
 	for _, c := range world.ControllerList() {
-		d.t.Logf("%s log tail:\n%s", c.Identity, c.Tail(20))
+		d.t.Logf("%s log tail:\n%s", c.Identity, world.ControllerLog(c, 20))
 	}
 	d.t.Logf("holdfast-scheduler (%d restarts) log tail:\n%s", world.SchedulerRestarts(), world.SchedulerLog(30))
 }
@@ -412,6 +414,47 @@ func (d *drill) oldRuntimeFenced(node string, epoch int64) {
 		time.Sleep(500 * time.Millisecond)
 	}
 	d.t.Fatalf("the epoch %d runtime on %s never reported itself fenced: %s", epoch, node, last)
+}
+
+// partition cuts node from link l both ways and returns the heal, which
+// heals once however often it is called (the drill's cleanup calls it too,
+// a timer may) and returns when it healed.
+func (d *drill) partition(node *cluster.Node, l cluster.Link) (heal func() time.Time) {
+	d.t.Helper()
+	if err := node.Partition(l); err != nil {
+		d.t.Fatal(err)
+	}
+	var once sync.Once
+	var at time.Time
+	heal = func() time.Time {
+		once.Do(func() {
+			at = time.Now()
+			if err := node.Heal(); err != nil {
+				d.t.Error(err)
+			}
+		})
+		return at
+	}
+	d.t.Cleanup(func() { heal() })
+	return heal
+}
+
+// laterEpochHeld waits until an epoch after old holds its lease and
+// returns its binding.
+func (d *drill) laterEpochHeld(old int64, timeout time.Duration) *holdfastv1.RuntimeBinding {
+	d.t.Helper()
+	var bn *holdfastv1.RuntimeBinding
+	if err := poll(d.ctx, timeout, func() bool {
+		u, err := d.u.Get(d.ctx)
+		if err != nil {
+			return false
+		}
+		bn = u.Status.RuntimeBinding
+		return bn != nil && bn.Epoch > old && bn.LeaseState == holdfastv1.LeaseHeld && bn.LeaseStateEpoch == bn.Epoch
+	}); err != nil {
+		d.t.Fatalf("no epoch after %d holds its lease: %+v", old, bn)
+	}
+	return bn
 }
 
 // poll is cluster.Poll for a condition that cannot fail.

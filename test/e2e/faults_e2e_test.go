@@ -165,17 +165,7 @@ func TestAPIServerRestartDuringARebindEndsWithOneHolder(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("epoch 2 authorised; kube-apiserver restarted, back after %v", time.Since(stoppedAt).Round(time.Millisecond))
-	var bn *holdfastv1.RuntimeBinding
-	if err := poll(d.ctx, 5*time.Minute, func() bool {
-		u, err := d.u.Get(d.ctx)
-		if err != nil {
-			return false
-		}
-		bn = u.Status.RuntimeBinding
-		return bn != nil && bn.Epoch >= 2 && bn.LeaseState == holdfastv1.LeaseHeld && bn.LeaseStateEpoch == bn.Epoch
-	}); err != nil {
-		t.Fatalf("no epoch after 1 holds its lease: %+v", bn)
-	}
+	bn := d.laterEpochHeld(1, 5*time.Minute)
 	t.Logf("epoch %d holds on %s; holdfast-scheduler restarts so far: %d", bn.Epoch, bn.Node, world.SchedulerRestarts())
 	if bn.Node == b1.Node || !contains(world.NodeNames[1:], bn.Node) {
 		t.Fatalf("epoch %d bound to %s, not a standby", bn.Epoch, bn.Node)

@@ -21,5 +21,5 @@ import (
 var world *scenario.World
 
 func TestMain(m *testing.M) {
-	scenario.Main(m, "e2e", 10*time.Minute, scenario.Options{Nodes: clusterNodes, Device: clusterDevice}, &world)
+	scenario.Main(m, "e2e", 10*time.Minute, scenario.Options{Nodes: clusterNodes, Device: clusterDevice, EvictionSeconds: clusterEvictionSeconds}, &world)
 }

@@ -3,6 +3,8 @@
 package e2e
 
 import (
+	"time"
+
 	"github.com/holdfast-io/holdfast/test/devicesim"
 	"github.com/holdfast-io/holdfast/test/e2e/scenario"
 )
@@ -13,3 +15,14 @@ var clusterNodes = scenario.DefaultNodes
 // clusterDevice is the matrix's device mode unless scenario.DeviceEnv says
 // otherwise (make test-e2e runs it in both).
 const clusterDevice = devicesim.OwnerEpoch
+
+// clusterEvictionSeconds: the apiserver's default eviction delay (300s).
+const clusterEvictionSeconds = 0
+
+// controlPartitions: a partition briefer than the failover takes (healed at
+// twice the lease, while epoch 2 starts), and one of ten minutes, through
+// NotReady and the default 300s eviction.
+var controlPartitions = []partitionCase{
+	{name: "2x-lease", lasts: 20 * time.Second},
+	{name: "10-minutes", lasts: 10 * time.Minute, evicts: true},
+}

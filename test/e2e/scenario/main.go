@@ -22,7 +22,7 @@ const DeviceEnv = "HOLDFAST_E2E_DEVICE"
 // (given startWithin to come up), sets *world to it, runs the package's
 // tests and stops the cluster, logging each stage to stderr under name. It
 // exits with the tests' code, or 1 when the cluster did not start or did
-// not stop clean, or 2 when DeviceEnv names no mode.
+// not stop clean, or 2 when DeviceEnv or InstallEnv names nothing known.
 func Main(m *testing.M, name string, startWithin time.Duration, o Options, world **World) {
 	// The harness's clients log nothing of their own.
 	ctrllog.SetLogger(logr.Discard())
@@ -33,6 +33,14 @@ func Main(m *testing.M, name string, startWithin time.Duration, o Options, world
 			os.Exit(2)
 		}
 		o.Device = mode
+	}
+	if v := os.Getenv(InstallEnv); v != "" {
+		inst, err := ParseInstall(v)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "%s: %s: %v\n", name, InstallEnv, err)
+			os.Exit(2)
+		}
+		o.Install = inst
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), startWithin)
 	start := time.Now()
@@ -47,7 +55,7 @@ func Main(m *testing.M, name string, startWithin time.Duration, o Options, world
 		os.Exit(1)
 	}
 	*world = w
-	logf("cluster up; the units' devices are in %s mode", w.Device())
+	logf("cluster up; holdfast installed as %s; the units' devices are in %s mode", w.Installed(), w.Device())
 	code := m.Run()
 	logf("drills done; stopping the cluster")
 	if err := w.Down(); err != nil {

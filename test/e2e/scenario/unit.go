@@ -62,6 +62,8 @@ type UnitOptions struct {
 	MQTTBroker string
 	// Device is its device's mode (default the World's).
 	Device devicesim.Mode
+	// RuntimeArgs are more flags of its runtime.
+	RuntimeArgs []string
 }
 
 // startupGraceSeconds is the least start-up grace a unit gets: a container
@@ -112,6 +114,7 @@ func (w *World) CreateUnit(ctx context.Context, o UnitOptions) (*Unit, error) {
 	if o.MQTTBroker != "" {
 		args = append(args, "--mqtt-broker="+o.MQTTBroker)
 	}
+	args = append(args, o.RuntimeArgs...)
 	hold := holdfastv1.HoldBound(time.Duration(o.LeaseSeconds) * time.Second)
 	u := &holdfastv1.Unit{
 		ObjectMeta: metav1.ObjectMeta{Namespace: o.Namespace, Name: o.Name},
@@ -236,6 +239,15 @@ func (u *Unit) WaitEpoch(ctx context.Context, epoch int64, timeout time.Duration
 func (u *Unit) WaitCondition(ctx context.Context, condType string, timeout time.Duration) (*holdfastv1.Unit, error) {
 	return u.waitUnit(ctx, timeout, "condition "+condType+" True", func(b *holdfastv1.Unit) bool {
 		return meta.IsStatusConditionTrue(b.Status.Conditions, condType)
+	})
+}
+
+// WaitConditionStatus waits until the Unit's condition of type has status
+// and returns the Unit.
+func (u *Unit) WaitConditionStatus(ctx context.Context, condType string, status metav1.ConditionStatus, timeout time.Duration) (*holdfastv1.Unit, error) {
+	return u.waitUnit(ctx, timeout, fmt.Sprintf("condition %s %s", condType, status), func(b *holdfastv1.Unit) bool {
+		c := meta.FindStatusCondition(b.Status.Conditions, condType)
+		return c != nil && c.Status == status
 	})
 }
 
@@ -382,30 +394,37 @@ func (u *Unit) RuntimePod(ctx context.Context, epoch int64) (*corev1.Pod, error)
 	return &pod, nil
 }
 
-// Delete removes the Unit and its runtime pods and waits until the kubelets
-// have stopped them (there is no garbage collector without a
-// controller-manager, and runtimes of every unit share the nodes' host
+// Delete removes the Unit and waits until kube-controller-manager's garbage
+// collector has deleted its runtime pods (the Unit owns them) and the
+// kubelets have stopped them (runtimes of every unit share the nodes' host
 // ports), then stops its device.
 func (u *Unit) Delete(ctx context.Context) error {
 	if err := client.IgnoreNotFound(u.w.Client.Delete(ctx, &holdfastv1.Unit{ObjectMeta: metav1.ObjectMeta{Namespace: u.Key.Namespace, Name: u.Key.Name}})); err != nil {
 		return err
 	}
-	sel := client.MatchingLabels{holdfastv1.LabelUnit: u.Key.Name}
-	err := cluster.Poll(ctx, 2*time.Minute, func() (bool, error) {
+	if err := u.WaitPodsGone(ctx, 2*time.Minute); err != nil {
+		return err
+	}
+	u.Plant.Stop(5 * time.Second)
+	return nil
+}
+
+// WaitPodsGone waits until no runtime pod of the unit exists.
+func (u *Unit) WaitPodsGone(ctx context.Context, timeout time.Duration) error {
+	var left []string
+	err := cluster.Poll(ctx, timeout, func() (bool, error) {
 		var pods corev1.PodList
-		if err := u.w.Client.List(ctx, &pods, client.InNamespace(u.Key.Namespace), sel); err != nil {
+		if err := u.w.Client.List(ctx, &pods, client.InNamespace(u.Key.Namespace), client.MatchingLabels{holdfastv1.LabelUnit: u.Key.Name}); err != nil {
 			return false, nil
 		}
-		for i := range pods.Items {
-			if pods.Items[i].DeletionTimestamp.IsZero() {
-				_ = u.w.Client.Delete(ctx, &pods.Items[i], client.GracePeriodSeconds(2))
-			}
+		left = left[:0]
+		for _, p := range pods.Items {
+			left = append(left, fmt.Sprintf("%s on %s (deleting %v)", p.Name, p.Spec.NodeName, !p.DeletionTimestamp.IsZero()))
 		}
 		return len(pods.Items) == 0, nil
 	})
 	if err != nil {
-		return fmt.Errorf("unit %s: runtime pods not gone: %w", u.Key, err)
+		return fmt.Errorf("unit %s: runtime pods not gone: %v: %w", u.Key, left, err)
 	}
-	u.Plant.Stop(5 * time.Second)
 	return nil
 }
