@@ -416,6 +416,24 @@ func (d *drill) oldRuntimeFenced(node string, epoch int64) {
 	d.t.Fatalf("the epoch %d runtime on %s never reported itself fenced: %s", epoch, node, last)
 }
 
+// heldPastHoldOff waits until epoch 1 holds its lease and the grantor's
+// leader reads an expiry as a fence again (scenario.World.WaitHoldOffOver),
+// so a fault the drill injects next is answered by a failover. It returns
+// epoch 1's binding and the unit's availability.
+func (d *drill) heldPastHoldOff() (*holdfastv1.RuntimeBinding, holdfastv1.Availability) {
+	d.t.Helper()
+	b1 := d.held(1)
+	u, err := d.u.Get(d.ctx)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	a := u.Spec.Availability
+	if err := world.WaitHoldOffOver(d.ctx, a.LeaseDuration(), a.RebindMargin()); err != nil {
+		d.t.Fatal(err)
+	}
+	return b1, a
+}
+
 // partition cuts node from link l both ways and returns the heal, which
 // heals once however often it is called (the drill's cleanup calls it too,
 // a timer may) and returns when it healed.

@@ -36,15 +36,7 @@ import (
 // at a time, the new one at least the margin after epoch 1's last.
 func TestGrantorLeaderPartitionedFromTheRuntimesLetsOneWrite(t *testing.T) {
 	d := newDrill(t, "leader-partition", 10)
-	b1 := d.held(1)
-	u, err := d.u.Get(d.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := u.Spec.Availability
-	if err := world.WaitHoldOffOver(d.ctx, a.LeaseDuration(), a.RebindMargin()); err != nil {
-		t.Fatal(err)
-	}
+	b1, a := d.heldPastHoldOff()
 	old, others, err := world.GrantorLeader(d.ctx)
 	if err != nil {
 		t.Fatal(err)

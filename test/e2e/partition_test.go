@@ -59,16 +59,9 @@ func TestControlPlanePartitionFailsOverWithTheFieldOpen(t *testing.T) {
 
 func (d *drill) controlPartition(pc partitionCase) {
 	d.t.Helper()
-	b1 := d.held(1)
+	b1, _ := d.heldPastHoldOff()
 	node := world.Nodes[b1.Node]
 	by := d.bystander(b1.Node)
-	u, err := d.u.Get(d.ctx)
-	if err != nil {
-		d.t.Fatal(err)
-	}
-	if err := world.WaitHoldOffOver(d.ctx, u.Spec.Availability.LeaseDuration(), u.Spec.Availability.RebindMargin()); err != nil {
-		d.t.Fatal(err)
-	}
 	watch := d.watchStatus(b1.Node, by)
 	cutAt := time.Now()
 	heal := d.partition(node, cluster.Control)

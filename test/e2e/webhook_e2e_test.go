@@ -35,15 +35,7 @@ import (
 // fenced and stopped.
 func TestWebhookDownDuringAFailover(t *testing.T) {
 	d := newDrill(t, "webhook-down", 10)
-	b1 := d.held(1)
-	u, err := d.u.Get(d.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := u.Spec.Availability
-	if err := world.WaitHoldOffOver(d.ctx, a.LeaseDuration(), a.RebindMargin()); err != nil {
-		t.Fatal(err)
-	}
+	b1, _ := d.heldPastHoldOff()
 	start, err := world.StopWebhook(d.ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -84,7 +76,8 @@ func TestWebhookDownDuringAFailover(t *testing.T) {
 		Labels: map[string]string{holdfastv1.LabelUnit: d.u.Key.Name, holdfastv1.LabelEpoch: "2"}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "runtime", Image: cluster.PauseImage}}}}
 	refused("a runtime pod", world.Client.Create(d.ctx, pod, client.DryRunAll))
-	if u, err = d.u.Get(d.ctx); err != nil {
+	u, err := d.u.Get(d.ctx)
+	if err != nil {
 		t.Fatal(err)
 	}
 	patch := client.MergeFrom(u.DeepCopy())

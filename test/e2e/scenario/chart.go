@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"helm.sh/helm/v3/pkg/action"
+	helmchart "helm.sh/helm/v3/pkg/chart"
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -110,17 +111,23 @@ func (w *World) helmConfig() (*action.Configuration, error) {
 	return cfg, nil
 }
 
+// helm is charts/holdfast and Helm's action configuration for the cluster.
+func (w *World) helm() (*helmchart.Chart, *action.Configuration, error) {
+	ch, err := chart.Load(w.Root)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg, err := w.helmConfig()
+	return ch, cfg, err
+}
+
 // installChart installs charts/holdfast and waits until every Deployment
 // is available and holdfast-node ready on every node.
 func (w *World) installChart(ctx context.Context) error {
 	if err := w.EnsureNamespace(ctx, cluster.HoldfastNamespace); err != nil {
 		return err
 	}
-	ch, err := chart.Load(w.Root)
-	if err != nil {
-		return err
-	}
-	cfg, err := w.helmConfig()
+	ch, cfg, err := w.helm()
 	if err != nil {
 		return err
 	}
@@ -268,11 +275,7 @@ func (w *World) ControllerLog(c *cluster.Controller, lines int) string {
 // upgradeChart runs helm upgrade with the install's values changed by
 // change, and waits until every Deployment has rolled.
 func (w *World) upgradeChart(ctx context.Context, change func(values map[string]any)) error {
-	ch, err := chart.Load(w.Root)
-	if err != nil {
-		return err
-	}
-	cfg, err := w.helmConfig()
+	ch, cfg, err := w.helm()
 	if err != nil {
 		return err
 	}
