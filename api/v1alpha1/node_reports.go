@@ -69,6 +69,21 @@ func ParseActuatorReport(s string) (*ActuatorReport, error) {
 	return &r, nil
 }
 
+// ActuatorReportOf is the node plugin's report among a Node's annotations;
+// nil when there is none or it cannot be read (a reader then waits for the
+// next one).
+func ActuatorReportOf(annotations map[string]string) *ActuatorReport {
+	v, ok := annotations[AnnotationActuator]
+	if !ok {
+		return nil
+	}
+	r, err := ParseActuatorReport(v)
+	if err != nil {
+		return nil
+	}
+	return r
+}
+
 // ParseTombstone reads an AnnotationTombstone value.
 func ParseTombstone(s string) (*Tombstone, error) {
 	var t Tombstone

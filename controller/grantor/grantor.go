@@ -20,6 +20,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -27,6 +28,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -38,6 +40,7 @@ import (
 
 	"github.com/holdfast-io/holdfast/api/lease"
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/internal/leasetls"
 )
 
 // Target is one binding to renew: the unit, its epoch, where its runtime
@@ -92,24 +95,37 @@ type Options struct {
 	Name string
 	// Clock drives the loops; tests inject a fake.
 	Clock clock.WithTicker
-	// TLSConfig, when set, makes the grantor speak HTTPS (HTTP/2) to the
-	// runtimes.
-	TLSConfig *tls.Config
+	// TLS authenticates the channel both ways (docs/design.md §3 L12): the
+	// grantor presents its certificate and sends a grant only to an endpoint
+	// proving to be the binding's runtime. Nil speaks plain HTTP to anyone
+	// at the address (--insecure-plaintext-lease).
+	TLS Credentials
 	// Notify is called, never blocking for long, when an observation changes
 	// in a way the reconciler must see: the first acknowledgement, and every
 	// change of outcome.
 	Notify func(types.NamespacedName)
 }
 
+// Credentials are the grantor's side of the lease channel's TLS, read at
+// every attempt so a rotation applies without a restart.
+type Credentials interface {
+	// ClientCertificate is the grantor's certificate now (api/lease
+	// GrantorIdentity, from the lease CA).
+	ClientCertificate() *tls.Certificate
+	// RuntimeRoots are the CAs a runtime's certificate must chain to now.
+	RuntimeRoots() *x509.CertPool
+}
+
 // Grantor runs the renewal loops.
 type Grantor struct {
 	opts   Options
-	client *http.Client
 	scheme string
 	seq    atomic.Uint64
 
 	mu    sync.Mutex
 	loops map[types.NamespacedName]*loop
+	// watches read the status of runtimes that hold no lease (watch.go).
+	watches map[types.NamespacedName]*watch
 }
 
 // New builds a Grantor. No loop runs until Ensure.
@@ -120,20 +136,12 @@ func New(opts Options) *Grantor {
 	if opts.Notify == nil {
 		opts.Notify = func(types.NamespacedName) {}
 	}
-	transport := &http.Transport{
-		DialContext:         (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 5 * time.Second}).DialContext,
-		MaxIdleConnsPerHost: 2,
-		IdleConnTimeout:     90 * time.Second,
-		TLSClientConfig:     opts.TLSConfig,
-		ForceAttemptHTTP2:   opts.TLSConfig != nil,
-	}
 	g := &Grantor{
 		opts:   opts,
-		client: &http.Client{Transport: transport},
 		scheme: "http",
 		loops:  map[types.NamespacedName]*loop{},
 	}
-	if opts.TLSConfig != nil {
+	if opts.TLS != nil {
 		g.scheme = "https"
 	}
 	// The runtime takes a grant only when its seq is above the last one it
@@ -161,6 +169,7 @@ func (g *Grantor) Ensure(t Target) {
 	defer g.mu.Unlock()
 	if l == nil {
 		l = &loop{g: g, obs: Observation{Target: t, Started: g.opts.Clock.Now()}}
+		l.transport = g.transport(t)
 		g.loops[t.Unit] = l
 		klog.InfoS("Starting lease renewal loop", "unit", t.Unit, "epoch", t.Epoch, "address", t.Address)
 	}
@@ -197,6 +206,7 @@ func (g *Grantor) Forget(unit types.NamespacedName) {
 		l.stop()
 		klog.InfoS("Stopped lease renewal loop", "unit", unit, "epoch", l.target().Epoch)
 	}
+	g.Unwatch(unit)
 	g.mu.Lock()
 	loopsGauge.Set(float64(g.runningLocked()))
 	g.mu.Unlock()
@@ -227,7 +237,7 @@ func (g *Grantor) Running() []types.NamespacedName {
 	return out
 }
 
-// StopAll stops every loop and waits for them.
+// StopAll stops every loop and watch and waits for them.
 func (g *Grantor) StopAll() {
 	g.mu.Lock()
 	loops := g.loops
@@ -237,6 +247,13 @@ func (g *Grantor) StopAll() {
 		l.stop()
 	}
 	loopsGauge.Set(0)
+	g.mu.Lock()
+	watches := g.watches
+	g.watches = nil
+	g.mu.Unlock()
+	for _, w := range watches {
+		w.stop()
+	}
 }
 
 func (g *Grantor) runningLocked() int {
@@ -249,9 +266,33 @@ func (g *Grantor) runningLocked() int {
 	return n
 }
 
+// transport is one loop's connection to its runtime. Each binding has its
+// own, so a connection is only ever verified for, and used by, the binding
+// whose runtime it proved to reach.
+func (g *Grantor) transport(t Target) *http.Transport {
+	tr := &http.Transport{
+		DialContext:         (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 5 * time.Second}).DialContext,
+		MaxIdleConnsPerHost: 2,
+		IdleConnTimeout:     90 * time.Second,
+	}
+	if c := g.opts.TLS; c != nil {
+		tr.TLSClientConfig = leasetls.ClientConfig(c.ClientCertificate, c.RuntimeRoots, lease.RuntimeIdentity(t.Unit.String(), t.Epoch))
+		tr.ForceAttemptHTTP2 = true
+	}
+	return tr
+}
+
 // loop renews one binding.
 type loop struct {
 	g *Grantor
+	// transport carries this binding's grants; a loop keeps its epoch, so
+	// it never serves another binding.
+	transport *http.Transport
+	// cert and roots are the credentials the open connections were made
+	// with: when they change, the idle ones are closed and the next grant
+	// goes out on a connection made with the new ones.
+	cert  *tls.Certificate
+	roots *x509.CertPool
 
 	mu     sync.Mutex
 	obs    Observation
@@ -310,6 +351,7 @@ func (l *loop) stop() {
 		cancel()
 		<-done
 	}
+	l.transport.CloseIdleConnections()
 }
 
 func (l *loop) run(ctx context.Context, done chan struct{}) {
@@ -430,6 +472,7 @@ func (l *loop) attempt(ctx context.Context) bool {
 	timeout := AttemptTimeout(t.Duration, l.obs.Timeouts, l.anchorLeft(start))
 	l.mu.Unlock()
 
+	l.refreshCredentials()
 	reply, outcome, msg, timedOut := l.post(ctx, t, &grant, timeout)
 	if ctx.Err() != nil {
 		// Paused or stopped mid-flight: the attempt is not an observation.
@@ -444,7 +487,7 @@ func (l *loop) attempt(ctx context.Context) bool {
 
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	prev := l.obs.LastAttempt.Outcome
+	prev, prevOwners := l.obs.LastAttempt.Outcome, l.obs.LaterOwners
 	firstAck := false
 	l.obs.LastAttempt = Attempt{At: now, Outcome: outcome, Message: msg}
 	l.obs.Attempts++
@@ -462,7 +505,22 @@ func (l *loop) attempt(ctx context.Context) bool {
 	if outcome != prev {
 		klog.V(2).InfoS("Lease renewal outcome changed", "unit", t.Unit, "epoch", t.Epoch, "outcome", outcome, "message", msg)
 	}
-	return firstAck || outcome != prev
+	return firstAck || outcome != prev || !slices.Equal(prevOwners, l.obs.LaterOwners)
+}
+
+// refreshCredentials closes the loop's idle connections when the
+// grantor's certificate or the trusted CAs changed since they were made.
+// Only the loop's goroutine calls it.
+func (l *loop) refreshCredentials() {
+	c := l.g.opts.TLS
+	if c == nil {
+		return
+	}
+	cert, roots := c.ClientCertificate(), c.RuntimeRoots()
+	if l.cert != nil && (cert != l.cert || roots != l.roots) {
+		l.transport.CloseIdleConnections()
+	}
+	l.cert, l.roots = cert, roots
 }
 
 // errNoAnswer is the cause of an attempt's cancellation at its bound.
@@ -489,8 +547,11 @@ func (l *loop) post(ctx context.Context, t Target, grant *lease.Grant, timeout t
 		return reply, Unreachable, err.Error(), false
 	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := l.g.client.Do(req)
+	resp, err := (&http.Client{Transport: l.transport}).Do(req)
 	if err != nil {
+		if o, m, ok := l.notAuthenticated(t, err); ok {
+			return reply, o, m, false
+		}
 		return noAnswer(err)
 	}
 	defer resp.Body.Close()
@@ -500,7 +561,58 @@ func (l *loop) post(ctx context.Context, t Target, grant *lease.Grant, timeout t
 		return r, o, "reading the answer: " + m, to
 	}
 	o, m := judge(resp.StatusCode, data, t, &reply)
+	if resp.StatusCode == http.StatusForbidden && l.g.opts.TLS != nil {
+		var e lease.Error
+		if json.Unmarshal(data, &e) == nil && e.Reason == lease.ReasonUnauthenticated {
+			authFailures.WithLabelValues(authRefusedByRuntime).Inc()
+			m = "the runtime refused this grantor's certificate: " + e.Message
+		}
+	}
 	return reply, o, m, false
+}
+
+// Why an attempt failed to authenticate (holdfast_grantor_renewal_authentication_failures_total).
+const (
+	// authRefusedByRuntime: the runtime answered 403, refusing the
+	// grantor's certificate.
+	authRefusedByRuntime = "refused_by_runtime"
+	// authRuntimeUnverified: the endpoint's certificate did not prove it to
+	// be the binding's runtime; no grant was sent.
+	authRuntimeUnverified = "runtime_unverified"
+	// authNotTLS: the endpoint answered the TLS handshake in plain HTTP.
+	authNotTLS = "not_tls"
+	// authHandshake: the TLS handshake failed otherwise (an alert from the
+	// endpoint, a protocol it does not speak).
+	authHandshake = "handshake_failed"
+)
+
+// notAuthenticated recognises an attempt that ended because the two ends
+// did not authenticate each other. Nothing proved to be the binding's
+// runtime answered, so it is Unreachable (the Unit's record says so, with
+// the reason), never Refused, which says the runtime itself answered.
+func (l *loop) notAuthenticated(t Target, err error) (Outcome, string, bool) {
+	if l.g.opts.TLS == nil {
+		return "", "", false
+	}
+	var (
+		refusal *leasetls.Refusal
+		header  tls.RecordHeaderError
+		alert   tls.AlertError
+		reason  string
+		why     string
+	)
+	switch {
+	case errors.As(err, &refusal):
+		reason, why = authRuntimeUnverified, fmt.Sprintf("the endpoint is not the runtime of %s at epoch %d: its %v", t.Unit, t.Epoch, refusal)
+	case errors.As(err, &header), errors.Is(err, http.ErrSchemeMismatch):
+		reason, why = authNotTLS, "the endpoint does not speak TLS (a runtime started with --insecure-plaintext-lease, or not a runtime)"
+	case errors.As(err, &alert):
+		reason, why = authHandshake, "the endpoint ended the TLS handshake: "+alert.Error()
+	default:
+		return "", "", false
+	}
+	authFailures.WithLabelValues(reason).Inc()
+	return Unreachable, fmt.Sprintf("lease endpoint %s not authenticated, no grant sent: %s", t.Address, why), true
 }
 
 // afterFunc runs f after d on clk and returns its stop. Both clocks the
@@ -533,6 +645,12 @@ func judge(code int, data []byte, t Target, reply *lease.Reply) (Outcome, string
 		}
 		if reply.Epoch != t.Epoch {
 			return Refused, fmt.Sprintf("200 for epoch %d, the grant was for %d", reply.Epoch, t.Epoch)
+		}
+		if reply.State == lease.Autonomous {
+			// L11: an Autonomy runtime takes no lease and never fences, so
+			// its answer is no acknowledgement of one.
+			return Refused, fmt.Sprintf("200 from a runtime in %s mode (state %s): it holds no lease and never fences itself, so its answer acknowledges nothing",
+				holdfastv1.Autonomy, reply.State)
 		}
 		return Acknowledged, ""
 	case http.StatusConflict:

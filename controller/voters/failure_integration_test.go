@@ -22,6 +22,7 @@ import (
 	"github.com/holdfast-io/holdfast/controller/voters"
 	"github.com/holdfast-io/holdfast/node-plugin/role"
 	"github.com/holdfast-io/holdfast/policy"
+	"github.com/holdfast-io/holdfast/test/etcdwatch"
 )
 
 // waitStep waits until the swap reaches step (or a later phase), and
@@ -95,8 +96,8 @@ func TestRollbackOfACandidateWhosePeerPortIsUnreachable(t *testing.T) {
 	if n1.Spec.Unschedulable || n1.Labels[holdfastv1.LabelDesiredRole] != "" {
 		t.Errorf("r1 was touched: cordoned %v desired role %q", n1.Spec.Unschedulable, n1.Labels[holdfastv1.LabelDesiredRole])
 	}
-	if !strings.Contains(history(s), voters.ReasonNotVoterByDeadline) {
-		t.Errorf("history does not say %s", voters.ReasonNotVoterByDeadline)
+	if !strings.Contains(history(s), holdfastv1.SwapReasonNotVoterByDeadline) {
+		t.Errorf("history does not say %s", holdfastv1.SwapReasonNotVoterByDeadline)
 	}
 }
 
@@ -121,7 +122,7 @@ func TestRemovalCompletesWithTheOutgoingVoterPaused(t *testing.T) {
 	h4 := c.hosts["p4"]
 	h4.quiet.Store(true)
 	name := createSwap(t, "p1", "p4")
-	waitWaiting(t, name, voters.ReasonWaitingReady, 90*time.Second)
+	waitWaiting(t, name, holdfastv1.SwapReasonWaitingForNodeReady, 90*time.Second)
 	if v, _, _ := etcdMembers(t, cli); !slices.Contains(v, "p4") {
 		t.Fatalf("the swap waits for p4's Ready while p4 is no voter: voters %v", v)
 	}
@@ -129,15 +130,20 @@ func TestRemovalCompletesWithTheOutgoingVoterPaused(t *testing.T) {
 	h1.pause(t)
 	h4.quiet.Store(false)
 	eventually(t, time.Minute, "p1's member removed", func() (bool, string) {
-		v, _, _ := etcdMembers(t, cli)
+		// A read may time out while the voters that stay elect a leader
+		// in p1's place.
+		v, _, _, err := etcdwatch.Members(context.Background(), cli)
+		if err != nil {
+			return false, err.Error()
+		}
 		return slices.Equal(v, []string{"p2", "p3", "p4"}), strings.Join(v, ",")
 	})
 	// The operation timeout of finish-demote passes with p1 away.
 	shifted.Advance(2 * time.Minute)
 	s := waitPhase(t, name, holdfastv1.SwapSucceeded, time.Minute)
 	checkWriter(t, w)
-	if !strings.Contains(history(s), voters.ReasonOutgoingDown) || !strings.Contains(history(s), voters.ReasonOutgoingPending) {
-		t.Errorf("history does not say %s and %s:\n%s", voters.ReasonOutgoingDown, voters.ReasonOutgoingPending, history(s))
+	if !strings.Contains(history(s), holdfastv1.SwapReasonOutgoingDown) || !strings.Contains(history(s), holdfastv1.SwapReasonOutgoingPending) {
+		t.Errorf("history does not say %s and %s:\n%s", holdfastv1.SwapReasonOutgoingDown, holdfastv1.SwapReasonOutgoingPending, history(s))
 	}
 	n1 := getNode(t, "p1")
 	if _, ok := n1.Labels[holdfastv1.LabelEtcdRole]; ok {
@@ -347,11 +353,11 @@ func TestSwapAbandonedWhenWorkloadPodsOutlastTheDrainWait(t *testing.T) {
 	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), job, client.GracePeriodSeconds(0)) })
 
 	name := createSwap(t, "w1", "w4")
-	waitWaiting(t, name, voters.ReasonWorkloadPods, time.Minute)
+	waitWaiting(t, name, holdfastv1.SwapReasonWorkloadPodsRunning, time.Minute)
 	// The drain wait passes with the job still running.
 	shifted.Advance(2 * time.Minute)
 	s := waitPhase(t, name, holdfastv1.SwapAbandoned, time.Minute)
-	if !strings.Contains(history(s), voters.ReasonWorkloadTimeout) || !strings.Contains(history(s), "build-job") {
+	if !strings.Contains(history(s), holdfastv1.SwapReasonWorkloadDrainTimeout) || !strings.Contains(history(s), "build-job") {
 		t.Errorf("history does not name the timeout and the pod:\n%s", history(s))
 	}
 	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(job), job); err != nil || job.DeletionTimestamp != nil {

@@ -566,7 +566,7 @@ func waitPhase(t testing.TB, name string, phase holdfastv1.SwapPhase, within tim
 		if s.Status.Phase.Finished() && s.Status.Phase != phase {
 			t.Fatalf("swap %s finished %s, want %s: %s\nhistory:\n%s\nnodes while it waited:\n%s", name, s.Status.Phase, phase, describe(s), history(s), waited)
 		}
-		if c := meta.FindStatusCondition(s.Status.Conditions, holdfastv1.ConditionProgressing); c != nil && c.Reason == voters.ReasonWaitingActuator {
+		if c := meta.FindStatusCondition(s.Status.Conditions, holdfastv1.ConditionProgressing); c != nil && c.Reason == holdfastv1.SwapReasonWaitingForNodePlugin {
 			waited = c.Message + "\n" + nodeReports(t)
 		}
 		return s.Status.Phase == phase, describe(s) + "\n" + nodeReports(t)

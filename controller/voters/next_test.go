@@ -164,7 +164,7 @@ func TestNextPending(t *testing.T) {
 			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse,
 				Message: "0/5 nodes are available: 3 already an etcd member, 2 not provisioned."}}
 			o.Candidate = p
-		}, want{waitFor: ReasonNoCandidate, says: []string{"2 not provisioned"}}},
+		}, want{waitFor: holdfastv1.SwapReasonNoCandidate, says: []string{"2 not provisioned"}}},
 		{"an automatic swap with no candidate within the timeout is refused", func(o *Observation) {
 			o.Swaps = append(o.Swaps, swap("s1", "n1", "", holdfastv1.SwapAutomatic))
 			p := CandidatePod(&o.Swaps[0], "holdfast-system", "")
@@ -213,7 +213,7 @@ func TestNextLease(t *testing.T) {
 			holdLease(o, "someone-else", "other-swap", t0.Add(-5*time.Second))
 			o.Swaps[0].Status.OutgoingMemberID = HexID(memberID("n1"))
 			withVoter(o)
-		}, want{waitFor: ReasonLeaseHeld, says: []string{"held by someone-else", "never acting"}}},
+		}, want{waitFor: holdfastv1.SwapReasonLeaseHeldElsewhere, says: []string{"held by someone-else", "never acting"}}},
 		{"the Lease held by someone else, expired: taken over for the swap", func(o *Observation) {
 			running(o, holdfastv1.StepPromote)
 			holdLease(o, "old-pod", swapID, t0.Add(-time.Minute))
@@ -277,7 +277,7 @@ func TestNextPromote(t *testing.T) {
 			cordon(o.Nodes["n4"], swapID)
 			o.Pods["n4"] = []corev1.Pod{pod("job-1", func(p *corev1.Pod) { p.Spec.RestartPolicy = corev1.RestartPolicyNever }),
 				pod("kiln-1-runtime-e3", func(p *corev1.Pod) { p.Labels = map[string]string{holdfastv1.LabelUnit: "kiln-1"} })}
-		}, want{waitFor: ReasonWorkloadPods, says: []string{"apps/job-1", "apps/kiln-1-runtime-e3"}}},
+		}, want{waitFor: holdfastv1.SwapReasonWorkloadPodsRunning, says: []string{"apps/job-1", "apps/kiln-1-runtime-e3"}}},
 		{"workload pods past the drain wait: abandoned (uncordoned on release, no cooldown)", func(o *Observation) {
 			s := running(o, holdfastv1.StepPromote)
 			s.Status.Deadline = &metav1.Time{Time: t0}
@@ -353,7 +353,7 @@ func TestNextPromote(t *testing.T) {
 			withLearner(o, false)
 			setStep(o.Nodes["n4"], holdfastv1.RoleServer, swapID, holdfastv1.RoleStepPromote)
 			setReport(o.Nodes["n4"], swapID, holdfastv1.RoleStepPromote, holdfastv1.ActuatorFailed, nil, t0)
-		}, want{waitFor: ReasonWaitingActuator, says: []string{"promote failed"}}},
+		}, want{waitFor: holdfastv1.SwapReasonWaitingForNodePlugin, says: []string{"promote failed"}}},
 		{"the server started: the learner is promoted (retried until etcd accepts)", func(o *Observation) {
 			s := running(o, holdfastv1.StepPromote)
 			s.Status.IncomingMemberID = HexID(memberID("n4"))
@@ -388,7 +388,7 @@ func TestNextPromote(t *testing.T) {
 			promoteDone(o)
 			o.Nodes["n4"].Labels[holdfastv1.LabelEtcdRole] = "true"
 			o.Nodes["n4"].Status.Conditions[0].LastHeartbeatTime = metav1.NewTime(started.Add(-time.Second))
-		}, want{waitFor: ReasonWaitingReady}},
+		}, want{waitFor: holdfastv1.SwapReasonWaitingForNodeReady}},
 		{"a voter and Ready after the start: uncordoned", func(o *Observation) {
 			s := running(o, holdfastv1.StepPromote)
 			s.Status.IncomingMemberID = HexID(memberID("n4"))
@@ -432,17 +432,17 @@ func TestNextRollback(t *testing.T) {
 			s := running(o, holdfastv1.StepRollback)
 			s.Status.IncomingMemberID = HexID(memberID("n4"))
 			withLearner(o, true)
-		}, want{kind: RemoveMember, node: "n4", says: []string{ReasonStartedLearnerRemoved}}},
+		}, want{kind: RemoveMember, node: "n4", says: []string{holdfastv1.SwapReasonStartedLearnerRemoved}}},
 		{"rollback of a started learner waits for its host to record the removal (tombstone)", func(o *Observation) {
 			s := running(o, holdfastv1.StepRollback)
 			s.Status.IncomingMemberID = HexID(memberID("n4"))
-			s.Status.History = append(s.Status.History, rec(holdfastv1.StepRollback, "LearnerRemoved", ReasonStartedLearnerRemoved, "removed"))
+			s.Status.History = append(s.Status.History, rec(holdfastv1.StepRollback, "LearnerRemoved", holdfastv1.SwapReasonStartedLearnerRemoved, "removed"))
 			s.Status.Deadline = &metav1.Time{Time: t0.Add(time.Duration(o.Policy.Spec.OperationTimeoutSeconds) * time.Second)}
-		}, want{waitFor: ReasonWaitingActuator, says: []string{"record its learner's removal"}}},
+		}, want{waitFor: holdfastv1.SwapReasonWaitingForNodePlugin, says: []string{"record its learner's removal"}}},
 		{"rollback of a started learner once its removal is recorded: the host is returned to an agent", func(o *Observation) {
 			s := running(o, holdfastv1.StepRollback)
 			s.Status.IncomingMemberID = HexID(memberID("n4"))
-			s.Status.History = append(s.Status.History, rec(holdfastv1.StepRollback, "LearnerRemoved", ReasonStartedLearnerRemoved, "removed"))
+			s.Status.History = append(s.Status.History, rec(holdfastv1.StepRollback, "LearnerRemoved", holdfastv1.SwapReasonStartedLearnerRemoved, "removed"))
 			o.Nodes["n4"].Annotations[holdfastv1.AnnotationTombstone] = `{"memberID":"4","clusterID":"c1"}`
 		}, want{kind: SetRoleStep, node: "n4"}},
 		{"rolled back on the host but its tombstone still reported: waited for", func(o *Observation) {
@@ -451,11 +451,11 @@ func TestNextRollback(t *testing.T) {
 			setStep(o.Nodes["n4"], holdfastv1.RoleAgent, swapID, holdfastv1.RoleStepRollback)
 			setReport(o.Nodes["n4"], swapID, holdfastv1.RoleStepRollback, holdfastv1.ActuatorDone, nil, t0)
 			o.Nodes["n4"].Annotations[holdfastv1.AnnotationTombstone] = `{"memberID":"4","clusterID":"c1"}`
-		}, want{waitFor: ReasonWaitingActuator, says: []string{"retire any tombstone"}}},
+		}, want{waitFor: holdfastv1.SwapReasonWaitingForNodePlugin, says: []string{"retire any tombstone"}}},
 		{"rollback waits for the node plugin", func(o *Observation) {
 			running(o, holdfastv1.StepRollback)
 			setStep(o.Nodes["n4"], holdfastv1.RoleAgent, swapID, holdfastv1.RoleStepRollback)
-		}, want{waitFor: ReasonWaitingActuator}},
+		}, want{waitFor: holdfastv1.SwapReasonWaitingForNodePlugin}},
 		{"rolled back on the host: uncordoned", func(o *Observation) {
 			running(o, holdfastv1.StepRollback)
 			cordon(o.Nodes["n4"], swapID)
@@ -494,7 +494,7 @@ func TestNextRegateAndStepDown(t *testing.T) {
 		{"a voter that stays is down: regate waits", func(o *Observation) {
 			fourVoters(o)
 			pause(o, "n3")
-		}, want{waitFor: ReasonRegateFailed, says: []string{"voter n3 does not answer"}}},
+		}, want{waitFor: holdfastv1.SwapReasonRegateFailed, says: []string{"voter n3 does not answer"}}},
 		{"the outgoing voter is down: regate passes", func(o *Observation) {
 			fourVoters(o)
 			setLeader(o, "n2")
@@ -534,7 +534,7 @@ func TestNextRegateAndStepDown(t *testing.T) {
 			stepDown(o)
 			cordon(o.Nodes["n1"], swapID)
 			setStep(o.Nodes["n1"], holdfastv1.RoleAgent, swapID, holdfastv1.RoleStepStepDown)
-		}, want{waitFor: ReasonWaitingActuator}},
+		}, want{waitFor: holdfastv1.SwapReasonWaitingForNodePlugin}},
 		{"stepped down: on to the removal", func(o *Observation) {
 			stepDown(o)
 			cordon(o.Nodes["n1"], swapID)
@@ -546,14 +546,14 @@ func TestNextRegateAndStepDown(t *testing.T) {
 			cordon(o.Nodes["n1"], swapID)
 			setStep(o.Nodes["n1"], holdfastv1.RoleAgent, swapID, holdfastv1.RoleStepStepDown)
 			pause(o, "n1")
-		}, want{waitFor: ReasonWaitingActuator}},
+		}, want{waitFor: holdfastv1.SwapReasonWaitingForNodePlugin}},
 		{"the outgoing voter is down: removed without waiting for its step-down", func(o *Observation) {
 			stepDown(o)
 			cordon(o.Nodes["n1"], swapID)
 			setStep(o.Nodes["n1"], holdfastv1.RoleAgent, swapID, holdfastv1.RoleStepStepDown)
 			pause(o, "n1")
 			notReady(o.Nodes["n1"])
-		}, want{kind: Record, step: holdfastv1.StepRemoveMember, says: []string{ReasonOutgoingDown}}},
+		}, want{kind: Record, step: holdfastv1.StepRemoveMember, says: []string{holdfastv1.SwapReasonOutgoingDown}}},
 	})
 }
 
@@ -592,13 +592,13 @@ func TestNextRemoveAndFinish(t *testing.T) {
 			}}},
 		{"removal rejected, then retried: the same removal again", func(o *Observation) {
 			s := removal(o)
-			s.Status.History = append(s.Status.History, rec(holdfastv1.StepRemoveMember, OutcomeRetried, ReasonMemberRemoved,
+			s.Status.History = append(s.Status.History, rec(holdfastv1.StepRemoveMember, holdfastv1.SwapOutcomeRetried, holdfastv1.SwapReasonMemberRemoved,
 				"RemoveMember failed, tried again: etcdserver: unhealthy cluster"))
 		}, want{kind: RemoveMember, node: "n1"}},
 		{"removal held while a voter that stays is unhealthy", func(o *Observation) {
 			removal(o)
 			pause(o, "n3")
-		}, want{waitFor: ReasonRemovalHeld, says: []string{"voter n3 does not answer"}}},
+		}, want{waitFor: holdfastv1.SwapReasonRemovalHeld, says: []string{"voter n3 does not answer"}}},
 		{"the outgoing voter is down and the others healthy: removed anyway", func(o *Observation) {
 			removal(o)
 			pause(o, "n1")
@@ -612,7 +612,7 @@ func TestNextRemoveAndFinish(t *testing.T) {
 			removal(o)
 			o.Etcd.Members = o.Etcd.Members[1:]
 		}, want{kind: Record, step: holdfastv1.StepFinishDemote}},
-		{"finish-demote waits for the host to record the removal (tombstone)", finish, want{waitFor: ReasonWaitingActuator, says: []string{"record its member's removal"}}},
+		{"finish-demote waits for the host to record the removal (tombstone)", finish, want{waitFor: holdfastv1.SwapReasonWaitingForNodePlugin, says: []string{"record its member's removal"}}},
 		{"finish-demote of a host that is down needs no tombstone first", func(o *Observation) {
 			finish(o)
 			notReady(o.Nodes["n1"])
@@ -641,7 +641,7 @@ func TestNextRemoveAndFinish(t *testing.T) {
 			setStep(o.Nodes["n1"], holdfastv1.RoleAgent, swapID, holdfastv1.RoleStepFinishDemote)
 			setReport(o.Nodes["n1"], swapID, holdfastv1.RoleStepFinishDemote, holdfastv1.ActuatorDone, nil, t0.Add(-2*time.Second))
 			o.Nodes["n1"].Annotations[holdfastv1.AnnotationTombstone] = `{"memberID":"1","clusterID":"c"}`
-		}, want{waitFor: ReasonWaitingActuator, says: []string{"tombstone retired"}}},
+		}, want{waitFor: holdfastv1.SwapReasonWaitingForNodePlugin, says: []string{"tombstone retired"}}},
 		{"finished, Ready and uncordoned: released as succeeded", func(o *Observation) {
 			finish(o)
 			o.Nodes["n1"].Spec = corev1.NodeSpec{}
@@ -653,7 +653,7 @@ func TestNextRemoveAndFinish(t *testing.T) {
 			o.Swaps[0].Status.Deadline = &metav1.Time{Time: t0.Add(-time.Second)}
 			setStep(o.Nodes["n1"], holdfastv1.RoleAgent, swapID, holdfastv1.RoleStepFinishDemote)
 			notReady(o.Nodes["n1"])
-		}, want{kind: Record, step: holdfastv1.StepRelease, outcome: holdfastv1.SwapSucceeded, says: []string{ReasonOutgoingPending}}},
+		}, want{kind: Record, step: holdfastv1.StepRelease, outcome: holdfastv1.SwapSucceeded, says: []string{holdfastv1.SwapReasonOutgoingPending}}},
 	})
 }
 
@@ -704,7 +704,7 @@ func TestNextIdleAndDecisions(t *testing.T) {
 		{"an even count without a swap: no automatic decision", func(o *Observation) {
 			withVoter(o)
 			unfit(o)
-		}, want{waitFor: ReasonVoterCount, says: []string{"4 voters where the target is 3"}}},
+		}, want{waitFor: holdfastv1.SwapReasonVoterCountOffTarget, says: []string{"4 voters where the target is 3"}}},
 		{"a voter unfit for the window is proposed under dry run", func(o *Observation) {
 			o.Policy.Spec.DryRun = new(true)
 			unfit(o)
@@ -729,7 +729,7 @@ func TestNextIdleAndDecisions(t *testing.T) {
 		{"the cooldown holds automatic swaps back", func(o *Observation) {
 			unfit(o)
 			o.Policy.Status.LastSwap = &holdfastv1.SwapOutcome{Name: "s0", Phase: holdfastv1.SwapRolledBack, FinishedAt: &metav1.Time{Time: t0.Add(-10 * time.Minute)}}
-		}, want{waitFor: ReasonCooldown}},
+		}, want{waitFor: holdfastv1.SwapReasonCooldown}},
 		{"an abandoned swap starts no cooldown", func(o *Observation) {
 			unfit(o)
 			s := swap("s0", "n2", "", holdfastv1.SwapAutomatic)
@@ -741,7 +741,7 @@ func TestNextIdleAndDecisions(t *testing.T) {
 			s := swap("s0", "n2", "", holdfastv1.SwapAutomatic)
 			s.Status.Phase, s.Status.FinishedAt = holdfastv1.SwapRefused, &metav1.Time{Time: t0.Add(-time.Minute)}
 			o.Swaps = append(o.Swaps, s)
-		}, want{waitFor: ReasonCooldown}},
+		}, want{waitFor: holdfastv1.SwapReasonCooldown}},
 		{"a proposal that no longer stands is withdrawn", func(o *Observation) {
 			o.Policy.Status.ProposedSwap = &holdfastv1.ProposedSwap{Outgoing: "n2", At: metav1.NewTime(t0.Add(-time.Hour))}
 		}, want{kind: Withdraw}},
@@ -771,25 +771,25 @@ func TestAutomaticConditionSaysWhyNoSwapIsMade(t *testing.T) {
 		says   string
 		none   bool
 	}{
-		{"a voter unfit for the window is swapped out", unfit, metav1.ConditionTrue, ReasonUnfit, "n2 unfit for the window 10m0s", false},
+		{"a voter unfit for the window is swapped out", unfit, metav1.ConditionTrue, holdfastv1.SwapReasonVoterUnfit, "n2 unfit for the window 10m0s", false},
 		{"the cooldown holds an unfit voter back", func(o *Observation) {
 			unfit(o)
 			o.Policy.Status.LastSwap = &holdfastv1.SwapOutcome{Name: "s0", Phase: holdfastv1.SwapSucceeded, FinishedAt: &metav1.Time{Time: t0.Add(-10 * time.Minute)}}
-		}, metav1.ConditionFalse, ReasonCooldown, "n2 is unfit (fsync p99 40ms over 10ms) but the cooldown runs until 2026-03-01T12:50:00Z", false},
+		}, metav1.ConditionFalse, holdfastv1.SwapReasonCooldown, "n2 is unfit (fsync p99 40ms over 10ms) but the cooldown runs until 2026-03-01T12:50:00Z", false},
 		{"the cooldown, a stale proposal withdrawn: the reason stays", func(o *Observation) {
 			unfit(o)
 			o.Policy.Status.LastSwap = &holdfastv1.SwapOutcome{Name: "s0", Phase: holdfastv1.SwapSucceeded, FinishedAt: &metav1.Time{Time: t0.Add(-10 * time.Minute)}}
 			o.Policy.Status.ProposedSwap = &holdfastv1.ProposedSwap{Outgoing: "n2", At: metav1.NewTime(t0.Add(-time.Hour))}
-		}, metav1.ConditionFalse, ReasonCooldown, "but the cooldown runs until", false},
+		}, metav1.ConditionFalse, holdfastv1.SwapReasonCooldown, "but the cooldown runs until", false},
 		{"dry run proposes", func(o *Observation) {
 			o.Policy.Spec.DryRun = new(true)
 			unfit(o)
-		}, metav1.ConditionFalse, ReasonDryRun, "proposed (dry run): n2 unfit", false},
+		}, metav1.ConditionFalse, holdfastv1.SwapReasonDryRun, "proposed (dry run): n2 unfit", false},
 		{"a swap in progress", func(o *Observation) {
 			running(o, holdfastv1.StepPromote)
 			unfit(o)
-		}, metav1.ConditionFalse, ReasonSwapInProgress, "VoterSwap s1 is in progress", false},
-		{"every voter fit", nil, metav1.ConditionFalse, ReasonNoUnfitVoter, "no voter has been unfit for a whole fitness window (10m0s)", false},
+		}, metav1.ConditionFalse, holdfastv1.SwapReasonSwapInProgress, "VoterSwap s1 is in progress", false},
+		{"every voter fit", nil, metav1.ConditionFalse, holdfastv1.SwapReasonNoUnfitVoter, "no voter has been unfit for a whole fitness window (10m0s)", false},
 		{"a pass tidying a leftover decides nothing", func(o *Observation) {
 			cordon(o.Nodes["n5"], "old-swap")
 		}, "", "", "", true},

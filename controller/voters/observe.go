@@ -96,6 +96,18 @@ type Observation struct {
 	// UnfitSince is, per voter node, since when every fitness report seen
 	// has been over a threshold (fitness.go).
 	UnfitSince map[string]time.Time
+
+	cluster *Cluster
+}
+
+// Cluster is Assess(o), judged once per observation: a pass reads it for
+// the policy status, the fitness history and its decision.
+func (o *Observation) Cluster() *Cluster {
+	if o.cluster == nil {
+		c := Assess(o)
+		o.cluster = &c
+	}
+	return o.cluster
 }
 
 // PeerURL is the peer URL a node's member uses: AnnotationEtcdPeerURL, else
@@ -166,7 +178,7 @@ func Assess(o *Observation) Cluster {
 	c := Cluster{ByNode: map[string]Member{}}
 	if o.Etcd.Err != "" {
 		c.Err = o.Etcd.Err
-		c.Reason = "MemberListUnavailable"
+		c.Reason = holdfastv1.SwapReasonMemberListUnavailable
 		c.Problems = []string{"the etcd member list could not be read: " + o.Etcd.Err}
 		return c
 	}
@@ -185,21 +197,21 @@ func Assess(o *Observation) Cluster {
 		switch {
 		case !m.Started():
 			c.Problems = append(c.Problems, fmt.Sprintf("member %s (%s, peer %s) has not started", HexID(m.ID), node, strings.Join(m.PeerURLs, ",")))
-			reasons = append(reasons, "UnstartedMember")
+			reasons = append(reasons, holdfastv1.SwapReasonUnstartedMember)
 		case !m.Answered:
 			what := "voter"
 			if m.IsLearner {
 				what = "learner"
 			}
 			c.Problems = append(c.Problems, fmt.Sprintf("%s %s does not answer: %s", what, node, m.Problem))
-			reasons = append(reasons, "MemberUnreachable")
+			reasons = append(reasons, holdfastv1.SwapReasonMemberUnreachable)
 		case m.Problem != "":
 			c.Problems = append(c.Problems, fmt.Sprintf("member %s reports: %s", node, m.Problem))
-			reasons = append(reasons, "MemberReportsErrors")
+			reasons = append(reasons, holdfastv1.SwapReasonMemberReportsErrors)
 		}
 		if m.IsLearner && m.Started() {
 			c.Problems = append(c.Problems, fmt.Sprintf("learner present (%s); a swap waits until it is promoted or removed", node))
-			reasons = append(reasons, "LearnerPresent")
+			reasons = append(reasons, holdfastv1.SwapReasonLearnerPresent)
 		}
 		if m.Answered && !m.IsLearner {
 			leaders[m.Leader] = append(leaders[m.Leader], node)
@@ -214,7 +226,7 @@ func Assess(o *Observation) Cluster {
 		}
 		if c.Leader == 0 {
 			c.Problems = append(c.Problems, "etcd reports no leader")
-			reasons = append(reasons, "NoLeader")
+			reasons = append(reasons, holdfastv1.SwapReasonNoLeader)
 		}
 	case len(leaders) > 1:
 		var parts []string
@@ -223,10 +235,10 @@ func Assess(o *Observation) Cluster {
 		}
 		sort.Strings(parts)
 		c.Problems = append(c.Problems, "the voters disagree on the leader: "+strings.Join(parts, "; "))
-		reasons = append(reasons, "NoLeader")
+		reasons = append(reasons, holdfastv1.SwapReasonNoLeader)
 	default:
 		c.Problems = append(c.Problems, "no voter answers")
-		reasons = append(reasons, "MemberUnreachable")
+		reasons = append(reasons, holdfastv1.SwapReasonMemberUnreachable)
 	}
 	if len(reasons) > 0 {
 		c.Reason = reasons[0]

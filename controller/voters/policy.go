@@ -62,13 +62,6 @@ func timesOf(p *holdfastv1.VoterPolicy) policyTimes {
 	return t
 }
 
-// Condition reasons of VoterPolicy and VoterSwap.
-const (
-	ReasonAllMembersHealthy = "AllMembersHealthy"
-	ReasonOdd               = "Odd"
-	ReasonEven              = "Even"
-)
-
 // PolicyStatus is the VoterPolicy status this pass reports: etcd's own view
 // of its members (the webhook's gates read it), when it was observed, the
 // even count, and the last finished swap. ProposedSwap is kept; Next proposes or withdraws it.
@@ -95,7 +88,7 @@ func PolicyStatus(o *Observation, c *Cluster) holdfastv1.VoterPolicyStatus {
 		st.Leader = ""
 	}
 	health := metav1.Condition{Type: holdfastv1.ConditionEtcdHealthy, Status: metav1.ConditionTrue,
-		Reason: ReasonAllMembersHealthy, Message: fmt.Sprintf("%d voters answer and agree on the leader %s", len(c.Voters), st.Leader),
+		Reason: holdfastv1.SwapReasonAllMembersHealthy, Message: fmt.Sprintf("%d voters answer and agree on the leader %s", len(c.Voters), st.Leader),
 		ObservedGeneration: p.Generation}
 	if !c.Healthy() {
 		health.Status, health.Reason, health.Message = metav1.ConditionFalse, c.Reason, strings.Join(c.Problems, "; ")
@@ -103,14 +96,14 @@ func PolicyStatus(o *Observation, c *Cluster) holdfastv1.VoterPolicyStatus {
 	setCondition(&st.Conditions, health, now)
 
 	even := c.Reached && len(c.Voters) > 0 && len(c.Voters)%2 == 0
-	evenCond := metav1.Condition{Type: holdfastv1.ConditionVotersEven, Status: metav1.ConditionFalse, Reason: ReasonOdd,
+	evenCond := metav1.Condition{Type: holdfastv1.ConditionVotersEven, Status: metav1.ConditionFalse, Reason: holdfastv1.SwapReasonOdd,
 		Message: fmt.Sprintf("%d voters", len(st.Voters)), ObservedGeneration: p.Generation}
 	switch {
 	case even:
 		if st.EvenSince == nil {
 			st.EvenSince = &now
 		}
-		evenCond.Status, evenCond.Reason = metav1.ConditionTrue, ReasonEven
+		evenCond.Status, evenCond.Reason = metav1.ConditionTrue, holdfastv1.SwapReasonEven
 		evenCond.Message = fmt.Sprintf("%d voters since %s: an even count tolerates no more failures than one fewer; the swap in progress finishes the removal before anything else",
 			len(c.Voters), st.EvenSince.UTC().Format(time.RFC3339))
 	case c.Reached:
@@ -164,17 +157,17 @@ func AutomaticCondition(o *Observation, d Decision) (metav1.Condition, bool) {
 	a := d.Action
 	switch {
 	case s != nil:
-		c.Reason, c.Message = ReasonSwapInProgress, fmt.Sprintf("VoterSwap %s is in progress: no automatic decision until it finishes", s.Name)
+		c.Reason, c.Message = holdfastv1.SwapReasonSwapInProgress, fmt.Sprintf("VoterSwap %s is in progress: no automatic decision until it finishes", s.Name)
 	case a != nil && a.Kind == CreateSwap:
-		c.Status, c.Reason, c.Message = metav1.ConditionTrue, ReasonUnfit, a.Message
+		c.Status, c.Reason, c.Message = metav1.ConditionTrue, holdfastv1.SwapReasonVoterUnfit, a.Message
 	case a != nil && a.Kind == Propose:
-		c.Reason, c.Message = ReasonDryRun, "proposed (dry run): "+a.Message
+		c.Reason, c.Message = holdfastv1.SwapReasonDryRun, "proposed (dry run): "+a.Message
 	case a != nil && a.Kind != Withdraw:
 		return c, false
 	case d.WaitReason != "":
 		c.Reason, c.Message = d.WaitReason, d.Waiting
 	default:
-		c.Reason, c.Message = ReasonNoUnfitVoter, fmt.Sprintf("no voter has been unfit for a whole fitness window (%v)", timesOf(o.Policy).window)
+		c.Reason, c.Message = holdfastv1.SwapReasonNoUnfitVoter, fmt.Sprintf("no voter has been unfit for a whole fitness window (%v)", timesOf(o.Policy).window)
 	}
 	return c, true
 }
@@ -184,7 +177,7 @@ func AutomaticCondition(o *Observation, d Decision) (metav1.Condition, bool) {
 // Warning Event when it starts.
 func heldBack(reason string) bool {
 	switch reason {
-	case ReasonCooldown, ReasonGatesFailed, ReasonEtcdUnhealthy, ReasonVoterCount:
+	case holdfastv1.SwapReasonCooldown, holdfastv1.SwapReasonGatesFailed, holdfastv1.SwapReasonEtcdUnhealthy, holdfastv1.SwapReasonVoterCountOffTarget:
 		return true
 	}
 	return false

@@ -139,8 +139,7 @@ func (r *Reconciler) Pass(ctx context.Context) (time.Duration, error) {
 	if err != nil || o == nil {
 		return r.IdleEvery, err
 	}
-	c := Assess(o)
-	if err := r.recordPolicy(ctx, o, &c); err != nil {
+	if err := r.recordPolicy(ctx, o, o.Cluster()); err != nil {
 		return 0, err
 	}
 	d := Next(o)
@@ -246,8 +245,7 @@ func (r *Reconciler) observe(ctx context.Context) (*Observation, Etcd, error) {
 			r.lastEtcd = o.Etcd
 		}
 	}
-	c := Assess(o)
-	if c.Reached {
+	if c := o.Cluster(); c.Reached {
 		UpdateUnfitSince(r.unfitSince, c.Voters, o.Nodes, p, now)
 	}
 
@@ -607,11 +605,11 @@ func (r *Reconciler) apply(s *holdfastv1.VoterSwap, ch *Change, now time.Time) {
 			Message: truncate(msg, 32000), ObservedGeneration: s.Generation}, t)
 	}
 	if ch.Phase == holdfastv1.SwapRunning && ch.StartedAt {
-		setCondition(&st.Conditions, metav1.Condition{Type: holdfastv1.ConditionGatesPassed, Status: metav1.ConditionTrue, Reason: ReasonGatesPassed,
+		setCondition(&st.Conditions, metav1.Condition{Type: holdfastv1.ConditionGatesPassed, Status: metav1.ConditionTrue, Reason: holdfastv1.SwapReasonGatesPassed,
 			Message: "every gate held when the swap started", ObservedGeneration: s.Generation}, t)
 	}
 	if ch.Phase == holdfastv1.SwapRefused {
-		setCondition(&st.Conditions, metav1.Condition{Type: holdfastv1.ConditionGatesPassed, Status: metav1.ConditionFalse, Reason: ReasonGatesFailed,
+		setCondition(&st.Conditions, metav1.Condition{Type: holdfastv1.ConditionGatesPassed, Status: metav1.ConditionFalse, Reason: holdfastv1.SwapReasonGatesFailed,
 			Message: truncate(lastMessage(st), 32000), ObservedGeneration: s.Generation}, t)
 	}
 }
@@ -639,7 +637,7 @@ func (r *Reconciler) recordRetry(ctx context.Context, o *Observation, swap *hold
 		return nil
 	}
 	s := swap.DeepCopy()
-	r.apply(s, &Change{History: []holdfastv1.SwapStepRecord{rec(step, OutcomeRetried, a.Reason, msg)}}, o.Now)
+	r.apply(s, &Change{History: []holdfastv1.SwapStepRecord{rec(step, holdfastv1.SwapOutcomeRetried, a.Reason, msg)}}, o.Now)
 	if err := r.Client.Status().Update(ctx, s); err != nil {
 		return err
 	}

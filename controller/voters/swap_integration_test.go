@@ -109,7 +109,7 @@ func TestFullSwapWithRealEtcd(t *testing.T) {
 		}
 		reasons = append(reasons, r.Reason)
 	}
-	for _, want := range []string{voters.ReasonLeaseTaken, voters.ReasonLearnerAdded, voters.ReasonPromoted, voters.ReasonMemberRemoved, voters.ReasonReleased} {
+	for _, want := range []string{holdfastv1.SwapReasonLeaseTaken, holdfastv1.SwapReasonLearnerAdded, holdfastv1.SwapReasonPromoted, holdfastv1.SwapReasonMemberRemoved, holdfastv1.SwapReasonReleased} {
 		if !slices.Contains(reasons, want) {
 			t.Errorf("audit trail %v lacks %s", reasons, want)
 		}
@@ -127,7 +127,7 @@ func TestFullSwapWithRealEtcd(t *testing.T) {
 				seen[e.Reason] = true
 			}
 		}
-		return seen[voters.ReasonLearnerAdded] && seen[voters.ReasonPromoted] && seen[voters.ReasonMemberRemoved], fmt.Sprint(seen)
+		return seen[holdfastv1.SwapReasonLearnerAdded] && seen[holdfastv1.SwapReasonPromoted] && seen[holdfastv1.SwapReasonMemberRemoved], fmt.Sprint(seen)
 	})
 
 	// The former member comes back: a2 out, the scheduler's pick in (the
@@ -225,7 +225,7 @@ func TestAnUnfitVoterIsSwappedAutomaticallyAndTheCooldownHolds(t *testing.T) {
 		for _, e := range evs.Items {
 			if e.Regarding.Kind == "VoterPolicy" {
 				seen = append(seen, e.Type+" "+e.Reason+": "+e.Note)
-				if e.Type == corev1.EventTypeWarning && e.Reason == voters.ReasonCooldown && strings.Contains(e.Note, "u3 is unfit") {
+				if e.Type == corev1.EventTypeWarning && e.Reason == holdfastv1.SwapReasonCooldown && strings.Contains(e.Note, "u3 is unfit") {
 					return true, ""
 				}
 			}

@@ -39,3 +39,11 @@ func TestReferenceIsUpToDate(t *testing.T) {
 		}
 	}
 }
+
+func TestRedactHostReplacesWholeWordsOnly(t *testing.T) {
+	in := "  --identity string (default vm)\n  -vmodule value\n  --peer (default vm.local)"
+	want := "  --identity string (default <hostname>)\n  -vmodule value\n  --peer (default <hostname>.local)"
+	if got := redactHost(in, "vm"); got != want {
+		t.Errorf("redactHost:\n got %q\nwant %q", got, want)
+	}
+}

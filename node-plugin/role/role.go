@@ -223,15 +223,7 @@ func (r *Reconciler) leaseHeld(ctx context.Context, swap string) (bool, string, 
 }
 
 func current(node *corev1.Node) *holdfastv1.ActuatorReport {
-	s, ok := node.Annotations[holdfastv1.AnnotationActuator]
-	if !ok {
-		return nil
-	}
-	rep, err := holdfastv1.ParseActuatorReport(s)
-	if err != nil {
-		return nil
-	}
-	return rep
+	return holdfastv1.ActuatorReportOf(node.Annotations)
 }
 
 // report writes the actuator annotation on the own Node.

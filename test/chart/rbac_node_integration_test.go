@@ -156,18 +156,37 @@ func nodeScenario(t *testing.T, bin, kubeconfig string, chartArgs []string) {
 		ObjectMeta: metav1.ObjectMeta{Name: installedVWC.Name}}); err != nil {
 		t.Fatal(err)
 	}
-	n := getNode()
-	n.Labels = map[string]string{holdfastv1.LabelDesiredRole: holdfastv1.RoleServer}
-	n.Annotations[holdfastv1.AnnotationRoleSwap] = "20261129T200000Z-rb-cp-rb-node-1"
-	n.Annotations[holdfastv1.AnnotationRoleStep] = holdfastv1.RoleStepPromote
-	n.Annotations[holdfastv1.AnnotationRoleJoin] = "rb-node-1=https://127.0.0.1:2380"
-	if err := env.Client.Update(ctx, n); err != nil {
+	// The apiserver may still call the stopped webhook from its cached
+	// configuration for a moment.
+	if err := pastWebhookCalls(func() error {
+		n := getNode()
+		n.Labels = map[string]string{holdfastv1.LabelDesiredRole: holdfastv1.RoleServer}
+		n.Annotations[holdfastv1.AnnotationRoleSwap] = "20261129T200000Z-rb-cp-rb-node-1"
+		n.Annotations[holdfastv1.AnnotationRoleStep] = holdfastv1.RoleStepPromote
+		n.Annotations[holdfastv1.AnnotationRoleJoin] = "rb-node-1=https://127.0.0.1:2380"
+		return env.Client.Update(ctx, n)
+	}); err != nil {
 		t.Fatal(err)
 	}
 	poll(t, "the actuator's refusal on the Node", func() bool {
 		return strings.Contains(getNode().Annotations[holdfastv1.AnnotationActuator], holdfastv1.ActuatorRefused)
 	})
 	proc.stop(t)
+}
+
+// pastWebhookCalls runs write until the apiserver stops failing to call a
+// webhook: it calls the webhooks of the configurations it has cached, which
+// trail a webhook that starts, stops or has its configuration deleted. Any
+// other outcome is returned.
+func pastWebhookCalls(write func() error) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := write()
+		if err == nil || time.Now().After(deadline) || !strings.Contains(err.Error(), "failed calling webhook") {
+			return err
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 func poll(t *testing.T, what string, cond func() bool) {

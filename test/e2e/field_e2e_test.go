@@ -22,10 +22,10 @@ import (
 // driver may be gone before its readiness fails.
 const driverGrace = 15 * time.Second
 
-// fieldLoss is how long the field-only partition lasts: past the driver
-// grace, and three leases, so a lease the partition touched would have
-// expired and been failed over.
-const fieldLoss = 45 * time.Second
+// fieldLeases is how long the field-only partition lasts, in leases: past
+// the driver grace, and long enough that a lease the partition touched would
+// have expired and been failed over.
+const fieldLeases = 3
 
 // TestFieldPartitionKeepsTheLeaseAndShowsTheDeviceLost: the primary's node
 // is cut from the field network only (cluster.Node.Partition(Field)); its
@@ -41,12 +41,12 @@ const fieldLoss = 45 * time.Second
 // a Hold. Nothing reaches the device. Healed, the same runtime reconnects,
 // is ready again and drives the device, and the device saw one writer.
 func TestFieldPartitionKeepsTheLeaseAndShowsTheDeviceLost(t *testing.T) {
-	d := newDrillWith(t, "field-cut", 10, func(o *scenario.UnitOptions) {
+	d := newDrillWith(t, "field-cut", 0, func(o *scenario.UnitOptions) {
 		o.RuntimeArgs = []string{"--driver-grace=" + driverGrace.String()}
 	})
 	b1 := d.held(1)
 	node := world.Nodes[b1.Node]
-	before := d.runtimeView(b1.Node, 1, time.Second)
+	before := d.runtimeView(b1.Node, b1.Epoch, time.Second)
 	metrics := fmt.Sprintf("http://%s:9441/metrics", node.IP)
 	cutAt := time.Now()
 	heal := d.partition(node, cluster.Field)
@@ -69,7 +69,7 @@ func TestFieldPartitionKeepsTheLeaseAndShowsTheDeviceLost(t *testing.T) {
 	if rr.Reason != holdfastv1.ReasonPodNotReady || !strings.Contains(rr.Message, b1.Pod) {
 		t.Fatalf("RuntimeReady while the device is away: %+v, want False PodNotReady naming %s", rr, b1.Pod)
 	}
-	pod, err := d.u.RuntimePod(d.ctx, 1)
+	pod, err := d.u.RuntimePod(d.ctx, b1.Epoch)
 	if err != nil || pod == nil || podCondition(pod, corev1.PodReady) != corev1.ConditionFalse {
 		t.Fatalf("the runtime pod while the device is away: %v (%v), want Ready False", pod, err)
 	}
@@ -77,7 +77,7 @@ func TestFieldPartitionKeepsTheLeaseAndShowsTheDeviceLost(t *testing.T) {
 		b1.Node, lost.Round(100*time.Millisecond), rr.Reason, rr.Message, notReady.Round(100*time.Millisecond))
 	// The lease, watched at the runtime and in the Unit, is untouched for
 	// three leases, and nothing reaches the device.
-	d.leaseUntouched(1, b1.Node, time.Until(cutAt.Add(fieldLoss)))
+	d.leaseUntouched(b1.Epoch, b1.Node, time.Until(cutAt.Add(fieldLeases*u.Spec.Availability.LeaseDuration())))
 	d.noFailoverEvents()
 	if held := meta.FindStatusCondition(u.Status.Conditions, holdfastv1.ConditionHeld); held != nil && held.Status == metav1.ConditionTrue {
 		t.Fatalf("the unit is in Hold with its lease held: %+v", held)
@@ -95,11 +95,11 @@ func TestFieldPartitionKeepsTheLeaseAndShowsTheDeviceLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("healed: RuntimeReady True again after %v", time.Since(healedAt).Round(100*time.Millisecond))
-	if err := d.u.WaitWrites(d.ctx, 1, 5, time.Minute); err != nil {
+	if err := d.u.WaitWrites(d.ctx, b1.Epoch, 5, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	d.writesSince(1, healedAt)
-	after := d.runtimeView(b1.Node, 1, time.Second)
+	d.writesSince(b1.Epoch, healedAt)
+	after := d.runtimeView(b1.Node, b1.Epoch, time.Second)
 	if after.Incarnation != before.Incarnation {
 		t.Fatalf("the runtime was replaced: %+v, was %+v", after, before)
 	}

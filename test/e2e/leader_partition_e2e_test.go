@@ -35,7 +35,7 @@ import (
 // the current epoch's runtime takes its lease and the device saw one writer
 // at a time, the new one at least the margin after epoch 1's last.
 func TestGrantorLeaderPartitionedFromTheRuntimesLetsOneWrite(t *testing.T) {
-	d := newDrill(t, "leader-partition", 10)
+	d := newDrill(t, "leader-partition", 0)
 	b1, a := d.heldPastHoldOff()
 	old, others, err := world.GrantorLeader(d.ctx)
 	if err != nil {
@@ -85,7 +85,7 @@ func TestGrantorLeaderPartitionedFromTheRuntimesLetsOneWrite(t *testing.T) {
 	}
 	acquired := el.Spec.AcquireTime.Time
 	st, err := leaseStatus(world.HTTPClient(), fmt.Sprintf("http://%s:9443%s", world.Nodes[b1.Node].IP, lease.Path))
-	if err != nil || st.Epoch != 1 || st.State != lease.Held || st.Fenced || st.LastGrantor != old.Identity {
+	if err != nil || st.Epoch != b1.Epoch || st.State != lease.Held || st.Fenced || st.LastGrantor != old.Identity {
 		t.Fatalf("when %s took the election the runtime reported %+v (%v): want Held, renewed by the old leader %s", next.Identity, st, err, old.Identity)
 	}
 	t.Logf("%s leads since %s (%v after the cuts); the runtime Held, last renewed by %s", next.Identity,
@@ -115,8 +115,8 @@ func TestGrantorLeaderPartitionedFromTheRuntimesLetsOneWrite(t *testing.T) {
 		t.Fatalf("%v; turns %s", err, scenario.TurnsString(turns))
 	}
 	for _, tn := range turns {
-		if tn.Writer.Epoch != 1 {
-			t.Fatalf("%s reached the device while no runtime after epoch 1 could be granted: turns %s", tn.Writer.Name, scenario.TurnsString(turns))
+		if tn.Writer.Epoch != b1.Epoch {
+			t.Fatalf("%s reached the device while no runtime after epoch %d could be granted: turns %s", tn.Writer.Name, b1.Epoch, scenario.TurnsString(turns))
 		}
 	}
 
@@ -129,12 +129,12 @@ func TestGrantorLeaderPartitionedFromTheRuntimesLetsOneWrite(t *testing.T) {
 	if err := healNext(); err != nil {
 		t.Fatal(err)
 	}
-	bn := d.held(last)
-	if o, _ := devicesim.Of(turns, 1); o.Accepted == 0 {
-		t.Fatalf("epoch 1 never wrote: %s", scenario.TurnsString(turns))
+	bn := d.heldAt(last)
+	if o, _ := devicesim.Of(turns, b1.Epoch); o.Accepted == 0 {
+		t.Fatalf("epoch %d never wrote: %s", b1.Epoch, scenario.TurnsString(turns))
 	}
-	d.oldRuntimeFenced(b1.Node, 1)
-	d.staleRuntimeQuiet(b1.Node, 1, last)
-	d.oneWriter(1, last)
+	d.oldRuntimeFenced(b1.Node, b1.Epoch)
+	d.staleRuntimeQuiet(b1.Node, b1.Epoch, last)
+	d.oneWriter(b1.Epoch, last)
 	d.oneHolder(last, bn.Node)
 }

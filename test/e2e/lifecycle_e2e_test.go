@@ -21,11 +21,11 @@ import (
 // answers at its lease port) and a new unit placed on the same node takes
 // them and holds its lease.
 func TestDeletedUnitsRuntimePodIsGarbageCollected(t *testing.T) {
-	d := newDrill(t, "gc", 10)
+	d := newDrill(t, "gc", 0)
 	b1 := d.held(1)
-	pod, err := d.u.RuntimePod(d.ctx, 1)
+	pod, err := d.u.RuntimePod(d.ctx, b1.Epoch)
 	if err != nil || pod == nil {
-		t.Fatalf("the runtime pod of epoch 1: %v, %v", pod, err)
+		t.Fatalf("the runtime pod of epoch %d: %v, %v", b1.Epoch, pod, err)
 	}
 	u, err := d.u.Get(d.ctx)
 	if err != nil {
@@ -56,7 +56,7 @@ func TestDeletedUnitsRuntimePodIsGarbageCollected(t *testing.T) {
 	if !gone {
 		t.Fatalf("the Unit is still there: %+v", u.ObjectMeta)
 	}
-	next := newDrill(t, "gc-next", 10)
+	next := newDrill(t, "gc-next", 0)
 	if b := next.held(1); b.Node != b1.Node {
 		t.Fatalf("the next unit held on %s, want the collected runtime's node %s", b.Node, b1.Node)
 	}

@@ -19,10 +19,10 @@ const clusterDevice = devicesim.OwnerEpoch
 // clusterEvictionSeconds: the apiserver's default eviction delay (300s).
 const clusterEvictionSeconds = 0
 
-// controlPartitions: a partition briefer than the failover takes (healed at
-// twice the lease, while epoch 2 starts), and one of ten minutes, through
-// NotReady and the default 300s eviction.
+// controlPartitions: one healed at twice the lease, after the failover and
+// before any eviction, and one of ten minutes, through NotReady and the
+// default 300s eviction.
 var controlPartitions = []partitionCase{
-	{name: "2x-lease", lasts: 20 * time.Second},
+	{name: "2x-lease", leases: 2},
 	{name: "10-minutes", lasts: 10 * time.Minute, evicts: true},
 }

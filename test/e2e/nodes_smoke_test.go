@@ -2,11 +2,7 @@
 
 package e2e
 
-import (
-	"time"
-
-	"github.com/holdfast-io/holdfast/test/devicesim"
-)
+import "github.com/holdfast-io/holdfast/test/devicesim"
 
 // make test's smoke cluster: a primary and one standby, both real kubelets.
 var clusterNodes = []string{"edge-a", "edge-b"}
@@ -20,10 +16,10 @@ const clusterDevice = devicesim.Plain
 // partition sees kube-controller-manager evict within CI's budget.
 const clusterEvictionSeconds = 20
 
-// controlPartitions: a partition briefer than the failover takes (healed at
-// twice the lease, while epoch 2 starts), and one that lasts until the node
-// is NotReady and its bystander evicted.
+// controlPartitions: one healed at twice the lease, after the failover and
+// before any eviction, and one that lasts until the node is NotReady and its
+// bystander evicted.
 var controlPartitions = []partitionCase{
-	{name: "2x-lease", lasts: 20 * time.Second},
+	{name: "2x-lease", leases: 2},
 	{name: "until-evicted", untilEvicted: true},
 }

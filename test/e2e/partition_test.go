@@ -21,13 +21,14 @@ import (
 	"github.com/holdfast-io/holdfast/test/cluster"
 )
 
-// partitionCase is how long a control-plane partition lasts: a fixed time
-// from the cut, or until kube-controller-manager has declared the node
+// partitionCase is how long a control-plane partition lasts: a number of
+// the unit's leases or a fixed time from the cut, or until kube-controller-manager has declared the node
 // NotReady and evicted its pods (the apiserver's eviction delay,
 // cluster.Cluster.EvictionSeconds, after the node lifecycle controller's
 // grace).
 type partitionCase struct {
 	name         string
+	leases       int
 	lasts        time.Duration
 	untilEvicted bool
 	// evicts: the node lifecycle controller evicts a bystander's pod before
@@ -51,7 +52,7 @@ type partitionCase struct {
 func TestControlPlanePartitionFailsOverWithTheFieldOpen(t *testing.T) {
 	for _, pc := range controlPartitions {
 		t.Run(pc.name, func(t *testing.T) {
-			d := newDrill(t, "control-"+pc.name, 10)
+			d := newDrill(t, "control-"+pc.name, 0)
 			d.controlPartition(pc)
 		})
 	}
@@ -59,10 +60,13 @@ func TestControlPlanePartitionFailsOverWithTheFieldOpen(t *testing.T) {
 
 func (d *drill) controlPartition(pc partitionCase) {
 	d.t.Helper()
-	b1, _ := d.heldPastHoldOff()
+	b1, a := d.heldPastHoldOff()
+	if pc.leases > 0 {
+		pc.lasts = time.Duration(pc.leases) * a.LeaseDuration()
+	}
 	node := world.Nodes[b1.Node]
 	by := d.bystander(b1.Node)
-	watch := d.watchStatus(b1.Node, by)
+	watch := d.watchStatus(b1.Epoch, b1.Node, by)
 	cutAt := time.Now()
 	heal := d.partition(node, cluster.Control)
 	if pc.lasts > 0 {
@@ -72,9 +76,9 @@ func (d *drill) controlPartition(pc partitionCase) {
 	b2 := d.held(2)
 	d.failoverTime(cutAt, b2)
 	if b2.Node == b1.Node {
-		d.t.Fatalf("epoch 2 bound to the partitioned node %s", b2.Node)
+		d.t.Fatalf("epoch %d bound to the partitioned node %s", b2.Epoch, b2.Node)
 	}
-	if b2.Expiry == nil || b2.Expiry.Epoch != 1 || b2.Expiry.Verdict != holdfastv1.VerdictSelfFenced {
+	if b2.Expiry == nil || b2.Expiry.Epoch != b1.Epoch || b2.Expiry.Verdict != holdfastv1.VerdictSelfFenced {
 		d.t.Fatalf("expiry record after the re-bind: %+v", b2.Expiry)
 	}
 	d.events(evLeaseEstablished, evLeaseExpired, evHold, evRebound, evLeaseReestablished)
@@ -94,10 +98,10 @@ func (d *drill) controlPartition(pc partitionCase) {
 	if pc.evicts {
 		watch.waitEvicted(d, 0)
 	}
-	d.oldRuntimeFenced(b1.Node, 1)
-	d.staleRuntimeStopped(b1.Node, 1)
-	d.staleRuntimeQuiet(b1.Node, 1, 2)
-	d.oneWriter(1, 2)
+	d.oldRuntimeFenced(b1.Node, b1.Epoch)
+	d.staleRuntimeStopped(b1.Node, b1.Epoch)
+	d.staleRuntimeQuiet(b1.Node, b1.Epoch, b2.Epoch)
+	d.oneWriter(b1.Epoch, b2.Epoch)
 	if err := world.WaitNodeReady(d.ctx, b1.Node, 3*time.Minute); err != nil {
 		d.t.Fatal(err)
 	}
@@ -157,15 +161,18 @@ func (d *drill) bystander(node string) string {
 // every half second while a partition lasts, and holds the Unit's status
 // to the truth at every reading:
 //   - its epoch never goes back;
-//   - no epoch after 1 is bound to the partitioned node;
-//   - once an epoch after 1 holds its lease, the binding stays there, at
+//   - no epoch after the first is bound to the partitioned node;
+//   - once an epoch after the first holds its lease, the binding stays there, at
 //     that epoch, held, on that node (nothing that happens to the other
 //     node touches it);
-//   - once the node was seen NotReady, no reading shows epoch 1 holding;
+//   - once the node was seen NotReady, no reading shows the first epoch
+//     holding;
 //   - RuntimeReady, when True, names the current binding's pod;
 //   - FailoverSuspended is never True (a standby was free throughout).
 type statusWatch struct {
 	node, bystander string
+	// first is the partitioned node's binding's epoch.
+	first int64
 
 	mu          sync.Mutex
 	done        chan struct{}
@@ -180,8 +187,8 @@ type statusWatch struct {
 	evictedNote string
 }
 
-func (d *drill) watchStatus(node, bystander string) *statusWatch {
-	w := &statusWatch{node: node, bystander: bystander, done: make(chan struct{})}
+func (d *drill) watchStatus(first int64, node, bystander string) *statusWatch {
+	w := &statusWatch{node: node, bystander: bystander, first: first, done: make(chan struct{})}
 	w.wg.Add(1)
 	go func() {
 		defer w.wg.Done()
@@ -237,18 +244,18 @@ func (w *statusWatch) read(d *drill) {
 		bad("the binding went back from epoch %d to %d", w.maxEpoch, b.Epoch)
 	}
 	w.maxEpoch = max(w.maxEpoch, b.Epoch)
-	if b.Epoch > 1 && b.Node == w.node {
+	if b.Epoch > w.first && b.Node == w.node {
 		bad("epoch %d bound to the partitioned node %s", b.Epoch, b.Node)
 	}
 	heldNow := b.LeaseState == holdfastv1.LeaseHeld && b.LeaseStateEpoch == b.Epoch
 	switch {
 	case w.held != nil && (b.Epoch != w.held.Epoch || b.Node != w.held.Node || !heldNow):
 		bad("the binding left epoch %d held on %s: epoch %d on %s, lease %s (of epoch %d)", w.held.Epoch, w.held.Node, b.Epoch, b.Node, b.LeaseState, b.LeaseStateEpoch)
-	case w.held == nil && b.Epoch > 1 && heldNow:
+	case w.held == nil && b.Epoch > w.first && heldNow:
 		w.held = b.DeepCopy()
 	}
-	if !w.notReadyAt.IsZero() && b.Epoch == 1 && heldNow {
-		bad("epoch 1 on %s reads held after its node was seen NotReady at %s", b.Node, w.notReadyAt.Format(time.StampMilli))
+	if !w.notReadyAt.IsZero() && b.Epoch == w.first && heldNow {
+		bad("epoch %d on %s reads held after its node was seen NotReady at %s", b.Epoch, b.Node, w.notReadyAt.Format(time.StampMilli))
 	}
 	for _, c := range u.Status.Conditions {
 		switch {
@@ -322,6 +329,6 @@ func (w *statusWatch) stop(d *drill, cutAt time.Time) {
 		d.t.Fatalf("the Unit's status was not true at %d of %d readings:\n%s", len(w.violations), w.readings, strings.Join(w.violations, "\n"))
 	}
 	if w.held == nil {
-		d.t.Fatalf("no reading saw an epoch after 1 holding")
+		d.t.Fatalf("no reading saw an epoch after %d holding", w.first)
 	}
 }

@@ -23,22 +23,22 @@ import (
 // lease, holdfast-node stops nothing of the unit, and the device keeps
 // taking epoch 1's writes from one writer.
 func TestRollingRestartOfEveryComponentFencesNothing(t *testing.T) {
-	d := newDrill(t, "rolling-restart", 10)
+	d := newDrill(t, "rolling-restart", 0)
 	b1 := d.held(1)
-	before := d.runtimeView(b1.Node, 1, time.Second)
-	w := d.watchSteady(1, b1.Node)
+	before := d.runtimeView(b1.Node, b1.Epoch, time.Second)
+	w := d.watchSteady(b1.Epoch, b1.Node)
 	startedAt := time.Now()
 	if err := world.RollingRestart(d.ctx); err != nil {
 		w.stop()
 		t.Fatal(err)
 	}
 	rolled := time.Since(startedAt)
-	d.runtimeView(b1.Node, 1, 10*time.Second)
+	d.runtimeView(b1.Node, b1.Epoch, 10*time.Second)
 	if v := w.stop(); len(v) > 0 {
 		t.Fatalf("while every component restarted, at %d of %d readings:\n%s", len(v), w.readings, strings.Join(v, "\n"))
 	}
 	t.Logf("every holdfast component restarted in %v (%s); %d readings of the runtime and the Unit, all Held", rolled.Round(100*time.Millisecond), world.Installed(), w.readings)
-	after := d.runtimeView(b1.Node, 1, time.Second)
+	after := d.runtimeView(b1.Node, b1.Epoch, time.Second)
 	if after.Incarnation != before.Incarnation {
 		t.Fatalf("the runtime was replaced: %+v, was %+v", after, before)
 	}
@@ -52,7 +52,7 @@ func TestRollingRestartOfEveryComponentFencesNothing(t *testing.T) {
 			t.Fatalf("holdfast-node stopped the unit's runtime: %+v", a)
 		}
 	}
-	d.writesSince(1, startedAt.Add(rolled))
+	d.writesSince(b1.Epoch, startedAt.Add(rolled))
 	d.oneWriterSoFar()
 }
 

@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -34,7 +35,7 @@ import (
 // while its pod could not be created), and, healed, the old runtime is
 // fenced and stopped.
 func TestWebhookDownDuringAFailover(t *testing.T) {
-	d := newDrill(t, "webhook-down", 10)
+	d := newDrill(t, "webhook-down", 0)
 	b1, _ := d.heldPastHoldOff()
 	start, err := world.StopWebhook(d.ctx)
 	if err != nil {
@@ -54,7 +55,7 @@ func TestWebhookDownDuringAFailover(t *testing.T) {
 	heal := d.partition(world.Nodes[b1.Node], cluster.Control)
 
 	// What proceeds.
-	b2, err := d.u.WaitEpoch(d.ctx, 2, 3*time.Minute)
+	b2, err := d.u.WaitBinding(d.ctx, 2, 3*time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,8 +63,8 @@ func TestWebhookDownDuringAFailover(t *testing.T) {
 	t.Logf("with the webhook down: epoch %d authorised %v after the cut", b2.Epoch, time.Since(cutAt).Round(100*time.Millisecond))
 
 	// What blocks.
-	if p, err := d.u.RuntimePod(d.ctx, 2); err != nil || p != nil {
-		t.Fatalf("epoch 2's runtime pod exists with the webhook down: %v, %v", p, err)
+	if p, err := d.u.RuntimePod(d.ctx, b2.Epoch); err != nil || p != nil {
+		t.Fatalf("epoch %d's runtime pod exists with the webhook down: %v, %v", b2.Epoch, p, err)
 	}
 	refused := func(what string, err error) {
 		t.Helper()
@@ -72,8 +73,8 @@ func TestWebhookDownDuringAFailover(t *testing.T) {
 		}
 		t.Logf("%s refused: %v", what, err)
 	}
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: d.u.Key.Namespace, Name: d.u.Key.Name + "-runtime-e2",
-		Labels: map[string]string{holdfastv1.LabelUnit: d.u.Key.Name, holdfastv1.LabelEpoch: "2"}},
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: d.u.Key.Namespace, Name: holdfastv1.RuntimePodName(d.u.Key.Name, b2.Epoch),
+		Labels: map[string]string{holdfastv1.LabelUnit: d.u.Key.Name, holdfastv1.LabelEpoch: strconv.FormatInt(b2.Epoch, 10)}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "runtime", Image: cluster.PauseImage}}}}
 	refused("a runtime pod", world.Client.Create(d.ctx, pod, client.DryRunAll))
 	u, err := d.u.Get(d.ctx)
@@ -91,7 +92,7 @@ func TestWebhookDownDuringAFailover(t *testing.T) {
 	// The webhook back: the failover completes.
 	backAt := time.Now()
 	startWebhook()
-	bn := d.laterEpochHeld(1, 5*time.Minute)
+	bn := d.laterEpochHeld(b1.Epoch, 5*time.Minute)
 	if bn.Node == b1.Node {
 		t.Fatalf("epoch %d bound to the cut node %s", bn.Epoch, bn.Node)
 	}
@@ -101,9 +102,9 @@ func TestWebhookDownDuringAFailover(t *testing.T) {
 	reasons, _ := d.u.EventReasons(d.ctx)
 	t.Logf("webhook back: epoch %d holds on %s %v later; unit events %v", bn.Epoch, bn.Node, time.Since(backAt).Round(100*time.Millisecond), reasons)
 	heal()
-	d.oldRuntimeFenced(b1.Node, 1)
-	d.staleRuntimeStopped(b1.Node, 1)
-	d.staleRuntimeQuiet(b1.Node, 1, bn.Epoch)
-	d.oneWriter(1, bn.Epoch)
+	d.oldRuntimeFenced(b1.Node, b1.Epoch)
+	d.staleRuntimeStopped(b1.Node, b1.Epoch)
+	d.staleRuntimeQuiet(b1.Node, b1.Epoch, bn.Epoch)
+	d.oneWriter(b1.Epoch, bn.Epoch)
 	d.oneHolder(bn.Epoch, bn.Node)
 }

@@ -43,7 +43,7 @@ func (w *World) RollingRestart(ctx context.Context) error {
 			return err
 		}
 		w.Webhook.Stop(10 * time.Second)
-		p, err := w.StartWebhookProcess(ctx)
+		p, err := w.StartWebhookProcess(ctx, w.grantor.Args()...)
 		if err != nil {
 			return err
 		}

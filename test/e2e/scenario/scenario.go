@@ -16,6 +16,7 @@ import (
 	"time"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/policy"
 	"github.com/holdfast-io/holdfast/test/cluster"
 	"github.com/holdfast-io/holdfast/test/devicesim"
 )
@@ -33,6 +34,10 @@ type Options struct {
 	// unit's lease + its margin after acquiring, so a drill right after
 	// start-up waits that long for its Hold.
 	LeaseStandDown time.Duration
+	// Grantor are the units role's timings, given to the webhook too, as
+	// the chart renders controller.units.grantor into both (default: the
+	// chart's, policy.DefaultGrantorTimings). The lease floor follows.
+	Grantor *policy.GrantorTimings
 	// EtcdMembers of the control plane (default 1).
 	EtcdMembers int
 	// Device is the mode of every unit's device unless its UnitOptions
@@ -73,6 +78,7 @@ type World struct {
 	standDown        time.Duration
 	device           devicesim.Mode
 	install          Install
+	grantor          policy.GrantorTimings
 
 	mu                 sync.Mutex
 	schedulerRestarts  int
@@ -125,6 +131,13 @@ func Up(ctx context.Context, o Options) (w *World, err error) {
 	if o.Install == "" {
 		o.Install = Processes
 	}
+	grantor := policy.DefaultGrantorTimings()
+	if o.Grantor != nil {
+		grantor = *o.Grantor
+	}
+	if err := grantor.Validate(); err != nil {
+		return nil, err
+	}
 	images := []cluster.Image{{Ref: RuntimeImage, Package: "cmd/unit-runtime"}, {Ref: NodePluginImage, Package: "cmd/holdfast-node"}}
 	if o.Install == Chart {
 		images = append(images, chartImages()...)
@@ -138,7 +151,7 @@ func Up(ctx context.Context, o Options) (w *World, err error) {
 	if err != nil {
 		return nil, err
 	}
-	w = &World{Cluster: c, logf: o.Logf, standDown: o.LeaseStandDown, device: o.Device, install: o.Install, ctlBusy: map[int]bool{}}
+	w = &World{Cluster: c, logf: o.Logf, standDown: o.LeaseStandDown, device: o.Device, install: o.Install, grantor: grantor, ctlBusy: map[int]bool{}}
 	w.supervision, w.stopSupervising = context.WithCancel(context.Background())
 	defer func() {
 		if err != nil {
@@ -159,7 +172,7 @@ func Up(ctx context.Context, o Options) (w *World, err error) {
 		return w, nil
 	}
 	o.Logf("starting holdfast-webhook")
-	if w.Webhook, err = c.StartWebhook(ctx); err != nil {
+	if w.Webhook, err = c.StartWebhook(ctx, grantor.Args()...); err != nil {
 		return w, fmt.Errorf("holdfast-webhook: %w", err)
 	}
 	o.Logf("starting holdfast-node on every node")
@@ -273,7 +286,15 @@ func (w *World) RestartController(ctx context.Context, i int) error {
 // startUnitsReplica starts the i-th units-role replica: its ports by its
 // index, the World's lease stand-down.
 func (w *World) startUnitsReplica(ctx context.Context, i int, id string) (*cluster.Controller, error) {
-	return w.StartController(ctx, "units", id, 8200+10*i, "--lease-stand-down="+w.standDown.String())
+	return w.StartController(ctx, "units", id, 8200+10*i, append([]string{"--lease-stand-down=" + w.standDown.String()}, w.grantor.Args()...)...)
+}
+
+// LeaseFloor is the shortest lease the installed grantor keeps through a
+// leader change, which the webhook enforces (docs/design.md §3 L14), in
+// seconds.
+func (w *World) LeaseFloor() int32 {
+	floor, _ := w.grantor.LeaseFloor()
+	return int32(floor / time.Second)
 }
 
 // startControllerAgain starts the i-th replica in old's place. A replica

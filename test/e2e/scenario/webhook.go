@@ -23,7 +23,7 @@ func (w *World) StopWebhook(ctx context.Context) (start func(context.Context) er
 	if w.install != Chart {
 		w.Webhook.Stop(10 * time.Second)
 		return func(ctx context.Context) error {
-			p, err := w.StartWebhookProcess(ctx)
+			p, err := w.StartWebhookProcess(ctx, w.grantor.Args()...)
 			if err == nil {
 				w.Webhook = p
 			}

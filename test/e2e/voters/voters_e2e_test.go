@@ -9,7 +9,6 @@ import (
 	"time"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
-	"github.com/holdfast-io/holdfast/controller/voters"
 	"github.com/holdfast-io/holdfast/test/cluster"
 )
 
@@ -100,7 +99,7 @@ func TestFullSwapWithWritesThroughout(t *testing.T) {
 	// long (make test-e2e once saw MemberRemoved arrive after 20s).
 	eventually(t, 3*time.Minute, "Events on the swap", func() (bool, string) {
 		seen := swapEvents(t, name)
-		return seen[voters.ReasonLearnerAdded] && seen[voters.ReasonPromoted] && seen[voters.ReasonMemberRemoved], strings.Join(keys(seen), ",")
+		return seen[holdfastv1.SwapReasonLearnerAdded] && seen[holdfastv1.SwapReasonPromoted] && seen[holdfastv1.SwapReasonMemberRemoved], strings.Join(keys(seen), ",")
 	})
 	if err := world.WaitVotersHealthy(ctx, time.Minute, after...); err != nil {
 		t.Error(err)
@@ -159,7 +158,7 @@ func TestOutgoingVoterPausedAfterPromotionIsStillRemoved(t *testing.T) {
 	}
 	// Paused while it still voted: its removal came after the pause.
 	for _, h := range s.Status.History {
-		if h.Step == holdfastv1.StepRemoveMember && h.Reason == voters.ReasonMemberRemoved && h.At.Time.Before(pausedAt.Truncate(time.Second)) {
+		if h.Step == holdfastv1.StepRemoveMember && h.Reason == holdfastv1.SwapReasonMemberRemoved && h.At.Time.Before(pausedAt.Truncate(time.Second)) {
 			t.Errorf("%s was removed at %s, before its member was paused at %s", out, h.At.UTC().Format("15:04:05"), pausedAt.UTC().Format("15:04:05.000"))
 		}
 	}
@@ -210,8 +209,8 @@ func TestLearnerStalledByABlockedPeerPortIsRolledBack(t *testing.T) {
 	if !slices.Equal(after, before) || len(learners) > 0 || id != clusterID {
 		t.Fatalf("after the rollback: voters %v learners %v cluster %x; want %v, none, %x", after, learners, id, before, clusterID)
 	}
-	if !strings.Contains(history(s), voters.ReasonNotVoterByDeadline) {
-		t.Errorf("history does not say %s", voters.ReasonNotVoterByDeadline)
+	if !strings.Contains(history(s), holdfastv1.SwapReasonNotVoterByDeadline) {
+		t.Errorf("history does not say %s", holdfastv1.SwapReasonNotVoterByDeadline)
 	}
 	h := world.Nodes[in].Host
 	if role, _ := h.State.Role(); role != holdfastv1.RoleAgent {
