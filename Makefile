@@ -11,9 +11,6 @@ K8S_BIN := $(CURDIR)/bin/k8s/$(K8S_VERSION)
 CONTROLLER_GEN_VERSION := v0.23.0
 CONTROLLER_GEN := $(CURDIR)/bin/tools/controller-gen-$(CONTROLLER_GEN_VERSION)
 TEST_TIMEOUT ?= 25m
-# The failover drills make test-e2e runs again against holdfast installed by
-# its chart (HOLDFAST_E2E_INSTALL=chart).
-CHART_DRILLS := TestPrimaryNodeCut|TestControlPlanePartition|TestAsymmetricPartition|TestRuntimeSIGSTOP|TestEveryStandbyFailing|TestManualFailover|TestAPIServerRestartDuringARebind|TestFieldPartition|TestGrantorLeader|TestWebhookDown|TestRollingRestart|TestDeletedUnits
 GO_TEST_FLAGS ?=
 
 export KUBEBUILDER_ASSETS := $(K8S_BIN)
@@ -71,11 +68,9 @@ test: k8s-bin node-deps modbus-deps cri-bin cni-bin $(CONTROLLER_GEN) ## Run eve
 	$(GO) test -tags integration -timeout $(TEST_TIMEOUT) $(GO_TEST_FLAGS) ./...
 
 .PHONY: test-e2e
-test-e2e: k8s-bin node-deps modbus-deps cri-bin cni-bin $(CONTROLLER_GEN) ## Run everything make test runs plus the long drills (build tag e2e): the matrix on real kubelets (once with owner-epoch devices, once with plain ones, and the failover drills again against the chart-installed components), the voter swap drills
+test-e2e: k8s-bin node-deps modbus-deps cri-bin cni-bin $(CONTROLLER_GEN) ## Run everything make test runs plus the long drills (build tag e2e): the matrix on real kubelets (once with owner-epoch devices, once with plain ones), the voter swap drills
 	$(GO) test -tags integration,e2e -timeout 90m $(GO_TEST_FLAGS) ./...
 	HOLDFAST_E2E_DEVICE=plain $(GO) test -tags integration,e2e -timeout 90m $(GO_TEST_FLAGS) ./test/e2e/
-	HOLDFAST_E2E_INSTALL=chart HOLDFAST_E2E_DEVICE=plain $(GO) test -tags integration,e2e -timeout 90m $(GO_TEST_FLAGS) -run '$(CHART_DRILLS)' ./test/e2e/
-	HOLDFAST_E2E_INSTALL=chart $(GO) test -tags integration,e2e -timeout 60m $(GO_TEST_FLAGS) -run TestFullSwapWithWritesThroughout ./test/e2e/voters/
 
 .PHONY: bench
 bench: k8s-bin node-deps cri-bin ## Run the component benchmarks (not the e2e ones) with the commands docs/benchmarks.md quotes; BENCH_ONLY=<regexp> picks some

@@ -40,7 +40,7 @@ const (
 )
 
 // InstallEnv names the Install a drill package uses, over its Options
-// (make test-e2e runs the failover drills against the chart too).
+// (HOLDFAST_E2E_INSTALL=chart go test -tags integration,e2e ./test/e2e/).
 const InstallEnv = "HOLDFAST_E2E_INSTALL"
 
 // ParseInstall reads an Install by name.
