@@ -42,12 +42,16 @@ verify: $(CONTROLLER_GEN) ## Fail on stale generated files, gofmt/go vet finding
 	CONTROLLER_GEN=$(CONTROLLER_GEN) hack/verify.sh
 
 .PHONY: k8s-bin
-k8s-bin: ## Build kube-apiserver, kubectl, etcd and the kubelet from the module graph into bin/k8s/<version>
+k8s-bin: ## Build kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, etcd and the kubelet from the module graph into bin/k8s/<version>
 	hack/build-k8s-bin.sh
 
 .PHONY: node-deps
 node-deps: ## Install the Debian packages the node-plugin tests need (dbus, libseccomp-dev), when missing
 	hack/install-node-deps.sh
+
+.PHONY: modbus-deps
+modbus-deps: ## Install Debian's python3-pymodbus, the Modbus TCP server the runtime's driver is tested against, when missing
+	hack/install-modbus-deps.sh
 
 .PHONY: cri-bin
 cri-bin: node-deps ## Build containerd v2, its runc shim, ctr and runc from their Go modules into bin/cri/<versions>
@@ -62,16 +66,17 @@ test-unit: node-deps ## Run the tests that need no control plane
 	$(GO) test -timeout $(TEST_TIMEOUT) $(GO_TEST_FLAGS) ./...
 
 .PHONY: test-integration
-test-integration: k8s-bin node-deps cri-bin cni-bin $(CONTROLLER_GEN) ## Run only the packages with tests against the real apiserver, etcd and kubectl
+test-integration: k8s-bin node-deps modbus-deps cri-bin cni-bin $(CONTROLLER_GEN) ## Run only the packages with tests against the real apiserver, etcd and kubectl
 	$(GO) test -tags integration -timeout $(TEST_TIMEOUT) $(GO_TEST_FLAGS) $$(hack/integration-packages.sh)
 
 .PHONY: test
-test: k8s-bin node-deps cri-bin cni-bin $(CONTROLLER_GEN) ## Run everything CI runs: unit and integration tests (the README's test command)
+test: k8s-bin node-deps modbus-deps cri-bin cni-bin $(CONTROLLER_GEN) ## Run everything CI runs: unit and integration tests (the README's test command)
 	$(GO) test -tags integration -timeout $(TEST_TIMEOUT) $(GO_TEST_FLAGS) ./...
 
 .PHONY: test-e2e
-test-e2e: k8s-bin node-deps cri-bin cni-bin $(CONTROLLER_GEN) ## Run everything make test runs plus the long drills (build tag e2e): the matrix on real kubelets, the voter swap drills
+test-e2e: k8s-bin node-deps modbus-deps cri-bin cni-bin $(CONTROLLER_GEN) ## Run everything make test runs plus the long drills (build tag e2e): the matrix on real kubelets (once with owner-epoch devices, once with plain ones), the voter swap drills
 	$(GO) test -tags integration,e2e -timeout 90m $(GO_TEST_FLAGS) ./...
+	HOLDFAST_E2E_DEVICE=plain $(GO) test -tags integration,e2e -timeout 90m $(GO_TEST_FLAGS) ./test/e2e/
 
 SEEDS ?= 1000
 SIM_FLAGS ?=

@@ -1,7 +1,8 @@
 // Command device-simulator is a Modbus TCP field device for tests, drills
-// and the demo (package test/devicesim): holding registers, an owner-epoch
-// block that refuses writers behind the highest epoch seen, and a write log
-// served over HTTP and appended to a file.
+// and the demo (package test/devicesim): holding registers, in owner-epoch
+// mode a block that refuses writers behind the highest epoch seen, in plain
+// mode none, and a write log (true time and peer of every write) served
+// over HTTP and appended to a file.
 package main
 
 import (
@@ -24,11 +25,15 @@ func main() {
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), `Usage: device-simulator [flags]
 
-A Modbus TCP device simulator. Holding registers 0..65535; registers
-EPOCH..EPOCH+3 are the owner-epoch block (big-endian uint64): a client
-declares its epoch by writing all four, a declaration below the highest
-epoch seen is refused, and every write on a connection whose epoch is
-behind the highest is refused with exception 0x06 and logged.
+A Modbus TCP device simulator. Holding registers 0..65535; every write is
+logged with its peer and true time.
+
+--mode owner-epoch: registers EPOCH..EPOCH+3 are the owner-epoch block
+(big-endian uint64): a client declares its epoch by writing all four, a
+declaration below the highest epoch seen is refused, and every write on a
+connection whose epoch is behind the highest is refused with exception 0x06
+and logged.
+--mode plain: every write is accepted, as by most plant devices.
 
 HTTP endpoint (--http):
   GET  /writes                     the write log, JSON
@@ -42,6 +47,7 @@ Flags:
 		fs.PrintDefaults()
 	}
 	listen := fs.String("listen", "127.0.0.1:5020", "Modbus TCP address to listen on (host:port)")
+	mode := fs.String("mode", string(devicesim.OwnerEpoch), "owner-epoch (refuse writers behind the highest epoch declared) or plain (accept every write)")
 	httpAddr := fs.String("http", "127.0.0.1:5080", "HTTP address of the write log and control endpoint; empty disables it")
 	epochRegister := fs.Uint("epoch-register", devicesim.DefaultEpochRegister, "first of the four owner-epoch registers")
 	logFile := fs.String("write-log", "", "append every write to this file as JSON lines")
@@ -50,13 +56,18 @@ Flags:
 		fmt.Fprintln(os.Stderr, "--epoch-register: must be at most 65532")
 		os.Exit(2)
 	}
+	m, err := devicesim.ParseMode(*mode)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "--mode: %v\n", err)
+		os.Exit(2)
+	}
 
-	sim, err := devicesim.Start(devicesim.Config{Address: *listen, EpochRegister: uint16(*epochRegister), LogFile: *logFile})
+	sim, err := devicesim.Start(devicesim.Config{Address: *listen, Mode: m, EpochRegister: uint16(*epochRegister), LogFile: *logFile})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	fmt.Printf("device-simulator: modbus listening on %s\n", sim.Addr())
+	fmt.Printf("device-simulator: modbus (%s) listening on %s\n", m, sim.Addr())
 	var srv *http.Server
 	if *httpAddr != "" {
 		ln, err := net.Listen("tcp", *httpAddr)

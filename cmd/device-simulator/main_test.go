@@ -2,12 +2,14 @@ package main_test
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -31,59 +33,103 @@ func freePorts(t *testing.T, n int) []int {
 	return ports
 }
 
-// The simulator as a process: a Modbus client's writes, one of them at a
-// stale epoch, are in the log served over HTTP and in the log file.
-func TestTheDeviceSimulatorProcessServesItsWriteLog(t *testing.T) {
+// simProcess is a running device-simulator process.
+type simProcess struct {
+	modbus, http, logFile string
+}
+
+// startSim builds and starts the simulator with args and waits until a
+// Modbus client connects.
+func startSim(t *testing.T, args ...string) *simProcess {
+	t.Helper()
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "device-simulator")
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	ports := freePorts(t, 2)
-	logFile := filepath.Join(dir, "writes.jsonl")
-	cmd := exec.Command(bin, "--listen", fmt.Sprintf("127.0.0.1:%d", ports[0]), "--http", fmt.Sprintf("127.0.0.1:%d", ports[1]),
-		"--write-log", logFile)
+	p := &simProcess{modbus: fmt.Sprintf("127.0.0.1:%d", ports[0]), http: fmt.Sprintf("http://127.0.0.1:%d", ports[1]),
+		logFile: filepath.Join(dir, "writes.jsonl")}
+	cmd := exec.Command(bin, append([]string{"--listen", p.modbus, "--http", strings.TrimPrefix(p.http, "http://"),
+		"--write-log", p.logFile}, args...)...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait() }()
-	base := fmt.Sprintf("http://127.0.0.1:%d", ports[1])
+	t.Cleanup(func() { _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait() })
 	deadline := time.Now().Add(10 * time.Second)
-	var c *mb.ModbusClient
 	for {
-		var err error
-		c, err = mb.NewClient(&mb.ClientConfiguration{URL: fmt.Sprintf("tcp://127.0.0.1:%d", ports[0]), Timeout: time.Second})
+		c, err := p.client()
 		if err == nil {
-			if err = c.Open(); err == nil {
-				break
-			}
+			c.Close()
+			return p
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("the simulator never listened: %v", err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	defer c.Close()
-	other, _ := mb.NewClient(&mb.ClientConfiguration{URL: fmt.Sprintf("tcp://127.0.0.1:%d", ports[0]), Timeout: time.Second})
-	if err := other.Open(); err != nil {
-		t.Fatal(err)
+}
+
+func (p *simProcess) client() (*mb.ModbusClient, error) {
+	c, err := mb.NewClient(&mb.ClientConfiguration{URL: "tcp://" + p.modbus, Timeout: time.Second})
+	if err != nil {
+		return nil, err
 	}
-	defer other.Close()
-	must := func(err error) {
-		t.Helper()
+	return c, c.Open()
+}
+
+// clients opens n Modbus connections to the simulator.
+func (p *simProcess) clients(t *testing.T, n int) []*mb.ModbusClient {
+	t.Helper()
+	var out []*mb.ModbusClient
+	for range n {
+		c, err := p.client()
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(func() { c.Close() })
+		out = append(out, c)
 	}
-	must(c.WriteRegisters(devicesim.DefaultEpochRegister, []uint16{0, 0, 0, 1}))
-	must(c.WriteRegister(10, 11))
-	must(other.WriteRegisters(devicesim.DefaultEpochRegister, []uint16{0, 0, 0, 2}))
-	must(other.WriteRegister(10, 22))
+	return out
+}
+
+// lines counts the lines of the simulator's log file.
+func (p *simProcess) lines(t *testing.T) int {
+	t.Helper()
+	f, err := os.Open(p.logFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	lines := 0
+	for sc := bufio.NewScanner(f); sc.Scan(); {
+		lines++
+	}
+	return lines
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The simulator as a process: a Modbus client's writes, one of them at a
+// stale epoch, are in the log served over HTTP and in the log file.
+func TestTheDeviceSimulatorProcessServesItsWriteLog(t *testing.T) {
+	p := startSim(t)
+	cs := p.clients(t, 2)
+	c, other := cs[0], cs[1]
+	must(t, c.WriteRegisters(devicesim.DefaultEpochRegister, []uint16{0, 0, 0, 1}))
+	must(t, c.WriteRegister(10, 11))
+	must(t, other.WriteRegisters(devicesim.DefaultEpochRegister, []uint16{0, 0, 0, 2}))
+	must(t, other.WriteRegister(10, 22))
 	if err := c.WriteRegister(10, 33); err != mb.ErrServerDeviceBusy {
 		t.Fatalf("a stale write = %v, want exception 0x06", err)
 	}
-	log, err := devicesim.FetchWrites(http.DefaultClient, base)
+	log, err := devicesim.FetchWrites(http.DefaultClient, p.http)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,16 +139,46 @@ func TestTheDeviceSimulatorProcessServesItsWriteLog(t *testing.T) {
 	if err := devicesim.CheckOneWriter(log); err != nil {
 		t.Fatal(err)
 	}
-	f, err := os.Open(logFile)
+	if n := p.lines(t); n != 3 {
+		t.Fatalf("the log file has %d lines, want 3", n)
+	}
+}
+
+// --mode plain: the same sequence is accepted whole, the owner-epoch
+// registers being ordinary ones, and logged at epoch 0.
+func TestTheDeviceSimulatorProcessInPlainModeAcceptsEveryWrite(t *testing.T) {
+	p := startSim(t, "--mode", "plain")
+	cs := p.clients(t, 2)
+	c, other := cs[0], cs[1]
+	must(t, c.WriteRegisters(devicesim.DefaultEpochRegister, []uint16{0, 0, 0, 2}))
+	must(t, other.WriteRegisters(devicesim.DefaultEpochRegister, []uint16{0, 0, 0, 1}))
+	must(t, c.WriteRegister(10, 33))
+	log, err := devicesim.FetchWrites(http.DefaultClient, p.http)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	lines := 0
-	for sc := bufio.NewScanner(f); sc.Scan(); {
-		lines++
+	if len(log) != 9 {
+		t.Fatalf("GET /writes = %+v, want 9 entries", log)
 	}
-	if lines != 3 {
-		t.Fatalf("the log file has %d lines, want 3", lines)
+	for _, w := range log {
+		if !w.Accepted || w.Epoch != 0 || w.Peer == "" {
+			t.Fatalf("GET /writes: %+v, want every write accepted at epoch 0 with its peer", w)
+		}
+	}
+	if n := p.lines(t); n != 9 {
+		t.Fatalf("the log file has %d lines, want 9", n)
+	}
+}
+
+// A mode the simulator does not know exits 2 naming the flag.
+func TestTheDeviceSimulatorRefusesAnUnknownMode(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "device-simulator")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin, "--mode", "trusting").CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 2 || !strings.Contains(string(out), `--mode: mode "trusting": must be owner-epoch or plain`) {
+		t.Fatalf("--mode trusting: %v\n%s", err, out)
 	}
 }

@@ -134,7 +134,13 @@ func Decide(in Inputs) Plan {
 		// A pass never goes longer than one renewal interval.
 		p.at(&in, in.Now.Add(lease.RenewInterval(p.terms.lease, 0)))
 	}
+	read := p.Status.RuntimeBinding.Pod
 	decide(&p, &in)
+	// A re-bind names a pod this pass did not read: RuntimeReady speaks of
+	// the binding's pod, never of the one it replaced.
+	if b := p.Status.RuntimeBinding; b.Pod != read {
+		setCondition(&p.Status, runtimeReady(b, nil), in.Now)
+	}
 	noteDevices(&p, &in)
 	noteLeaseFloor(&p, &in)
 	// LeadershipHoldOff is a wait, not an outcome: it is removed on the
@@ -177,15 +183,7 @@ func bookkeeping(p *Plan, in *Inputs) {
 		t := metav1.NewTime(in.Now)
 		b.FirstAddressAt = &t
 	}
-	ready := metav1.Condition{Type: holdfastv1.ConditionRuntimeReady, Status: metav1.ConditionFalse,
-		Reason: holdfastv1.ReasonPodMissing, Message: fmt.Sprintf("Runtime pod %s does not exist", b.Pod)}
-	if pod != nil {
-		ready.Reason, ready.Message = holdfastv1.ReasonPodNotReady, fmt.Sprintf("Runtime pod %s is not ready", pod.Name)
-		if PodReady(pod) {
-			ready.Status, ready.Reason, ready.Message = metav1.ConditionTrue, holdfastv1.ReasonPodReady, fmt.Sprintf("Runtime pod %s is ready", pod.Name)
-		}
-	}
-	setCondition(&p.Status, ready, in.Now)
+	setCondition(&p.Status, runtimeReady(b, pod), in.Now)
 	// Once: a runtime confirmed at this binding has settled the ledger.
 	if b.Origin == holdfastv1.OriginAutomatic && b.Node != "" && b.LeaseEstablishedBy == nil && !slices.Contains(b.UnsettledRebinds, b.Node) {
 		b.UnsettledRebinds = append(b.UnsettledRebinds, b.Node)
@@ -194,6 +192,20 @@ func bookkeeping(p *Plan, in *Inputs) {
 	if p.terms.mode != holdfastv1.Failover {
 		leaseCondition(&p.Status, p.terms, b, in.Now)
 	}
+}
+
+// runtimeReady is the RuntimeReady condition of binding b whose pod is pod
+// (nil: none exists).
+func runtimeReady(b *holdfastv1.RuntimeBinding, pod *corev1.Pod) metav1.Condition {
+	ready := metav1.Condition{Type: holdfastv1.ConditionRuntimeReady, Status: metav1.ConditionFalse,
+		Reason: holdfastv1.ReasonPodMissing, Message: fmt.Sprintf("Runtime pod %s does not exist", b.Pod)}
+	if pod != nil {
+		ready.Reason, ready.Message = holdfastv1.ReasonPodNotReady, fmt.Sprintf("Runtime pod %s is not ready", pod.Name)
+		if PodReady(pod) {
+			ready.Status, ready.Reason, ready.Message = metav1.ConditionTrue, holdfastv1.ReasonPodReady, fmt.Sprintf("Runtime pod %s is ready", pod.Name)
+		}
+	}
+	return ready
 }
 
 // noteUnplaced counts an automatic re-bind whose pod no scheduler placed

@@ -972,3 +972,41 @@ func TestTheHoldOffIsARebindPendingForTheWebhook(t *testing.T) {
 		t.Fatal("the webhook's RebindPending must read the controller's hold-off and expiry the way the controller writes them")
 	}
 }
+
+// TestRuntimeReadyNamesTheBindingsPod: the pass that re-binds read the old
+// binding's pod, still Ready as the apiserver last heard from its
+// partitioned kubelet; the condition it writes speaks of the new binding's
+// pod, which does not exist yet, never of the old one (an automatic re-bind
+// and a person's).
+func TestRuntimeReadyNamesTheBindingsPod(t *testing.T) {
+	check := func(t *testing.T, s *sim) {
+		t.Helper()
+		b := s.u.Status.RuntimeBinding
+		c := s.cond(holdfastv1.ConditionRuntimeReady)
+		if b.Epoch != 2 || c == nil || c.Status != metav1.ConditionFalse || c.Reason != holdfastv1.ReasonPodMissing || !strings.Contains(c.Message, b.Pod) {
+			t.Fatalf("after the re-bind to %s (epoch %d): RuntimeReady %+v, want False PodMissing naming it", b.Pod, b.Epoch, c)
+		}
+	}
+	t.Run("automatic", func(t *testing.T) {
+		s := newSim(t, failoverUnit())
+		s.failedOver()
+		check(t, s)
+	})
+	t.Run("manual", func(t *testing.T) {
+		u := failoverUnit()
+		u.Spec.Availability.Mode = holdfastv1.Autonomy
+		s := newSim(t, u)
+		s.pass()
+		s.schedule("edge-1")
+		s.runtimePod("uid-1", true)
+		s.pass()
+		if c := s.cond(holdfastv1.ConditionRuntimeReady); c == nil || c.Status != metav1.ConditionTrue {
+			t.Fatalf("setup: RuntimeReady %+v", c)
+		}
+		s.u.Annotations = map[string]string{holdfastv1.AnnotationFailoverTo: "standby-1", holdfastv1.AnnotationFailoverConfirmFenced: "edge-1 powered off"}
+		for i := 0; i < 3 && s.u.Status.RuntimeBinding.Epoch == 1; i++ {
+			s.pass() // the Hold, then the re-bind
+		}
+		check(t, s)
+	})
+}

@@ -1,17 +1,37 @@
 // Package cluster runs a real Kubernetes cluster on one machine for the
-// end-to-end drills and the demo: etcd and kube-apiserver and, per node,
+// end-to-end drills and the demo: etcd, kube-apiserver,
+// kube-controller-manager and kube-scheduler (kube.go) and, per node,
 // containerd with runc and a real kubelet v1.37.2 (make k8s-bin cri-bin
 // cni-bin), with holdfast's components started as processes beside them.
-// There is no kube-controller-manager: EnsureNamespace does the little of
-// its work pods need (the default ServiceAccount, kube-root-ca.crt), and
-// every pod is bound by name or by holdfast's own placement.
 //
-// Every part lives in network namespaces the cluster creates: a hub
-// namespace with a bridge holds the control plane and the plant (device
-// simulator); each node is its own namespace with a veth to the bridge and a
-// private mount namespace. Nothing is added to the machine's own network
-// namespace: this process reaches the cluster with DialContextIn, so no
-// test traffic can leave the machine. Stop stops every process by its own
+// Every part lives in network namespaces the cluster creates, in a plant's
+// topology of two networks that nothing routes between:
+//   - the control network: a hub namespace with a bridge holds the control
+//     plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
+//     holdfast-webhook and holdfast-scheduler when they run as processes)
+//     and the MQTT broker a drill starts (test/e2e/scenario); each
+//     holdfast-controller process runs on a control host of its own on the
+//     same bridge (controlhost.go), and the nodes route their pods' subnets
+//     to one another over it (podnet.go);
+//   - the field network: a namespace with a bridge of its own holds the
+//     plant, the device simulators (field.go).
+//
+// Each node is its own network namespace with a veth to each bridge (eth0 on
+// the control network, eth1 on the field network) and a private mount
+// namespace. A node reaches its devices only over its field link, so the
+// control link and the field link fail independently (Node.CutLink,
+// Node.DropOn, faults.go): a node cut from the control plane keeps its
+// devices, which is the partition the control lease exists for.
+//
+// The MQTT broker stays on the control side: telemetry is the operators'
+// view of a unit (SCADA and historians sit on the control network), it
+// writes nothing to the field, and a control cut then shows what an
+// operator sees of a cut node, its last will and then silence.
+//
+// Nothing is added to the machine's own network namespace: this process
+// reaches the cluster with DialContextIn (Dial picks the field network's
+// namespace for a field address, the hub's for any other), so no test
+// traffic can leave the machine. Stop stops every process by its own
 // PID, removes the namespaces (and with them every mount the nodes made)
 // and the cgroups, restores the kernel settings the kubelet changed, and
 // reports anything left behind.
@@ -86,13 +106,19 @@ type Config struct {
 	Images []Image
 	// EtcdMembers is the control plane's etcd member count (default 1).
 	EtcdMembers int
+	// EvictionSeconds is how long pods without a toleration of their own
+	// stay on a NotReady or unreachable node before eviction (the
+	// apiserver's --default-*-toleration-seconds; default
+	// DefaultEvictionSeconds).
+	EvictionSeconds int
 	// Logf reports progress (default: nothing).
 	Logf func(format string, args ...any)
 }
 
 // Binaries are the directories the cluster's programs come from.
 type Binaries struct {
-	// K8s holds kube-apiserver, kubectl and etcd (make k8s-bin).
+	// K8s holds kube-apiserver, kube-controller-manager, kube-scheduler,
+	// kubectl and etcd (make k8s-bin).
 	K8s string
 	// Kubelet is the kubelet binary (make k8s-bin builds it into K8s in
 	// the same go build; HOLDFAST_KUBELET names another).
@@ -109,8 +135,10 @@ type Cluster struct {
 	ID string
 	// Dir holds every file of the cluster.
 	Dir string
-	// HubNetns is the hub's network namespace.
+	// HubNetns is the hub's network namespace (the control network).
 	HubNetns string
+	// FieldNetns is the field network's namespace, where the devices are.
+	FieldNetns string
 	// Kubeconfig is an administrator's kubeconfig (system:masters); run
 	// kubectl with it inside the hub (Kubectl does).
 	Kubeconfig string
@@ -123,9 +151,13 @@ type Cluster struct {
 	Nodes     map[string]*Node
 	NodeNames []string
 	Root      string
+	// EvictionSeconds is how long a pod without a toleration of its own
+	// stays on a NotReady or unreachable node (Config.EvictionSeconds).
+	EvictionSeconds int
 
 	bins     Binaries
 	pki      *pki
+	hosts    map[string]*ControlHost
 	logf     func(string, ...any)
 	mu       sync.Mutex
 	procs    []*proc // control plane and components, in start order
@@ -168,7 +200,7 @@ func FindBinaries(root string) (Binaries, error) {
 		return b, fmt.Errorf("%s missing: run make k8s-bin (or set HOLDFAST_KUBELET): %w", b.Kubelet, err)
 	}
 	for dir, files := range map[string][]string{
-		b.K8s: {"kube-apiserver", "etcd", "kubectl"},
+		b.K8s: {"kube-apiserver", "etcd", "kubectl", "kube-controller-manager", "kube-scheduler"},
 		b.CRI: {"containerd", "containerd-shim-runc-v2", "ctr", "runc"},
 		b.CNI: {"bridge", "host-local", "loopback"},
 	} {
@@ -214,6 +246,7 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		c.logf("cleaned up after clusters whose process died: %v", reaped)
 	}
 	c.HubNetns = "hfe-" + c.ID + "-hub"
+	c.FieldNetns = "hfe-" + c.ID + "-field"
 	defer func() {
 		if err != nil {
 			if serr := c.Stop(); serr != nil {
@@ -234,12 +267,16 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	if err := c.startHub(); err != nil {
 		return c, err
 	}
+	if err := c.startField(); err != nil {
+		return c, err
+	}
 	if c.pki, err = newPKI(filepath.Join(dir, "pki")); err != nil {
 		return c, err
 	}
 	for i, spec := range cfg.Nodes {
-		n := &Node{Name: spec.Name, IP: fmt.Sprintf("198.18.0.%d", 11+i), Netns: "hfe-" + c.ID + "-" + spec.Name,
-			Dir: filepath.Join(dir, spec.Name), c: c, index: i + 1, hubLink: fmt.Sprintf("n%d", i+1),
+		n := &Node{Name: spec.Name, IP: fmt.Sprintf("198.18.0.%d", 11+i), FieldIP: fmt.Sprintf("%s%d", fieldPrefix, 11+i),
+			Netns: "hfe-" + c.ID + "-" + spec.Name,
+			Dir:   filepath.Join(dir, spec.Name), c: c, index: i + 1, hubLink: fmt.Sprintf("n%d", i+1), fieldLink: fieldLinkName(i + 1),
 			cgroupRoot: "/hfe-" + c.ID + "-" + spec.Name}
 		n.CRIEndpoint = n.containerdConfig().Endpoint()
 		c.Nodes[spec.Name] = n
@@ -251,7 +288,7 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	if err := c.startEtcdHosts(ctx, cfg.Nodes); err != nil {
 		return c, err
 	}
-	if err := c.startControlPlane(ctx, cfg.EtcdMembers); err != nil {
+	if err := c.startControlPlane(ctx, cfg.EtcdMembers, cfg.EvictionSeconds); err != nil {
 		return c, err
 	}
 	imgDir := filepath.Join(dir, "images")
@@ -270,6 +307,9 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		if err := c.Nodes[name].start(ctx); err != nil {
 			return c, fmt.Errorf("node %s: %w", name, err)
 		}
+	}
+	if err := c.podNetwork(); err != nil {
+		return c, err
 	}
 	for i, spec := range cfg.Nodes {
 		n := c.Nodes[spec.Name]
@@ -307,9 +347,14 @@ func (c *Cluster) startHub() error {
 	return nil
 }
 
-// Dial dials an address inside the hub's network namespace.
+// Dial dials an address from inside the cluster: a field address from the
+// field network's namespace (a device), any other from the hub's.
 func (c *Cluster) Dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	return DialContextIn(netnsPath(c.HubNetns))(ctx, network, addr)
+	ns := c.HubNetns
+	if inField(addr) {
+		ns = c.FieldNetns
+	}
+	return DialContextIn(netnsPath(ns))(ctx, network, addr)
 }
 
 // ListenInHub listens on addr inside the hub (HubIP is reachable from every
@@ -405,6 +450,20 @@ func (c *Cluster) LabelNode(ctx context.Context, name string, labels map[string]
 	return c.Client.Patch(ctx, &n, patch)
 }
 
+// WaitNodeReady waits until the node named name is Ready and untainted
+// again (waitNodeReady).
+func (c *Cluster) WaitNodeReady(ctx context.Context, name string, timeout time.Duration) error {
+	n, ok := c.Nodes[name]
+	if !ok {
+		return fmt.Errorf("no node %s", name)
+	}
+	return c.waitNodeReady(ctx, n, timeout)
+}
+
+// waitNodeReady waits until the node is Ready and the node lifecycle
+// controller has taken off the not-ready taint the kubelet registers it
+// with, and any unreachable taint (a scheduler honouring taints places
+// nothing there before).
 func (c *Cluster) waitNodeReady(ctx context.Context, n *Node, timeout time.Duration) error {
 	var last string
 	err := Poll(ctx, timeout, func() (bool, error) {
@@ -416,18 +475,25 @@ func (c *Cluster) waitNodeReady(ctx context.Context, n *Node, timeout time.Durat
 			last = err.Error()
 			return false, nil
 		}
+		ready := false
 		for _, cond := range node.Status.Conditions {
 			if cond.Type == corev1.NodeReady {
 				last = string(cond.Status) + ": " + cond.Message
-				return cond.Status == corev1.ConditionTrue, nil
+				ready = cond.Status == corev1.ConditionTrue
 			}
 		}
-		return false, nil
+		for _, t := range node.Spec.Taints {
+			if t.Key == corev1.TaintNodeNotReady || t.Key == corev1.TaintNodeUnreachable {
+				last += "; still tainted " + t.ToString()
+				return false, nil
+			}
+		}
+		return ready, nil
 	})
 	if err != nil {
 		return fmt.Errorf("node %s not Ready (%s): %w; kubelet log:\n%s", n.Name, last, err, n.kubelet.tail(15))
 	}
-	return c.untaintReady(ctx, n.Name)
+	return nil
 }
 
 // Stop stops everything and removes what the cluster made. It returns an

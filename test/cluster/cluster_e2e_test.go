@@ -130,8 +130,10 @@ func runtimePod(name, node string) *corev1.Pod {
 			Containers: []corev1.Container{{
 				Name:  "runtime",
 				Image: runtimeImage, ImagePullPolicy: corev1.PullNever,
+				// No grantor here: the lease endpoint serves plain HTTP for
+				// the status read below.
 				Args: []string{"--unit", "default/unit-" + name[3:], "--epoch", "1", "--mode", "Autonomy",
-					"--device", "d=sim://", "--output", "o=d:100,step=1"},
+					"--device", "d=sim://", "--output", "o=d:100,step=1", "--insecure-plaintext-lease"},
 				ReadinessProbe: &corev1.Probe{
 					ProbeHandler:  corev1.ProbeHandler{GRPC: &corev1.GRPCAction{Port: 9440, Service: ptr.To("holdfast.readiness")}},
 					PeriodSeconds: 2,

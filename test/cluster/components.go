@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
 	"path/filepath"
 	"slices"
 	"time"
@@ -21,24 +20,30 @@ import (
 // Leases live here.
 const HoldfastNamespace = holdfastNS
 
-// EnsureNamespace creates a namespace unless it exists, with what the
-// kube-controller-manager would give it and a pod needs before it can start
+// EnsureNamespace creates a namespace unless it exists and waits until
+// kube-controller-manager has given it what a pod needs before it can start
 // there: the default ServiceAccount (admission refuses pods without it) and
 // the kube-root-ca.crt ConfigMap (every projected token volume reads it).
 func (c *Cluster) EnsureNamespace(ctx context.Context, name string) error {
-	ca, err := os.ReadFile(c.pki.CAFile)
-	if err != nil {
-		return err
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if err := c.Client.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("namespace %s: %w", name, err)
 	}
-	for _, obj := range []client.Object{
-		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}},
-		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: name, Name: "default"}},
-		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: name, Name: "kube-root-ca.crt"},
-			Data: map[string]string{"ca.crt": string(ca)}},
-	} {
-		if err := c.Client.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("%T %s: %w", obj, obj.GetName(), err)
+	var missing string
+	if err := Poll(ctx, time.Minute, func() (bool, error) {
+		for _, obj := range []client.Object{&corev1.ServiceAccount{}, &corev1.ConfigMap{}} {
+			key := client.ObjectKey{Namespace: name, Name: "default"}
+			if _, ok := obj.(*corev1.ConfigMap); ok {
+				key.Name = "kube-root-ca.crt"
+			}
+			if err := c.Client.Get(ctx, key, obj); err != nil {
+				missing = fmt.Sprintf("%T %s: %v", obj, key, err)
+				return false, nil
+			}
 		}
+		return true, nil
+	}); err != nil {
+		return fmt.Errorf("namespace %s: kube-controller-manager did not provide %s: %w", name, missing, err)
 	}
 	return nil
 }
@@ -106,14 +111,17 @@ func ControllerServiceAccount(role string) string {
 type Controller struct {
 	*Process
 	Identity string
-	// Health and Metrics are base URLs inside the hub.
+	// Health and Metrics are base URLs on the control network.
 	Health, Metrics string
 	// Audit is its audit trail file.
 	Audit string
+	// Host is the control host it runs on (nil for a chart's pod).
+	Host *ControlHost
 }
 
-// StartController starts holdfast-controller --role role as identity, its
-// probes and metrics on the hub's loopback at base and base+1. It runs as
+// StartController starts holdfast-controller --role role as identity on a
+// control host of its own (the same one each time for an identity), its
+// probes and metrics at the host's address on base and base+1. It runs as
 // its role's service-account user (ControllerServiceAccount), as under the
 // chart, so the webhook grants each role only its own rights.
 func (c *Cluster) StartController(ctx context.Context, role, identity string, base int, extra ...string) (*Controller, error) {
@@ -128,8 +136,12 @@ func (c *Cluster) StartController(ctx context.Context, role, identity string, ba
 	if err := c.EnsureNamespace(ctx, holdfastNS); err != nil {
 		return nil, err
 	}
-	ctl := &Controller{Identity: identity, Health: fmt.Sprintf("http://127.0.0.1:%d", base),
-		Metrics: fmt.Sprintf("http://127.0.0.1:%d", base+1), Audit: filepath.Join(c.Dir, "logs", identity+".audit.jsonl")}
+	h, err := c.controlHost(identity)
+	if err != nil {
+		return nil, err
+	}
+	ctl := &Controller{Identity: identity, Host: h, Health: fmt.Sprintf("http://%s:%d", h.IP, base),
+		Metrics: fmt.Sprintf("http://%s:%d", h.IP, base+1), Audit: filepath.Join(c.Dir, "logs", identity+".audit.jsonl")}
 	if role == "units" && !slices.Contains(extra, "--insecure-plaintext-lease") {
 		dir, err := c.LeaseCADir()
 		if err != nil {
@@ -139,10 +151,10 @@ func (c *Cluster) StartController(ctx context.Context, role, identity string, ba
 	}
 	args := append([]string{bin, "--role", role, "--kubeconfig", kc, "--identity", identity,
 		"--leader-election-namespace", holdfastNS,
-		"--health-probe-bind-address", fmt.Sprintf("127.0.0.1:%d", base),
-		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", base+1),
+		"--health-probe-bind-address", fmt.Sprintf("%s:%d", h.IP, base),
+		"--metrics-bind-address", fmt.Sprintf("%s:%d", h.IP, base+1),
 		"--audit-log-path", ctl.Audit}, extra...)
-	ctl.Process, err = c.StartInHub(identity, nil, args...)
+	ctl.Process, err = c.startIn(h.Netns, identity, nil, args...)
 	if err != nil {
 		return nil, err
 	}

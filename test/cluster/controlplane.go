@@ -30,7 +30,12 @@ func (c *Cluster) addProc(p *proc) bool {
 // StartInHub starts a process in the hub's network namespace, with its log
 // under the cluster's logs directory. The cluster stops it on Stop.
 func (c *Cluster) StartInHub(name string, env []string, argv ...string) (*Process, error) {
-	p, err := startProc(name, filepath.Join(c.Dir, "logs", name+".log"), env, inNetns(c.HubNetns, argv...)...)
+	return c.startIn(c.HubNetns, name, env, argv...)
+}
+
+// startIn starts a process in the network namespace ns (see StartInHub).
+func (c *Cluster) startIn(ns, name string, env []string, argv ...string) (*Process, error) {
+	p, err := startProc(name, filepath.Join(c.Dir, "logs", name+".log"), env, inNetns(ns, argv...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -62,10 +67,14 @@ func (p *Process) Kill() { _ = p.p.cmd.Process.Kill(); _ = p.p.Wait() }
 // Tail is the end of its log.
 func (p *Process) Tail(lines int) string { return p.p.tail(lines) }
 
-func (c *Cluster) startControlPlane(ctx context.Context, members int) error {
+func (c *Cluster) startControlPlane(ctx context.Context, members, evictAfter int) error {
 	if members < 1 {
 		members = 1
 	}
+	if evictAfter == 0 {
+		evictAfter = DefaultEvictionSeconds
+	}
+	c.EvictionSeconds = evictAfter
 	// Members on the nodes (etcd_nodes.go) replace the hub's.
 	if eps := c.EtcdEndpoints(); len(eps) > 0 {
 		members = 0
@@ -93,7 +102,7 @@ func (c *Cluster) startControlPlane(ctx context.Context, members int) error {
 		endpoints = c.EtcdEndpoints()
 	}
 	serving, err := c.pki.issue("kube-apiserver", "kube-apiserver", nil,
-		HubIP, "127.0.0.1", "198.19.255.1", "kubernetes", "kubernetes.default", "kubernetes.default.svc")
+		HubIP, "127.0.0.1", kubernetesServiceIP, "kubernetes", "kubernetes.default", "kubernetes.default.svc")
 	if err != nil {
 		return err
 	}
@@ -124,10 +133,15 @@ func (c *Cluster) startControlPlane(ctx context.Context, members int) error {
 		"--service-cluster-ip-range", ServiceCIDR,
 		"--authorization-mode", "Node,RBAC",
 		"--enable-admission-plugins", "NodeRestriction",
+		"--default-not-ready-toleration-seconds", fmt.Sprint(evictAfter),
+		"--default-unreachable-toleration-seconds", fmt.Sprint(evictAfter),
 		"--allow-privileged",
 		"--kubelet-client-certificate", kubeletClient.Cert, "--kubelet-client-key", kubeletClient.Key,
 		"--kubelet-certificate-authority", c.pki.CAFile,
 		"--kubelet-preferred-address-types", "InternalIP",
+		// A webhook's Service is reached at its endpoints (the pod
+		// network, podnet.go): there is no kube-proxy.
+		"--enable-aggregator-routing=true",
 		"--profiling=false", "--v", "1"}
 	api, err := c.StartInHub("kube-apiserver", nil, c.apiserverArgv...)
 	if err != nil {
@@ -153,8 +167,10 @@ func (c *Cluster) startControlPlane(ctx context.Context, members int) error {
 	if err := c.installCRDs(); err != nil {
 		return err
 	}
-	// No controller-manager: the namespaces pods run in get what it
-	// would have given them.
+	c.logf("starting kube-controller-manager and kube-scheduler")
+	if err := c.startKubeControllers(ctx); err != nil {
+		return err
+	}
 	return c.EnsureNamespace(ctx, "default")
 }
 

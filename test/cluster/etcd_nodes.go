@@ -44,6 +44,10 @@ const (
 	EtcdPeerPort   = 2380
 )
 
+// LocalEtcdURL is a node's local member on its own loopback (inside the
+// node's network namespace), where holdfast-node reaches it.
+var LocalEtcdURL = fmt.Sprintf("http://127.0.0.1:%d", EtcdClientPort)
+
 // Host is the host half of a node that can hold an etcd member: its systemd
 // (test/dbusdouble's Manager on a private dbus-daemon, since PID 1 is not
 // systemd on these machines) whose server unit runs a real etcd member in
@@ -53,9 +57,9 @@ const (
 // changes the control plane's own quorum.
 type Host struct {
 	Node string
-	// Dir is the node's host directory: holdfast/ (holdfast-node's host
-	// state), systemd/ (drop-ins) and db/db (the member data), mounted
-	// into the holdfast-node pod.
+	// Dir is the node's host directory (Node.HostDir): holdfast/
+	// (holdfast-node's host state), systemd/ (drop-ins) and db/db (the
+	// member data), mounted into the holdfast-node pod.
 	Dir   string
 	State hoststate.State
 	// SystemdDir is where the server unit's drop-ins are read from.
@@ -129,7 +133,7 @@ func (c *Cluster) startEtcdHosts(ctx context.Context, specs []NodeSpec) error {
 		if err := n.network(); err != nil {
 			return err
 		}
-		h := &Host{Node: n.Name, Dir: filepath.Join(n.Dir, "host"), n: n,
+		h := &Host{Node: n.Name, Dir: n.HostDir(), n: n,
 			ClientURL: fmt.Sprintf("http://%s:%d", n.IP, EtcdClientPort), PeerURL: peerURL(n.IP)}
 		h.State = hoststate.State{Dir: filepath.Join(h.Dir, "holdfast"), MemberDataDir: filepath.Join(h.Dir, "db", "db")}
 		h.SystemdDir = filepath.Join(h.Dir, "systemd")
@@ -207,7 +211,9 @@ func (h *Host) startEtcd(_ context.Context, env map[string]string) (dbusdouble.P
 	argv := inNetns(h.n.Netns, filepath.Join(h.n.c.bins.K8s, "etcd"),
 		"--name="+h.Node,
 		"--data-dir="+h.State.MemberDataDir,
-		"--listen-client-urls="+h.ClientURL, "--advertise-client-urls="+h.ClientURL,
+		// Also on the node's loopback, as a k3s server's member: holdfast-node
+		// reaches its local member there on every node alike.
+		"--listen-client-urls="+h.ClientURL+","+LocalEtcdURL, "--advertise-client-urls="+h.ClientURL,
 		"--listen-peer-urls="+h.PeerURL, "--initial-advertise-peer-urls="+h.PeerURL,
 		"--initial-cluster="+join, "--initial-cluster-state="+state,
 		"--initial-cluster-token=hfe-"+h.n.c.ID,

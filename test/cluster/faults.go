@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os/exec"
 	"strconv"
@@ -9,21 +10,22 @@ import (
 	"time"
 )
 
-// Faults the drills inject beyond a cut link (Node.Cut) and a stopped
-// kubelet: one direction of a node's traffic dropped, and the apiserver
-// restarted.
+// Faults the drills inject beyond a cut link (Node.Cut, Node.CutLink) and a
+// stopped kubelet: one direction of one of a node's links dropped, a link
+// partitioned, and the apiserver restarted.
 
 // Direction is the way a node's traffic is dropped.
 type Direction string
 
 const (
-	// Inbound drops every packet reaching the node from the hub: its
-	// runtime never hears the grantor, while what it sends (a Modbus
-	// request on an open connection) still arrives.
+	// Inbound drops every packet reaching the node over the link: on the
+	// control link its runtime never hears the grantor, while what it
+	// sends (an acknowledgement on an open connection) still leaves.
 	Inbound Direction = "inbound"
-	// Outbound drops every packet the node sends to the hub: its runtime
-	// still hears the grantor on an open connection but no answer, and no
-	// request of its own, leaves the node.
+	// Outbound drops every packet the node sends over the link: on the
+	// control link its runtime still hears the grantor on an open
+	// connection but no answer, and no request of its own, leaves the
+	// node.
 	Outbound Direction = "outbound"
 )
 
@@ -32,11 +34,19 @@ const (
 // own namespace.
 const dropTable = "holdfast_drill"
 
-// Drop drops one direction of the node's traffic on its link to the hub,
-// with nftables inside the node's own network namespace: all of it, or,
-// with tcpPorts, only TCP to those ports of the node (Inbound) or of the
-// hub (Outbound). Loopback inside the node is untouched.
-func (n *Node) Drop(d Direction, tcpPorts ...int) error {
+// Drop drops one direction of the node's traffic on its control link (see
+// DropOn).
+func (n *Node) Drop(d Direction, tcpPorts ...int) error { return n.DropOn(Control, d, tcpPorts...) }
+
+// DropOn drops one direction of the node's traffic on link l, its pods'
+// included, with nftables inside the node's own network namespace: all of
+// it, or, with tcpPorts, only TCP to those ports of the node (Inbound) or
+// of the far end (Outbound). Loopback and the other link are untouched.
+// Drops add up until Heal.
+func (n *Node) DropOn(l Link, d Direction, tcpPorts ...int) error {
+	if err := l.valid(); err != nil {
+		return err
+	}
 	match := ""
 	if len(tcpPorts) > 0 {
 		var ps []string
@@ -45,29 +55,48 @@ func (n *Node) Drop(d Direction, tcpPorts ...int) error {
 		}
 		match = " tcp dport { " + strings.Join(ps, ", ") + " }"
 	}
-	var rule string
+	// What the node's own processes send and receive passes the output
+	// and input hooks; what its pods (off the host network) send and
+	// receive is forwarded through the node.
+	var rules string
 	switch d {
 	case Inbound:
-		rule = `chain in { type filter hook input priority -300; policy accept; iifname "eth0"` + match + ` drop; }`
+		rules = `chain in { type filter hook input priority -300; policy accept; iifname "` + string(l) + `"` + match + ` drop; }
+chain fwdin { type filter hook forward priority -300; policy accept; iifname "` + string(l) + `"` + match + ` drop; }`
 	case Outbound:
-		rule = `chain out { type filter hook output priority -300; policy accept; oifname "eth0"` + match + ` drop; }`
+		rules = `chain out { type filter hook output priority -300; policy accept; oifname "` + string(l) + `"` + match + ` drop; }
+chain fwdout { type filter hook forward priority -300; policy accept; oifname "` + string(l) + `"` + match + ` drop; }`
 	default:
 		return fmt.Errorf("direction %q: must be %s or %s", d, Inbound, Outbound)
 	}
-	return n.nft(fmt.Sprintf("table inet %s {\n%s\n}\n", dropTable, rule))
+	return n.nft(fmt.Sprintf("table inet %s {\n%s\n}\n", dropTable, rules))
+}
+
+// Partition drops everything on link l in both directions while the link
+// stays up, as when a switch upstream of the node stops forwarding: on the
+// control link the node loses the apiserver, the grantor and the broker
+// while its devices stay reachable over the field link. Dropping one
+// direction alone is no partition (an apiserver's retransmissions still
+// carry its watch events to a node whose acknowledgements are lost).
+func (n *Node) Partition(l Link) error {
+	return errors.Join(n.DropOn(l, Inbound), n.DropOn(l, Outbound))
 }
 
 // Heal removes every drop the drills added to the node (none is no error).
-func (n *Node) Heal() error {
-	// Adding the empty table first makes the delete succeed when none exists.
-	return n.nft(fmt.Sprintf("table inet %s {}\ndelete table inet %s\n", dropTable, dropTable))
-}
+func (n *Node) Heal() error { return n.nft(healScript) }
 
-func (n *Node) nft(script string) error {
-	cmd := exec.Command("ip", "netns", "exec", n.Netns, "nft", "-f", "-")
+// healScript deletes the drills' table; adding it empty first makes the
+// delete succeed when none exists.
+var healScript = fmt.Sprintf("table inet %s {}\ndelete table inet %s\n", dropTable, dropTable)
+
+func (n *Node) nft(script string) error { return nftIn(n.Netns, script) }
+
+// nftIn runs an nftables script inside the network namespace ns.
+func nftIn(ns, script string) error {
+	cmd := exec.Command("ip", "netns", "exec", ns, "nft", "-f", "-")
 	cmd.Stdin = strings.NewReader(script)
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("nft in %s: %v: %s", n.Netns, err, out)
+		return fmt.Errorf("nft in %s: %v: %s", ns, err, out)
 	}
 	return nil
 }

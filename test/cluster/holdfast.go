@@ -10,9 +10,11 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/holdfast-io/holdfast/test/devicesim"
 )
 
-// Ports of holdfast's processes in the hub.
+// Ports of holdfast's processes in the hub, and of the devices in the field.
 const (
 	WebhookPort      = 9443
 	PlantModbusPort  = 5020
@@ -50,9 +52,9 @@ func (c *Cluster) Binary(pkg string) (string, error) {
 	return out, nil
 }
 
-// Plant is the device simulator the units drive: a Modbus TCP device in the
-// hub, reachable from every node, logging every write with its peer and
-// epoch.
+// Plant is the device simulator the units drive: a Modbus TCP device on the
+// field network, reachable from every node over its field link, logging
+// every write with its peer and time (and epoch, when it checks epochs).
 type Plant struct {
 	*Process
 	// Address is the Modbus TCP address the runtimes dial.
@@ -61,20 +63,22 @@ type Plant struct {
 	HTTP string
 	// WriteLog is the file every write is appended to.
 	WriteLog string
+	// Mode is the device's mode (devicesim.OwnerEpoch or devicesim.Plain).
+	Mode devicesim.Mode
 }
 
-// StartPlant starts a device simulator, the index-th (each unit drives its
-// own device: the owner-epoch block is one per device).
-func (c *Cluster) StartPlant(ctx context.Context, name string, index int) (*Plant, error) {
+// StartPlant starts a device simulator in mode, the index-th (each unit
+// drives its own device: the owner-epoch block is one per device).
+func (c *Cluster) StartPlant(ctx context.Context, name string, index int, mode devicesim.Mode) (*Plant, error) {
 	bin, err := c.Binary("cmd/device-simulator")
 	if err != nil {
 		return nil, err
 	}
-	p := &Plant{Address: fmt.Sprintf("%s:%d", HubIP, PlantModbusPort+2*index),
-		HTTP:     fmt.Sprintf("http://%s:%d", HubIP, PlantHTTPPort+2*index),
-		WriteLog: filepath.Join(c.Dir, "logs", name+"-writes.jsonl")}
-	p.Process, err = c.StartInHub(name, nil, bin, "--listen", p.Address,
-		"--http", fmt.Sprintf("%s:%d", HubIP, PlantHTTPPort+2*index), "--write-log", p.WriteLog)
+	p := &Plant{Address: fmt.Sprintf("%s:%d", FieldIP, PlantModbusPort+2*index),
+		HTTP:     fmt.Sprintf("http://%s:%d", FieldIP, PlantHTTPPort+2*index),
+		WriteLog: filepath.Join(c.Dir, "logs", name+"-writes.jsonl"), Mode: mode}
+	p.Process, err = c.StartInField(name, nil, bin, "--listen", p.Address, "--mode", string(mode),
+		"--http", fmt.Sprintf("%s:%d", FieldIP, PlantHTTPPort+2*index), "--write-log", p.WriteLog)
 	if err != nil {
 		return nil, err
 	}
@@ -97,6 +101,39 @@ func (c *Cluster) StartPlant(ctx context.Context, name string, index int) (*Plan
 // chart renders the same), reached by URL rather than through a Service
 // (there is no kube-proxy).
 func (c *Cluster) StartWebhook(ctx context.Context, extra ...string) (*Process, error) {
+	p, err := c.StartWebhookProcess(ctx, extra...)
+	if err != nil {
+		return nil, err
+	}
+	raw, err := os.ReadFile(filepath.Join(c.Root, webhookConfigYML))
+	if err != nil {
+		return nil, err
+	}
+	var vwc admissionregistrationv1.ValidatingWebhookConfiguration
+	if err := yaml.UnmarshalStrict(raw, &vwc); err != nil {
+		return nil, fmt.Errorf("%s: %w", webhookConfigYML, err)
+	}
+	ca, err := os.ReadFile(c.pki.CAFile)
+	if err != nil {
+		return nil, err
+	}
+	for i := range vwc.Webhooks {
+		cc := &vwc.Webhooks[i].ClientConfig
+		path := "/"
+		if cc.Service != nil && cc.Service.Path != nil {
+			path = *cc.Service.Path
+		}
+		url := fmt.Sprintf("https://%s:%d%s", HubIP, WebhookPort, path)
+		cc.Service, cc.URL, cc.CABundle = nil, &url, ca
+	}
+	return p, c.Client.Create(ctx, &vwc)
+}
+
+// StartWebhookProcess starts the holdfast-webhook process (its certificate,
+// its flags and extra) and waits until it is ready, registering nothing:
+// StartWebhook registers it, and a drill that stopped it starts it again
+// with this.
+func (c *Cluster) StartWebhookProcess(ctx context.Context, extra ...string) (*Process, error) {
 	bin, err := c.Binary("cmd/holdfast-webhook")
 	if err != nil {
 		return nil, err
@@ -131,28 +168,7 @@ func (c *Cluster) StartWebhook(ctx context.Context, extra ...string) (*Process, 
 	if err != nil {
 		return nil, err
 	}
-	raw, err := os.ReadFile(filepath.Join(c.Root, webhookConfigYML))
-	if err != nil {
-		return nil, err
-	}
-	var vwc admissionregistrationv1.ValidatingWebhookConfiguration
-	if err := yaml.UnmarshalStrict(raw, &vwc); err != nil {
-		return nil, fmt.Errorf("%s: %w", webhookConfigYML, err)
-	}
-	ca, err := os.ReadFile(c.pki.CAFile)
-	if err != nil {
-		return nil, err
-	}
-	for i := range vwc.Webhooks {
-		cc := &vwc.Webhooks[i].ClientConfig
-		path := "/"
-		if cc.Service != nil && cc.Service.Path != nil {
-			path = *cc.Service.Path
-		}
-		url := fmt.Sprintf("https://%s:%d%s", HubIP, WebhookPort, path)
-		cc.Service, cc.URL, cc.CABundle = nil, &url, ca
-	}
-	// Register only once it answers: failurePolicy is Fail.
+	// Registered only once it answers: failurePolicy is Fail.
 	hc := c.HTTPClient()
 	if err := Poll(ctx, 60*time.Second, func() (bool, error) {
 		if p.Exited() {
@@ -167,5 +183,5 @@ func (c *Cluster) StartWebhook(ctx context.Context, extra ...string) (*Process, 
 	}); err != nil {
 		return nil, err
 	}
-	return p, c.Client.Create(ctx, &vwc)
+	return p, nil
 }

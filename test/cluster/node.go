@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -20,14 +21,18 @@ import (
 )
 
 // Node is one real node: a network namespace with its own address on the
-// cluster's bridge, a private mount namespace (its own /var/lib and
+// control network's bridge and on the field network's, a private mount
+// namespace (its own /var/lib and
 // /var/log, so the kubelet's and containerd's fixed paths are its own),
 // containerd with runc, and a kubelet.
 type Node struct {
 	Name string
-	// IP is the node's address, its InternalIP and every hostNetwork
-	// pod's IP.
+	// IP is the node's address on the control network, its InternalIP
+	// and every hostNetwork pod's IP.
 	IP string
+	// FieldIP is the node's address on the field network (its eth1),
+	// where its runtimes' device requests come from.
+	FieldIP string
 	// Netns is the node's network namespace (ip netns name).
 	Netns string
 	// Dir holds every file of the node.
@@ -38,6 +43,7 @@ type Node struct {
 	c          *Cluster
 	index      int
 	hubLink    string
+	fieldLink  string
 	cgroupRoot string
 	holder     *proc
 	mountNS    uint64
@@ -48,6 +54,21 @@ type Node struct {
 	// member), nil on a node that never hosts one (etcd_nodes.go).
 	Host *Host
 }
+
+// Paths inside every node's mount namespace, the same on every node as on
+// real hosts, so one DaemonSet's host paths fit them all. The node's /var/lib
+// is its own (<Dir>/var/lib), so each is also <Dir><path> from this process.
+const (
+	// NodeHostDir holds what holdfast-node reaches on the host:
+	// holdfast/ (its host state), systemd/ (the server unit's drop-ins),
+	// db/ (the etcd member's data) and dbus/ (the system bus socket).
+	NodeHostDir = "/var/lib/holdfast-host"
+	// NodeCRISocket is containerd's socket.
+	NodeCRISocket = "/var/lib/hf-containerd/containerd.sock"
+)
+
+// HostDir is NodeHostDir of this node, as this process reaches it.
+func (n *Node) HostDir() string { return filepath.Join(n.Dir, NodeHostDir) }
 
 // The bridge network of pods that are not hostNetwork: it exists only inside
 // the node's network namespace. Its presence makes the node Ready.
@@ -99,7 +120,7 @@ serializeImagePulls: false
 
 func (n *Node) replacer() *strings.Replacer {
 	return strings.NewReplacer("{{dir}}", n.Dir, "{{criendpoint}}", n.CRIEndpoint, "{{ip}}", n.IP, "{{name}}", n.Name, "{{pki}}", n.c.pki.dir,
-		"{{cgroupRoot}}", n.cgroupRoot, "{{podcidr}}", fmt.Sprintf("198.19.%d.0/24", n.index))
+		"{{cgroupRoot}}", n.cgroupRoot, "{{podcidr}}", podCIDR(n.index))
 }
 
 // start brings the node up: namespaces, link, mounts, cgroups, containerd
@@ -187,8 +208,9 @@ func (n *Node) start(ctx context.Context) error {
 }
 
 // network makes the node's network namespace: a veth pair from the hub's
-// bridge to the node's eth0. An etcd member on the node (etcd_nodes.go)
-// needs it before the control plane starts, so it runs apart from start.
+// bridge to the node's eth0 and one from the field bridge to its eth1. An
+// etcd member on the node (etcd_nodes.go) needs it before the control plane
+// starts, so it runs apart from start.
 func (n *Node) network() error {
 	c := n.c
 	if err := run("ip", "netns", "add", n.Netns); err != nil {
@@ -196,15 +218,18 @@ func (n *Node) network() error {
 	}
 	c.netns = append(c.netns, n.Netns)
 	for _, argv := range [][]string{
-		{"ip", "-n", c.HubNetns, "link", "add", n.hubLink, "type", "veth", "peer", "name", "eth0", "netns", n.Netns},
+		{"ip", "-n", c.HubNetns, "link", "add", n.hubLink, "type", "veth", "peer", "name", string(Control), "netns", n.Netns},
 		{"ip", "-n", c.HubNetns, "link", "set", n.hubLink, "master", hubBridge, "up"},
-		{"ip", "-n", n.Netns, "addr", "add", n.IP + "/24", "dev", "eth0"},
-		{"ip", "-n", n.Netns, "link", "set", "eth0", "up"},
+		{"ip", "-n", n.Netns, "addr", "add", n.IP + "/24", "dev", string(Control)},
+		{"ip", "-n", n.Netns, "link", "set", string(Control), "up"},
 		{"ip", "-n", n.Netns, "link", "set", "lo", "up"},
 	} {
 		if err := run(argv...); err != nil {
 			return err
 		}
+	}
+	if err := n.fieldNetwork(); err != nil {
+		return err
 	}
 	n.networkUp = true
 	return nil
@@ -215,10 +240,10 @@ func (n *Node) enter(argv ...string) []string {
 	return append([]string{"nsenter", "--target", strconv.Itoa(n.holder.PID()), "--mount", "--net", "--"}, argv...)
 }
 
-// containerdConfig is the node's containerd: its files under
-// <node>/containerd, the e2e CNI plugins and the node's networks.
+// containerdConfig is the node's containerd: its files in the directory of
+// NodeCRISocket, the e2e CNI plugins and the node's networks.
 func (n *Node) containerdConfig() crihost.Config {
-	return crihost.Config{Dir: filepath.Join(n.Dir, "containerd"), Bin: n.c.bins.CRI, CNIBin: n.c.bins.CNI,
+	return crihost.Config{Dir: filepath.Join(n.Dir, filepath.Dir(NodeCRISocket)), Bin: n.c.bins.CRI, CNIBin: n.c.bins.CNI,
 		CNIConf: filepath.Join(n.Dir, "cni", "conf"), Pause: PauseImage}
 }
 
@@ -258,15 +283,16 @@ func (n *Node) StartKubelet() error {
 // KubeletPID is the kubelet's process ID.
 func (n *Node) KubeletPID() int { return n.kubelet.PID() }
 
-// Cut takes the node's link down on the hub side: the node loses the
-// apiserver, the grantor and the plant at once, as when its cable is pulled.
+// Cut takes both of the node's links down at their bridges: the node loses
+// the apiserver, the grantor and its devices at once, as when it loses power
+// to its switches. CutLink cuts one.
 func (n *Node) Cut() error {
-	return run("ip", "-n", n.c.HubNetns, "link", "set", n.hubLink, "down")
+	return errors.Join(n.CutLink(Control), n.CutLink(Field))
 }
 
-// Mend brings the link back up.
+// Mend brings both links back up.
 func (n *Node) Mend() error {
-	return run("ip", "-n", n.c.HubNetns, "link", "set", n.hubLink, "up")
+	return errors.Join(n.MendLink(Control), n.MendLink(Field))
 }
 
 // InNode is argv as run inside the node's namespaces.

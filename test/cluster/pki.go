@@ -26,6 +26,9 @@ type pki struct {
 	key  *ecdsa.PrivateKey
 	// CAFile is the CA certificate, PEM.
 	CAFile string
+	// saPub and saKey are the service-account key pair's files, once
+	// serviceAccountKeys wrote them.
+	saPub, saKey string
 }
 
 func newPKI(dir string) (*pki, error) {
@@ -118,7 +121,25 @@ func (p *pki) serviceAccountKeys() (pub, priv string, err error) {
 	if err := writePEM(pub, "PUBLIC KEY", pubDER); err != nil {
 		return "", "", err
 	}
-	return pub, priv, writePEM(priv, "RSA PRIVATE KEY", x509.MarshalPKCS1PrivateKey(key))
+	if err := writePEM(priv, "RSA PRIVATE KEY", x509.MarshalPKCS1PrivateKey(key)); err != nil {
+		return "", "", err
+	}
+	p.saPub, p.saKey = pub, priv
+	return pub, priv, nil
+}
+
+// serviceAccountKeyFiles are the files serviceAccountKeys wrote.
+func (p *pki) serviceAccountKeyFiles() (pub, priv string) { return p.saPub, p.saKey }
+
+// writeKey writes the CA's private key (kube-controller-manager signs
+// certificate requests with it) and returns its file.
+func (p *pki) writeKey() (string, error) {
+	der, err := x509.MarshalECPrivateKey(p.key)
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(p.dir, "ca.key")
+	return path, writePEM(path, "EC PRIVATE KEY", der)
 }
 
 func writePEM(path, typ string, der []byte) error {

@@ -1,8 +1,11 @@
 // Package devicesim is a Modbus TCP field device for tests, drills and the
-// demo: 65536 holding registers, an owner-epoch block that refuses writers
-// behind the highest epoch it has seen, and a write log (time, peer,
-// epoch, register, value, accepted) from which a test proves that no two
-// writers overlapped.
+// demo: 65536 holding registers and a write log (true time, peer, epoch,
+// register, value, accepted) from which a test proves that no two writers
+// overlapped (writers.go). It runs in one of two modes:
+//   - OwnerEpoch: an owner-epoch block refuses writers behind the highest
+//     epoch it has seen, as a device that can check the writer's epoch;
+//   - Plain: every write is accepted, as by most devices in a plant; only
+//     the log, by true time and peer, tells the writers apart.
 //
 // The owner-epoch block is four holding registers at EpochRegister holding
 // a big-endian uint64. A client declares its epoch by writing all four in
@@ -32,11 +35,37 @@ import (
 // DefaultEpochRegister is where the owner-epoch block starts.
 const DefaultEpochRegister = 9000
 
+// Mode is how a device treats writes.
+type Mode string
+
+const (
+	// OwnerEpoch refuses writers behind the highest epoch declared.
+	OwnerEpoch Mode = "owner-epoch"
+	// Plain accepts every write: no register is special, every write is
+	// logged at epoch 0.
+	Plain Mode = "plain"
+)
+
+// Modes are both modes, for drills that run in each.
+var Modes = []Mode{OwnerEpoch, Plain}
+
+// ParseMode reads a mode by name.
+func ParseMode(s string) (Mode, error) {
+	switch m := Mode(s); m {
+	case OwnerEpoch, Plain:
+		return m, nil
+	}
+	return "", fmt.Errorf("mode %q: must be %s or %s", s, OwnerEpoch, Plain)
+}
+
 // Config of a simulated device.
 type Config struct {
 	// Address to listen on, host:port; port 0 picks a free one.
 	Address string
-	// EpochRegister is the first of the four owner-epoch registers.
+	// Mode is OwnerEpoch (the default) or Plain.
+	Mode Mode
+	// EpochRegister is the first of the four owner-epoch registers
+	// (OwnerEpoch only).
 	EpochRegister uint16
 	// LogFile, when set, receives every write as a JSON line as it happens.
 	LogFile string
@@ -74,6 +103,12 @@ type Sim struct {
 func Start(cfg Config) (*Sim, error) {
 	if cfg.EpochRegister == 0 {
 		cfg.EpochRegister = DefaultEpochRegister
+	}
+	if cfg.Mode == "" {
+		cfg.Mode = OwnerEpoch
+	}
+	if _, err := ParseMode(string(cfg.Mode)); err != nil {
+		return nil, err
 	}
 	if cfg.EpochRegister > 65532 {
 		return nil, fmt.Errorf("epochRegister: %d: must be at most 65532", cfg.EpochRegister)
@@ -129,6 +164,9 @@ func resolvePort(addr string) (string, error) {
 
 // Addr is the device's host:port.
 func (s *Sim) Addr() string { return s.addr }
+
+// Mode is the device's mode.
+func (s *Sim) Mode() Mode { return s.cfg.Mode }
 
 // Close stops the device and drops every connection.
 func (s *Sim) Close() error {
@@ -198,6 +236,13 @@ func (s *Sim) HandleHoldingRegisters(req *mb.HoldingRegistersRequest) ([]uint16,
 		return append([]uint16(nil), s.regs[req.Addr:end]...), nil
 	}
 	now := time.Now()
+	if s.cfg.Mode == Plain {
+		for i, v := range req.Args {
+			s.record(Write{Time: now, Peer: req.ClientAddr, Register: req.Addr + uint16(i), Value: v, Accepted: true})
+		}
+		copy(s.regs[req.Addr:end], req.Args)
+		return nil, nil
+	}
 	er := int(s.cfg.EpochRegister)
 	if int(req.Addr) < er+4 && end > er {
 		// a declaration: exactly the whole block, never lower than the highest
@@ -256,26 +301,6 @@ func (s *Sim) HandleInputRegisters(*mb.InputRegistersRequest) ([]uint16, error) 
 
 func decodeEpoch(w []uint16) int64 {
 	return int64(uint64(w[0])<<48 | uint64(w[1])<<32 | uint64(w[2])<<16 | uint64(w[3]))
-}
-
-// CheckOneWriter proves from a write log that no two writers overlapped:
-// in the order the device accepted them, epochs never go back, so once an
-// epoch has written no lower epoch writes again. It returns the first
-// violation.
-func CheckOneWriter(log []Write) error {
-	var last int64
-	var lastAt time.Time
-	for _, w := range log {
-		if !w.Accepted {
-			continue
-		}
-		if w.Epoch < last {
-			return fmt.Errorf("epoch %d wrote register %d at %s after epoch %d had written at %s",
-				w.Epoch, w.Register, w.Time.Format(time.RFC3339Nano), last, lastAt.Format(time.RFC3339Nano))
-		}
-		last, lastAt = w.Epoch, w.Time
-	}
-	return nil
 }
 
 // LastAttempt is the time of the last write attempt (accepted or refused)

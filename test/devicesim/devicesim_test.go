@@ -3,6 +3,8 @@ package devicesim
 import (
 	"bufio"
 	"encoding/json"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -114,5 +116,73 @@ func TestCheckOneWriterFindsAnInterleaving(t *testing.T) {
 	log[2].Accepted = true
 	if err := CheckOneWriter(log); err == nil || !strings.Contains(err.Error(), "epoch 1 wrote register 1") {
 		t.Fatalf("CheckOneWriter = %v, want the interleaving named", err)
+	}
+}
+
+// writeFrom writes value to register over Modbus TCP (function 6) from a
+// connection bound to the loopback address local, so the device sees a
+// peer of its own.
+func writeFrom(t *testing.T, local, device string, register, value uint16) {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(local)}, Timeout: 2 * time.Second}
+	conn, err := d.Dial("tcp", device)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// MBAP header (transaction 1, protocol 0, 6 bytes follow, unit 1),
+	// then function 6, register, value.
+	req := []byte{0, 1, 0, 0, 0, 6, 1, 6, byte(register >> 8), byte(register), byte(value >> 8), byte(value)}
+	if _, err := conn.Write(req); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(2 * time.Second))
+	resp := make([]byte, len(req))
+	if _, err := io.ReadFull(conn, resp); err != nil {
+		t.Fatal(err)
+	}
+	if resp[7] != 6 {
+		t.Fatalf("write of register %d from %s answered function %#x (exception), want 6", register, local, resp[7])
+	}
+}
+
+// A Plain device, as most plant devices are, accepts every write, the
+// owner-epoch block's registers included, and refuses none; its log names
+// each write's peer and true time, from which Turns tells the writers
+// apart, and a stale writer is seen by its address alone.
+func TestPlainModeAcceptsEveryWriteAndLogsItsPeer(t *testing.T) {
+	sim, err := Start(Config{Address: "127.0.0.1:0", Mode: Plain})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sim.Close()
+	before := time.Now()
+	writeFrom(t, "127.0.0.11", sim.Addr(), 100, 1)
+	c := client(t, sim.Addr())
+	if err := c.WriteRegisters(DefaultEpochRegister, []uint16{0, 0, 0, 7}); err != nil {
+		t.Fatalf("a Plain device refused a write to the owner-epoch registers: %v", err)
+	}
+	writeFrom(t, "127.0.0.12", sim.Addr(), 100, 2)
+	writeFrom(t, "127.0.0.11", sim.Addr(), 100, 3)
+	if got := sim.Registers(100, 1)[0]; got != 3 || sim.HighestEpoch() != 0 {
+		t.Fatalf("register 100 = %d, owner epoch %d; want 3 (every write landed) and 0", got, sim.HighestEpoch())
+	}
+	log := sim.Writes()
+	if len(log) != 7 {
+		t.Fatalf("log %+v, want 7 entries (one per register)", log)
+	}
+	for _, w := range log {
+		if !w.Accepted || w.Epoch != 0 || w.Peer == "" || w.Time.Before(before) || w.Time.After(time.Now()) {
+			t.Fatalf("log entry %+v: want accepted, epoch 0, its peer and the true time", w)
+		}
+	}
+	a := Writer{Name: "epoch 1 on a", Host: "127.0.0.11", Epoch: 1}
+	b := Writer{Name: "epoch 2 on b", Host: "127.0.0.12", Epoch: 2}
+	plain := []Write{log[0], log[5], log[6]} // without the declaration client's
+	if _, err := Turns(plain, []Writer{a, b}); err == nil || !strings.Contains(err.Error(), "epoch 1 on a wrote register 100") {
+		t.Fatalf("Turns on a stale write after the next writer's = %v, want it named", err)
+	}
+	if _, err := Turns(plain[:2], []Writer{a, b}); err != nil {
+		t.Fatalf("Turns on one writer after the other: %v", err)
 	}
 }

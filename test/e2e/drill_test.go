@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -46,7 +47,8 @@ func newDrill(t *testing.T, name string, leaseSeconds int32) *drill {
 // newDrillWith is newDrill with the unit's options changed by opt.
 func newDrillWith(t *testing.T, name string, leaseSeconds int32, opt func(*scenario.UnitOptions)) *drill {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	// Long enough for a ten-minute partition and what follows it.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	t.Cleanup(cancel)
 	nodes := world.NodeNames
 	o := scenario.UnitOptions{Namespace: "drill-" + name, Name: "kiln", LeaseSeconds: leaseSeconds,
@@ -90,8 +92,8 @@ func (d *drill) dump() {
 			d.t.Logf("event %s %s by %s: %s", e.EventTime.Format(time.RFC3339Nano), e.Reason, e.ReportingController, e.Note)
 		}
 	}
-	if log, err := d.u.Writes(d.ctx); err == nil {
-		d.t.Logf("device epochs: %v (%d writes)", devicesim.Epochs(log), len(log))
+	if turns, err := d.u.Turns(d.ctx); turns != nil {
+		d.t.Logf("%s device: turns %s (judgement: %v)", d.u.Device, scenario.TurnsString(turns), err)
 	}
 	if evs, err := d.u.PodEvents(d.ctx); err == nil {
 		for _, e := range evs {
@@ -100,7 +102,7 @@ func (d *drill) dump() {
 	}
 	d.t.Logf("units role: %d supervisor restarts", world.ControllerRestarts())
 	for _, c := range world.ControllerList() {
-		d.t.Logf("%s log tail:\n%s", c.Identity, c.Tail(20))
+		d.t.Logf("%s log tail:\n%s", c.Identity, world.ControllerLog(c, 20))
 	}
 	d.t.Logf("holdfast-scheduler (%d restarts) log tail:\n%s", world.SchedulerRestarts(), world.SchedulerLog(30))
 }
@@ -224,33 +226,34 @@ func (d *drill) scheduledBy(epoch int64, node string) {
 	d.t.Fatalf("no Scheduled Event of %s placing %s on %s; its Events: %v", holdfastv1.SchedulerName, pod, node, seen)
 }
 
-// oneWriter asserts from the device's own log that there was one writer at a
+// oneWriter asserts from the device's own log, read by true time and peer
+// in either device mode (devicesim.Turns), that there was one writer at a
 // time, and that the new epoch's first write came at least the re-bind
-// margin after the old epoch's last accepted write.
+// margin after the old epoch's last request.
 func (d *drill) oneWriter(old, new int64) {
 	d.t.Helper()
-	log, err := d.u.Writes(d.ctx)
+	turns, err := d.u.Turns(d.ctx)
 	if err != nil {
-		d.t.Fatal(err)
+		d.t.Fatalf("two writers on the %s device: %v; turns %s", d.u.Device, err, scenario.TurnsString(turns))
 	}
-	if err := scenario.CheckNoTwoWriters(log); err != nil {
-		d.t.Fatalf("two writers on the device: %v", err)
+	o, okOld := devicesim.Of(turns, old)
+	n, okNew := devicesim.Of(turns, new)
+	if !okOld || !okNew || o.Accepted == 0 || n.Accepted == 0 {
+		d.t.Fatalf("want writes of epochs %d and %d, the device saw %s", old, new, scenario.TurnsString(turns))
 	}
-	by := devicesim.ByEpoch(log)
-	if len(by[old]) == 0 || len(by[new]) == 0 {
-		d.t.Fatalf("want writes at epochs %d and %d, the device saw %v", old, new, devicesim.Epochs(log))
-	}
-	last := by[old][len(by[old])-1].Time
 	u, err := d.u.Get(d.ctx)
 	if err != nil {
 		d.t.Fatal(err)
 	}
 	if m := u.Spec.Availability.RebindMargin(); m < scenario.NeighbourQueueWindow {
-		d.t.Fatalf("re-bind margin %v is shorter than the neighbour-queue window %v: CheckNoTwoWriters cannot tell a late segment from a stale writer", m, scenario.NeighbourQueueWindow)
+		d.t.Fatalf("re-bind margin %v is shorter than the neighbour-queue window %v: the one-writer check cannot tell a late segment from a stale writer", m, scenario.NeighbourQueueWindow)
 	}
-	if gap := by[new][0].Time.Sub(last); gap < u.Spec.Availability.RebindMargin() {
-		d.t.Fatalf("epoch %d first wrote %v after epoch %d's last accepted write, inside the re-bind margin %v", new, gap, old, u.Spec.Availability.RebindMargin())
+	gap := n.First.Sub(o.Last)
+	if gap < u.Spec.Availability.RebindMargin() {
+		d.t.Fatalf("epoch %d first wrote %v after epoch %d's last request, inside the re-bind margin %v", new, gap, old, u.Spec.Availability.RebindMargin())
 	}
+	d.t.Logf("%s device: epoch %d wrote %d times until %s, epoch %d from %s (%v later)", d.u.Device, old, o.Accepted,
+		o.Last.Format(time.StampMilli), new, n.First.Format(time.StampMilli), gap.Round(time.Millisecond))
 }
 
 // staleRuntimeStopped waits until the unit's runtime of epoch is stopped on
@@ -304,7 +307,7 @@ const staleScans = 25
 // staleScans times since. Then, with current > 0, it waits for staleScans
 // more accepted writes of the current epoch, so the device has served
 // whatever reached it meanwhile. Nothing the stale runtime sent may be on
-// the device: the caller's CheckNoTwoWriters reads the log after this, once
+// the device: the caller's one-writer check reads the log after this, once
 // node's kernel holds nothing unacknowledged for the device either.
 func (d *drill) staleRuntimeQuiet(node string, epoch, current int64) {
 	d.t.Helper()
@@ -365,11 +368,9 @@ func (d *drill) staleRuntimeQuiet(node string, epoch, current int64) {
 	if current == 0 {
 		return
 	}
-	log, err := d.u.Writes(d.ctx)
-	if err != nil {
-		d.t.Fatal(err)
-	}
-	if err := d.u.WaitWrites(d.ctx, current, len(devicesim.ByEpoch(log)[current])+staleScans, time.Minute); err != nil {
+	turns, _ := d.u.Turns(d.ctx) // judged by the caller
+	sofar, _ := devicesim.Of(turns, current)
+	if err := d.u.WaitWrites(d.ctx, current, sofar.Accepted+staleScans, time.Minute); err != nil {
 		d.t.Fatal(err)
 	}
 }
@@ -442,6 +443,65 @@ func (d *drill) oldRuntimeFenced(node string, epoch int64) {
 		time.Sleep(500 * time.Millisecond)
 	}
 	d.t.Fatalf("the epoch %d runtime on %s never reported itself fenced: %s", epoch, node, last)
+}
+
+// heldPastHoldOff waits until epoch 1 holds its lease and the grantor's
+// leader reads an expiry as a fence again (scenario.World.WaitHoldOffOver),
+// so a fault the drill injects next is answered by a failover. It returns
+// epoch 1's binding and the unit's availability.
+func (d *drill) heldPastHoldOff() (*holdfastv1.RuntimeBinding, holdfastv1.Availability) {
+	d.t.Helper()
+	b1 := d.held(1)
+	u, err := d.u.Get(d.ctx)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	a := u.Spec.Availability
+	if err := world.WaitHoldOffOver(d.ctx, a.LeaseDuration(), a.RebindMargin()); err != nil {
+		d.t.Fatal(err)
+	}
+	return b1, a
+}
+
+// partition cuts node from link l both ways and returns the heal, which
+// heals once however often it is called (the drill's cleanup calls it too,
+// a timer may) and returns when it healed.
+func (d *drill) partition(node *cluster.Node, l cluster.Link) (heal func() time.Time) {
+	d.t.Helper()
+	if err := node.Partition(l); err != nil {
+		d.t.Fatal(err)
+	}
+	var once sync.Once
+	var at time.Time
+	heal = func() time.Time {
+		once.Do(func() {
+			at = time.Now()
+			if err := node.Heal(); err != nil {
+				d.t.Error(err)
+			}
+		})
+		return at
+	}
+	d.t.Cleanup(func() { heal() })
+	return heal
+}
+
+// laterEpochHeld waits until an epoch after old holds its lease and
+// returns its binding.
+func (d *drill) laterEpochHeld(old int64, timeout time.Duration) *holdfastv1.RuntimeBinding {
+	d.t.Helper()
+	var bn *holdfastv1.RuntimeBinding
+	if err := poll(d.ctx, timeout, func() bool {
+		u, err := d.u.Get(d.ctx)
+		if err != nil {
+			return false
+		}
+		bn = u.Status.RuntimeBinding
+		return bn != nil && bn.Epoch > old && bn.LeaseState == holdfastv1.LeaseHeld && bn.LeaseStateEpoch == bn.Epoch
+	}); err != nil {
+		d.t.Fatalf("no epoch after %d holds its lease: %+v", old, bn)
+	}
+	return bn
 }
 
 // poll is cluster.Poll for a condition that cannot fail.

@@ -166,17 +166,7 @@ func TestAPIServerRestartDuringARebindEndsWithOneHolder(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("epoch %d authorised; kube-apiserver restarted, back after %v", d.u.Epoch(2), time.Since(stoppedAt).Round(time.Millisecond))
-	var bn *holdfastv1.RuntimeBinding
-	if err := poll(d.ctx, 5*time.Minute, func() bool {
-		u, err := d.u.Get(d.ctx)
-		if err != nil {
-			return false
-		}
-		bn = u.Status.RuntimeBinding
-		return bn != nil && bn.Epoch > b1.Epoch && bn.LeaseState == holdfastv1.LeaseHeld && bn.LeaseStateEpoch == bn.Epoch
-	}); err != nil {
-		t.Fatalf("no epoch after %d holds its lease: %+v", b1.Epoch, bn)
-	}
+	bn := d.laterEpochHeld(b1.Epoch, 5*time.Minute)
 	t.Logf("epoch %d holds on %s; holdfast-scheduler restarts so far: %d", bn.Epoch, bn.Node, world.SchedulerRestarts())
 	if bn.Node == b1.Node || !contains(world.NodeNames[1:], bn.Node) {
 		t.Fatalf("epoch %d bound to %s, not a standby", bn.Epoch, bn.Node)
@@ -274,27 +264,25 @@ func TestEveryStandbyFailingSuspendsFailover(t *testing.T) {
 		t.Fatalf("re-bound while suspended: %+v", u.Status.RuntimeBinding)
 	}
 	fence := b1ExpiryFence(t, d, b1.Epoch)
-	log, err := d.u.Writes(d.ctx)
+	turns, err := d.u.Turns(d.ctx)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%v; turns %s", err, scenario.TurnsString(turns))
 	}
-	if err := scenario.CheckNoTwoWriters(log); err != nil {
-		t.Fatal(err)
-	}
-	// Suspended, no higher epoch ever wrote, so the device's owner-epoch
-	// block would take whatever the first epoch sent. Its runtime reset every
+	// Suspended, no higher epoch ever wrote, so the device (either mode)
+	// would take whatever the first epoch sent. Its runtime reset every
 	// device connection with an unanswered write when it fenced (runtime
 	// L3), and its link was down from the cut until long after the fence
 	// (segments in the neighbour queue are dropped within
 	// NeighbourQueueWindow): not one request of the first epoch may reach
-	// the device after the fence, accepted or not.
-	for _, w := range log {
-		if w.Epoch == b1.Epoch && w.Time.After(fence) {
-			t.Fatalf("epoch %d sent register %d value %d (accepted %v) at %s from %s after its fence (%s): a fenced runtime's request reached the device",
-				w.Epoch, w.Register, w.Value, w.Accepted, w.Time.Format(time.RFC3339Nano), w.Peer, fence.Format(time.RFC3339Nano))
+	// the device after the fence, accepted or not, and no other epoch may
+	// have sent any.
+	for _, tn := range turns {
+		if tn.Writer.Epoch != b1.Epoch {
+			t.Fatalf("the device took requests of %s while the unit was suspended: turns %s", tn.Writer.Name, scenario.TurnsString(turns))
 		}
-		if w.Accepted && w.Epoch != b1.Epoch {
-			t.Fatalf("the device took a write of epoch %d while the unit was suspended: register %d at %s", w.Epoch, w.Register, w.Time.Format(time.RFC3339Nano))
+		if tn.Last.After(fence) {
+			t.Fatalf("epoch %d sent a request at %s, after its fence (%s): a fenced runtime's request reached the device; turns %s",
+				b1.Epoch, tn.Last.Format(time.RFC3339Nano), fence.Format(time.RFC3339Nano), scenario.TurnsString(turns))
 		}
 	}
 
@@ -426,15 +414,12 @@ func TestManualFailoverThroughKubectlHoldfast(t *testing.T) {
 	d.oldRuntimeFenced(b1.Node, b1.Epoch)
 	d.staleRuntimeStopped(b1.Node, b1.Epoch)
 	d.staleRuntimeQuiet(b1.Node, b1.Epoch, b2.Epoch)
-	log, err := d.u.Writes(d.ctx)
+	turns, err := d.u.Turns(d.ctx)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("two writers on the device: %v; turns %s", err, scenario.TurnsString(turns))
 	}
-	if err := scenario.CheckNoTwoWriters(log); err != nil {
-		t.Fatalf("two writers on the device: %v", err)
-	}
-	if by := devicesim.ByEpoch(log); len(by[b2.Epoch]) == 0 {
-		t.Fatalf("epoch %d never wrote: %v", b2.Epoch, devicesim.Epochs(log))
+	if t2, ok := devicesim.Of(turns, b2.Epoch); !ok || t2.Accepted == 0 {
+		t.Fatalf("epoch %d never wrote: turns %s", b2.Epoch, scenario.TurnsString(turns))
 	}
 	d.oneHolder(b2.Epoch, target)
 }

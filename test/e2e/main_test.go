@@ -6,7 +6,9 @@
 // the controllers' metrics. One cluster serves the package; every drill has
 // its own namespace, unit and device, and puts back what it broke.
 //
-// The whole matrix runs under the e2e build tag (make test-e2e).
+// The whole matrix runs under the e2e build tag (make test-e2e), once with
+// devices that check the writer's epoch and once with plain ones
+// (scenario.DeviceEnv).
 package e2e
 
 import (
@@ -19,5 +21,5 @@ import (
 var world *scenario.World
 
 func TestMain(m *testing.M) {
-	scenario.Main(m, "e2e", 10*time.Minute, scenario.Options{Nodes: clusterNodes}, &world)
+	scenario.Main(m, "e2e", 10*time.Minute, scenario.Options{Nodes: clusterNodes, Device: clusterDevice, EvictionSeconds: clusterEvictionSeconds}, &world)
 }

@@ -1,8 +1,8 @@
 // Command demo is `make demo`: it starts holdfast on a local cluster of real
-// kubelets (test/cluster: four nodes each in its own network and mount
-// namespace, the apiserver's etcd members running on edge-b..d as their
-// systemd's server unit), creates a Failover unit driving a simulated
-// Modbus device, cuts the primary node's link, and prints the failover's
+// kubelets (test/cluster: four nodes each in its own network
+// and mount namespace, the apiserver's etcd members running on edge-b..d as
+// their systemd's server unit), creates a Failover unit driving a simulated
+// Modbus device, cuts the primary node's links, and prints the failover's
 // timeline as the cluster recorded it: the unit's Events, the device's own
 // write log and the node plugin's fence audit. Then holdfast-controller
 // --role voters swaps edge-a, back from its cut, into the etcd voters for
@@ -27,7 +27,6 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
-	"github.com/holdfast-io/holdfast/test/devicesim"
 	"github.com/holdfast-io/holdfast/test/e2e/scenario"
 )
 
@@ -149,16 +148,10 @@ func failover(ctx context.Context, w *scenario.World, logf func(string, ...any))
 	if err != nil {
 		return err
 	}
-	by := devicesim.ByEpoch(log)
-	for _, ep := range []int64{b1.Epoch, b2.Epoch} {
-		ws := by[ep]
-		if len(ws) == 0 {
-			continue
-		}
-		tl = append(tl, entry{ws[0].Time, fmt.Sprintf("device: first write of epoch %d (from %s)", ep, ws[0].Peer)})
-		if ep == b1.Epoch {
-			tl = append(tl, entry{ws[len(ws)-1].Time, fmt.Sprintf("device: last accepted write of epoch %d", ep)})
-		}
+	turns, turnsErr := u.Turns(ctx)
+	for _, t := range turns {
+		tl = append(tl, entry{t.First, fmt.Sprintf("device: first write of %s", t.Writer.Name)},
+			entry{t.Last, fmt.Sprintf("device: last write of %s (%d accepted, %d refused)", t.Writer.Name, t.Accepted, t.Refused)})
 	}
 	for _, wr := range log {
 		if !wr.Accepted {
@@ -178,10 +171,10 @@ func failover(ctx context.Context, w *scenario.World, logf func(string, ...any))
 	for _, e := range tl {
 		fmt.Printf("  %+7.2fs  %s\n", e.at.Sub(cutAt).Seconds(), e.what)
 	}
-	if err := scenario.CheckNoTwoWriters(log); err != nil {
-		return fmt.Errorf("two writers on the device: %w", err)
+	if turnsErr != nil {
+		return fmt.Errorf("two writers on the device: %w", turnsErr)
 	}
-	fmt.Println("The device saw one writer at a time.")
+	fmt.Printf("The device (%s mode) saw one writer at a time.\n", u.Device)
 	return nil
 }
 

@@ -33,16 +33,14 @@ const (
 	agentUnit           = "k3s-agent.service"
 )
 
-// NodePlugin is holdfast-node on one node: a pod on the node's real kubelet
-// (host network, its CRI socket, host directory and systemd drop-in
-// directory mounted from the node), and the systemd it talks to. These
-// machines have no systemd (PID 1 is not systemd), so each node's systemd
-// is test/dbusdouble's Manager on a private dbus-daemon whose socket the
-// pod mounts: holdfast-node's own D-Bus code runs unchanged.
+// NodePlugin is holdfast-node's host half on one node: the systemd its pod
+// talks to. These machines have no systemd (PID 1 is not systemd), so each
+// node's systemd is test/dbusdouble's Manager on a private dbus-daemon whose
+// socket lies in the node's host directory (cluster.NodeHostDir/dbus),
+// where the DaemonSet's pod mounts it: holdfast-node's own D-Bus code runs
+// unchanged.
 type NodePlugin struct {
-	Node string
-	// Pod is the plugin's pod in the release namespace.
-	Pod     string
+	Node    string
 	bus     *dbusdouble.Bus
 	systemd *dbusdouble.Manager
 	// hostOwned: the node's host half (an etcd member's node) owns bus
@@ -62,9 +60,23 @@ func (p *NodePlugin) close() {
 	}
 }
 
-// startNodePlugins runs holdfast-node on every node and waits until each
+// memberDataDir is the etcd member's data directory inside every node, and
+// inside holdfast-node's pod (its parent is mounted at the same path, as the
+// chart's node.memberDataParent).
+var memberDataDir = filepath.Join(cluster.NodeHostDir, "db", "db")
+
+// busSocket is the system bus socket inside every node (dbusdouble's
+// socket in cluster.NodeHostDir/dbus).
+var busSocket = filepath.Join(cluster.NodeHostDir, "dbus", "bus.sock")
+
+// startNodePlugins gives every node its systemd, then runs holdfast-node as
+// a DaemonSet (host network, the node's CRI socket, host directory and
+// systemd drop-in directory mounted) and waits until its pod on each node
 // is ready.
 func (w *World) startNodePlugins(ctx context.Context) error {
+	if err := w.startNodeHosts(); err != nil {
+		return err
+	}
 	if err := w.EnsureNamespace(ctx, cluster.HoldfastNamespace); err != nil {
 		return err
 	}
@@ -75,58 +87,87 @@ func (w *World) startNodePlugins(ctx context.Context) error {
 		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "holdfast-node-e2e"},
 			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
 			Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: cluster.HoldfastNamespace, Name: nodePluginSA}}},
+		nodePluginDaemonSet(),
 	} {
 		if err := w.Client.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
 			return err
 		}
 	}
-	owner, err := nodePluginDaemonSet(ctx, w.Client)
-	if err != nil {
-		return err
-	}
+	return w.WaitNodePlugins(ctx, 2*time.Minute)
+}
+
+// startNodeHosts gives every node the host half holdfast-node talks to: its
+// host directory and its systemd (the etcd member's node has its own).
+func (w *World) startNodeHosts() error {
 	for _, name := range w.NodeNames {
 		n := w.Nodes[name]
-		p := &NodePlugin{Node: name, Pod: "holdfast-node-" + name}
+		p := &NodePlugin{Node: name}
 		w.NodePlugins = append(w.NodePlugins, p)
-		dir := filepath.Join(n.Dir, "host")
+		dir := n.HostDir()
 		busDir := filepath.Join(dir, "dbus")
 		for _, d := range []string{busDir, filepath.Join(dir, "holdfast"), filepath.Join(dir, "systemd"), filepath.Join(dir, "db")} {
 			if err := os.MkdirAll(d, 0o755); err != nil {
 				return err
 			}
 		}
-		var err error
-		// The etcd member's placeholder on a node that holds none.
-		etcdLocal := "http://127.0.0.1:2379"
 		if n.Host != nil {
 			p.bus, p.systemd, p.hostOwned = n.Host.Bus, n.Host.Systemd, true
-			etcdLocal = n.Host.ClientURL
-		} else {
-			if p.bus, err = dbusdouble.StartBus(busDir); err != nil {
-				return fmt.Errorf("node %s: dbus-daemon: %w", name, err)
-			}
-			if p.systemd, err = dbusdouble.Serve(p.bus, dbusdouble.Config{DropInDir: filepath.Join(dir, "systemd"),
-				Units: []dbusdouble.Unit{{Name: serverUnit}, {Name: agentUnit, Enabled: true, Active: true}}}); err != nil {
-				return fmt.Errorf("node %s: systemd double: %w", name, err)
-			}
+			continue
 		}
-		pod := nodePluginPod(p.Pod, name, n.IP, dir, busDir, p.bus.Address, n.CRIEndpoint, etcdLocal)
-		pod.OwnerReferences = owner
-		if err := w.Client.Create(ctx, pod); err != nil {
-			return fmt.Errorf("node %s: %w", name, err)
+		var err error
+		if p.bus, err = dbusdouble.StartBus(busDir); err != nil {
+			return fmt.Errorf("node %s: dbus-daemon: %w", name, err)
+		}
+		if p.systemd, err = dbusdouble.Serve(p.bus, dbusdouble.Config{DropInDir: filepath.Join(dir, "systemd"),
+			Units: []dbusdouble.Unit{{Name: serverUnit}, {Name: agentUnit, Enabled: true, Active: true}}}); err != nil {
+			return fmt.Errorf("node %s: systemd double: %w", name, err)
 		}
 	}
-	for _, p := range w.NodePlugins {
-		var pod corev1.Pod
-		err := cluster.Poll(ctx, 2*time.Minute, func() (bool, error) {
-			if err := w.Client.Get(ctx, client.ObjectKey{Namespace: cluster.HoldfastNamespace, Name: p.Pod}, &pod); err != nil {
+	return nil
+}
+
+// WaitNodePlugins waits until holdfast-node's DaemonSet has a ready pod on
+// every node.
+func (w *World) WaitNodePlugins(ctx context.Context, timeout time.Duration) error {
+	labels := nodePluginLabels
+	if w.install == Chart {
+		labels = map[string]string{"app.kubernetes.io/component": "node"}
+	}
+	var last string
+	err := cluster.Poll(ctx, timeout, func() (bool, error) {
+		var pods corev1.PodList
+		if err := w.Client.List(ctx, &pods, client.InNamespace(cluster.HoldfastNamespace), client.MatchingLabels(labels)); err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		ready := map[string]bool{}
+		var states []string
+		for i := range pods.Items {
+			p := &pods.Items[i]
+			if podReady(p) && p.DeletionTimestamp.IsZero() {
+				ready[p.Spec.NodeName] = true
+			}
+			states = append(states, fmt.Sprintf("%s on %s: %s ready=%v", p.Name, p.Spec.NodeName, p.Status.Phase, podReady(p)))
+		}
+		last = strings.Join(states, "; ")
+		for _, n := range w.NodeNames {
+			if !ready[n] {
 				return false, nil
 			}
-			return podReady(&pod), nil
-		})
-		if err != nil {
-			return fmt.Errorf("holdfast-node on %s not ready: phase %s %+v: %w", p.Node, pod.Status.Phase, pod.Status.ContainerStatuses, err)
 		}
+		return true, nil
+	})
+	if err != nil {
+		var logs []string
+		var pods corev1.PodList
+		if w.Client.List(ctx, &pods, client.InNamespace(cluster.HoldfastNamespace), client.MatchingLabels(labels)) == nil {
+			for _, p := range pods.Items {
+				if !podReady(&p) {
+					logs = append(logs, fmt.Sprintf("%s log:\n%s", p.Name, w.podLogTail(ctx, p, 10)))
+				}
+			}
+		}
+		return fmt.Errorf("holdfast-node not ready on every node (%s): %w\n%s", last, err, strings.Join(logs, "\n"))
 	}
 	return nil
 }
@@ -146,64 +187,61 @@ func podReady(p *corev1.Pod) bool {
 	return false
 }
 
-// nodePluginPod is the DaemonSet's pod for one node, named to it (there is
-// no DaemonSet controller without a kube-controller-manager).
-func nodePluginPod(name, node, ip, hostDir, busDir, busAddr, criEndpoint, etcdLocal string) *corev1.Pod {
+var nodePluginLabels = map[string]string{"app.kubernetes.io/name": "holdfast-node"}
+
+// nodePluginDaemonSet is holdfast-node's DaemonSet as the chart renders it,
+// with the host paths of these nodes (cluster.NodeHostDir,
+// cluster.NodeCRISocket) and the systemd double's unit names.
+func nodePluginDaemonSet() *appsv1.DaemonSet {
 	hostPath := func(n, path string) corev1.Volume {
 		return corev1.Volume{Name: n, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: path}}}
 	}
-	criSocket := criEndpoint[len("unix://"):]
-	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: cluster.HoldfastNamespace, Name: name,
-			Labels: map[string]string{"app.kubernetes.io/name": "holdfast-node"}},
-		Spec: corev1.PodSpec{
-			NodeName:           node,
-			HostNetwork:        true,
-			ServiceAccountName: nodePluginSA,
-			Tolerations:        []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
-			Containers: []corev1.Container{{
-				Name:            "holdfast-node",
-				Image:           NodePluginImage,
-				ImagePullPolicy: corev1.PullNever,
-				Args: []string{
-					"--node-name=$(NODE_NAME)",
-					"--host-dir=/var/lib/holdfast",
-					"--systemd-dir=/etc/systemd/system",
-					"--member-data-dir=/var/lib/holdfast-db/db",
-					"--server-unit=" + serverUnit, "--agent-unit=" + agentUnit,
-					"--cri-endpoint=unix:///run/containerd/containerd.sock",
-					"--systemd-bus-address=" + busAddr,
-					"--etcd-local-endpoint=" + etcdLocal,
-					fmt.Sprintf("--health-probe-bind-address=%s:%d", ip, nodePluginProbePort),
-					"--metrics-bind-address=0",
-				},
-				Env: []corev1.EnvVar{
-					{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}},
-					// No kube-proxy: the kubernetes Service's address
-					// routes nowhere, so in-cluster config names the
-					// apiserver itself.
-					{Name: "KUBERNETES_SERVICE_HOST", Value: cluster.HubIP},
-					{Name: "KUBERNETES_SERVICE_PORT", Value: fmt.Sprint(cluster.APIServerPort)},
-				},
-				VolumeMounts: []corev1.VolumeMount{
-					{Name: "host", MountPath: "/var/lib/holdfast"},
-					{Name: "systemd", MountPath: "/etc/systemd/system"},
-					{Name: "db", MountPath: "/var/lib/holdfast-db"},
-					{Name: "dbus", MountPath: busDir},
-					{Name: "cri", MountPath: "/run/containerd/containerd.sock"},
-				},
-				ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
-					Path: "/readyz", Port: intstr.FromInt32(nodePluginProbePort)}}, PeriodSeconds: 2},
-			}},
-			Volumes: []corev1.Volume{
-				hostPath("host", filepath.Join(hostDir, "holdfast")),
-				hostPath("systemd", filepath.Join(hostDir, "systemd")),
-				hostPath("db", filepath.Join(hostDir, "db")),
-				hostPath("dbus", busDir),
-				hostPath("cri", criSocket),
+	busDir := filepath.Dir(busSocket)
+	pod := corev1.PodSpec{
+		HostNetwork:        true,
+		DNSPolicy:          corev1.DNSClusterFirstWithHostNet,
+		ServiceAccountName: nodePluginSA,
+		Tolerations:        []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+		Containers: []corev1.Container{{
+			Name:            "holdfast-node",
+			Image:           NodePluginImage,
+			ImagePullPolicy: corev1.PullNever,
+			Args: []string{
+				"--node-name=$(NODE_NAME)",
+				"--host-dir=/var/lib/holdfast",
+				"--systemd-dir=/etc/systemd/system",
+				"--member-data-dir=" + memberDataDir,
+				"--server-unit=" + serverUnit, "--agent-unit=" + agentUnit,
+				"--cri-endpoint=unix:///run/containerd/containerd.sock",
+				"--systemd-bus-address=unix:path=" + busSocket,
+				"--etcd-local-endpoint=" + cluster.LocalEtcdURL,
+				fmt.Sprintf("--health-probe-bind-address=:%d", nodePluginProbePort),
+				"--metrics-bind-address=0",
 			},
+			Env: []corev1.EnvVar{
+				{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}},
+			},
+			VolumeMounts: []corev1.VolumeMount{
+				{Name: "host", MountPath: "/var/lib/holdfast"},
+				{Name: "systemd", MountPath: "/etc/systemd/system"},
+				{Name: "db", MountPath: filepath.Dir(memberDataDir)},
+				{Name: "dbus", MountPath: busDir},
+				{Name: "cri", MountPath: "/run/containerd/containerd.sock"},
+			},
+			ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
+				Path: "/readyz", Port: intstr.FromInt32(nodePluginProbePort)}}, PeriodSeconds: 2},
+		}},
+		Volumes: []corev1.Volume{
+			hostPath("host", filepath.Join(cluster.NodeHostDir, "holdfast")),
+			hostPath("systemd", filepath.Join(cluster.NodeHostDir, "systemd")),
+			hostPath("db", filepath.Join(cluster.NodeHostDir, "db")),
+			hostPath("dbus", busDir),
+			hostPath("cri", cluster.NodeCRISocket),
 		},
 	}
+	return &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Namespace: cluster.HoldfastNamespace, Name: "holdfast-node"},
+		Spec: appsv1.DaemonSetSpec{Selector: &metav1.LabelSelector{MatchLabels: nodePluginLabels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: nodePluginLabels}, Spec: pod}}}
 }
 
 // FenceActions reads holdfast-node's fence audit on a node (one line per
@@ -213,7 +251,7 @@ func (w *World) FenceActions(node string) ([]fence.Action, error) {
 	if !ok {
 		return nil, fmt.Errorf("no node %s", node)
 	}
-	b, err := os.ReadFile(filepath.Join(n.Dir, "host", "holdfast", "fence-audit.jsonl"))
+	b, err := os.ReadFile(filepath.Join(n.HostDir(), "holdfast", "fence-audit.jsonl"))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
@@ -232,27 +270,4 @@ func (w *World) FenceActions(node string) ([]fence.Action, error) {
 		out = append(out, a)
 	}
 	return out, nil
-}
-
-// nodePluginDaemonSet creates holdfast-node's DaemonSet as the chart does
-// and returns the owner reference its pods carry. There is no DaemonSet
-// controller here (no kube-controller-manager), so the pods are made one per
-// node by startNodePlugins; owned by the DaemonSet, they are what a drain
-// leaves alone (the voter controller drains a swap's nodes).
-func nodePluginDaemonSet(ctx context.Context, c client.Client) ([]metav1.OwnerReference, error) {
-	labels := map[string]string{"app.kubernetes.io/name": "holdfast-node"}
-	ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Namespace: cluster.HoldfastNamespace, Name: "holdfast-node"},
-		Spec: appsv1.DaemonSetSpec{Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "holdfast-node", Image: NodePluginImage}}}}}}
-	if err := c.Create(ctx, ds); err != nil {
-		if !apierrors.IsAlreadyExists(err) {
-			return nil, err
-		}
-		if err := c.Get(ctx, client.ObjectKeyFromObject(ds), ds); err != nil {
-			return nil, err
-		}
-	}
-	return []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "DaemonSet", Name: ds.Name, UID: ds.UID,
-		Controller: new(true), BlockOwnerDeletion: new(true)}}, nil
 }

@@ -18,6 +18,7 @@ import (
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/policy"
 	"github.com/holdfast-io/holdfast/test/cluster"
+	"github.com/holdfast-io/holdfast/test/devicesim"
 )
 
 // Options say what to start.
@@ -39,6 +40,15 @@ type Options struct {
 	Grantor *policy.GrantorTimings
 	// EtcdMembers of the control plane (default 1).
 	EtcdMembers int
+	// Device is the mode of every unit's device unless its UnitOptions
+	// say otherwise (default devicesim.OwnerEpoch).
+	Device devicesim.Mode
+	// EvictionSeconds is how long a pod without a toleration of its own
+	// stays on a NotReady or unreachable node (default
+	// cluster.DefaultEvictionSeconds).
+	EvictionSeconds int
+	// Install is how holdfast's components run (default Processes).
+	Install Install
 	// Voters, when set, puts the control plane's etcd on nodes and runs
 	// holdfast-controller --role voters (voters.go).
 	Voters *VotersOptions
@@ -66,6 +76,8 @@ type World struct {
 	logf             func(string, ...any)
 	plants           int
 	standDown        time.Duration
+	device           devicesim.Mode
+	install          Install
 	grantor          policy.GrantorTimings
 
 	mu                 sync.Mutex
@@ -74,6 +86,10 @@ type World struct {
 	// ctlBusy marks a replica a drill (or the supervisor) is stopping or
 	// starting: the supervisor leaves it alone.
 	ctlBusy map[int]bool
+	// killed are the chart's controller pods a drill killed, by index.
+	killed map[int]killedPod
+	// chartVoters: the chart's voters role is enabled.
+	chartVoters bool
 	// supervision ends (stopSupervising) before the cluster stops; the
 	// supervisors' goroutines are counted in supervisors.
 	supervision     context.Context
@@ -109,6 +125,12 @@ func Up(ctx context.Context, o Options) (w *World, err error) {
 	if o.LeaseStandDown == 0 {
 		o.LeaseStandDown = DefaultLeaseStandDown
 	}
+	if o.Device == "" {
+		o.Device = devicesim.OwnerEpoch
+	}
+	if o.Install == "" {
+		o.Install = Processes
+	}
 	grantor := policy.DefaultGrantorTimings()
 	if o.Grantor != nil {
 		grantor = *o.Grantor
@@ -116,16 +138,20 @@ func Up(ctx context.Context, o Options) (w *World, err error) {
 	if err := grantor.Validate(); err != nil {
 		return nil, err
 	}
+	images := []cluster.Image{{Ref: RuntimeImage, Package: "cmd/unit-runtime"}, {Ref: NodePluginImage, Package: "cmd/holdfast-node"}}
+	if o.Install == Chart {
+		images = append(images, chartImages()...)
+	}
 	var specs []cluster.NodeSpec
 	for _, n := range o.Nodes {
 		specs = append(specs, cluster.NodeSpec{Name: n, Etcd: o.Voters.etcdRole(n)})
 	}
-	c, err := cluster.Start(ctx, cluster.Config{Nodes: specs, EtcdMembers: o.EtcdMembers, Logf: o.Logf,
-		Images: []cluster.Image{{Ref: RuntimeImage, Package: "cmd/unit-runtime"}, {Ref: NodePluginImage, Package: "cmd/holdfast-node"}}})
+	c, err := cluster.Start(ctx, cluster.Config{Nodes: specs, EtcdMembers: o.EtcdMembers, EvictionSeconds: o.EvictionSeconds, Logf: o.Logf,
+		Images: images})
 	if err != nil {
 		return nil, err
 	}
-	w = &World{Cluster: c, logf: o.Logf, standDown: o.LeaseStandDown, grantor: grantor, ctlBusy: map[int]bool{}}
+	w = &World{Cluster: c, logf: o.Logf, standDown: o.LeaseStandDown, device: o.Device, install: o.Install, grantor: grantor, ctlBusy: map[int]bool{}}
 	w.supervision, w.stopSupervising = context.WithCancel(context.Background())
 	defer func() {
 		if err != nil {
@@ -135,6 +161,16 @@ func Up(ctx context.Context, o Options) (w *World, err error) {
 			w = nil
 		}
 	}()
+	if o.Install == Chart {
+		o.Logf("installing holdfast with its chart")
+		if err = w.startNodeHosts(); err != nil {
+			return w, err
+		}
+		if err = w.installChart(ctx); err != nil {
+			return w, err
+		}
+		return w, nil
+	}
 	o.Logf("starting holdfast-webhook")
 	if w.Webhook, err = c.StartWebhook(ctx, grantor.Args()...); err != nil {
 		return w, fmt.Errorf("holdfast-webhook: %w", err)
@@ -179,24 +215,44 @@ func (w *World) Down() error {
 	return err
 }
 
-// ControllerList is the units role's replicas now.
+// Device is the mode of the units' devices unless a unit says otherwise.
+func (w *World) Device() devicesim.Mode { return w.device }
+
+// Installed is how holdfast's components run.
+func (w *World) Installed() Install { return w.install }
+
+// ControllerList is the units role's replicas now. Installed by the chart
+// they are its pods (Process nil): their identity is the pod's name, their
+// endpoints the pod's address.
 func (w *World) ControllerList() []*cluster.Controller {
+	if w.install == Chart {
+		return w.chartControllers()
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return slices.Clone(w.Controllers)
 }
 
 // ControllerRestarts is how often the supervisor started a units-role
-// replica again.
+// replica again (installed by the chart: its containers' restarts).
 func (w *World) ControllerRestarts() int {
+	if w.install == Chart {
+		return w.chartRestarts(chartUnitsComponent)
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.controllerRestarts
 }
 
 // KillController SIGKILLs the i-th replica and keeps the supervisor from
-// starting it again until the drill calls RestartController.
+// starting it again until the drill calls RestartController. Installed by
+// the chart, its container's process is killed on its node and its kubelet
+// starts it again.
 func (w *World) KillController(i int) {
+	if w.install == Chart {
+		w.killChartController(i)
+		return
+	}
 	w.mu.Lock()
 	w.ctlBusy[i] = true
 	c := w.Controllers[i]
@@ -206,8 +262,12 @@ func (w *World) KillController(i int) {
 
 // RestartController starts the i-th holdfast-controller again (after a
 // drill killed or stopped it), with the same identity and ports, and hands
-// it back to the supervisor.
+// it back to the supervisor. Installed by the chart, it waits until the
+// kubelet has started the killed container again and it is ready.
 func (w *World) RestartController(ctx context.Context, i int) error {
+	if w.install == Chart {
+		return w.waitChartControllerBack(ctx, i)
+	}
 	w.mu.Lock()
 	w.ctlBusy[i] = true
 	old := w.Controllers[i]
@@ -301,15 +361,22 @@ func (w *World) superviseScheduler() {
 }
 
 // SchedulerRestarts is how often the supervisor started holdfast-scheduler
-// again.
+// again (installed by the chart: its containers' restarts).
 func (w *World) SchedulerRestarts() int {
+	if w.install == Chart {
+		return w.chartRestarts(chartSchedulerComponent)
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.schedulerRestarts
 }
 
-// SchedulerLog is the end of holdfast-scheduler's current log.
+// SchedulerLog is the end of holdfast-scheduler's current log (installed
+// by the chart: of each of its pods).
 func (w *World) SchedulerLog(lines int) string {
+	if w.install == Chart {
+		return w.chartLogs(chartSchedulerComponent, lines)
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.Scheduler.Tail(lines)
@@ -318,10 +385,13 @@ func (w *World) SchedulerLog(lines int) string {
 // SetLeaseStandDown restarts every holdfast-controller, one at a time, with
 // --lease-stand-down=d (each is stopped with SIGTERM: a deliberate stop
 // releases its leadership at once, and the other replica takes over from
-// its cache). A new leader holds off re-binds for d + lease + margin after
-// its election.
+// its cache; installed by the chart, helm upgrade rolls the Deployment). A
+// new leader holds off re-binds for d + lease + margin after its election.
 func (w *World) SetLeaseStandDown(ctx context.Context, d time.Duration) error {
 	w.standDown = d
+	if w.install == Chart {
+		return w.upgradeChart(ctx, func(map[string]any) {})
+	}
 	for i, c := range w.ControllerList() {
 		w.mu.Lock()
 		w.ctlBusy[i] = true

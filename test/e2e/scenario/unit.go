@@ -2,13 +2,17 @@ package scenario
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -31,7 +35,9 @@ type Unit struct {
 	Plant *cluster.Plant
 	// Register is the output register its runtime writes every scan.
 	Register uint16
-	w        *World
+	// Device is its device's mode.
+	Device devicesim.Mode
+	w      *World
 	// plantName and plantIndex start its device again (StartDevice).
 	plantName  string
 	plantIndex int
@@ -40,6 +46,11 @@ type Unit struct {
 	// record (docs/design.md §3 L13), so a drill names a binding by its
 	// place, 1 for the first.
 	epochs []int64
+
+	mu sync.Mutex
+	// nodes is the node of every epoch the Unit's status or a runtime pod
+	// was seen bound to: the writers its device may see (Writers).
+	nodes map[int64]string
 }
 
 // UnitOptions describe a unit.
@@ -59,6 +70,10 @@ type UnitOptions struct {
 	// MQTTBroker is the runtime's --mqtt-broker (a Broker's URL); empty
 	// publishes nothing.
 	MQTTBroker string
+	// Device is its device's mode (default the World's).
+	Device devicesim.Mode
+	// RuntimeArgs are more flags of its runtime.
+	RuntimeArgs []string
 }
 
 // startupGraceSeconds is the least start-up grace a unit gets: a container
@@ -78,12 +93,15 @@ func (w *World) CreateUnit(ctx context.Context, o UnitOptions) (*Unit, error) {
 	if o.LeaseSeconds == 0 {
 		o.LeaseSeconds = w.LeaseFloor()
 	}
+	if o.Device == "" {
+		o.Device = w.device
+	}
 	if err := w.EnsureNamespace(ctx, o.Namespace); err != nil {
 		return nil, err
 	}
 	w.plants++
 	plantName, plantIndex := "plant-"+o.Namespace+"-"+o.Name, w.plants
-	plant, err := w.StartPlant(ctx, plantName, plantIndex)
+	plant, err := w.StartPlant(ctx, plantName, plantIndex, o.Device)
 	if err != nil {
 		return nil, err
 	}
@@ -94,15 +112,22 @@ func (w *World) CreateUnit(ctx context.Context, o UnitOptions) (*Unit, error) {
 	if err := w.LabelNode(ctx, o.Primary, sel); err != nil {
 		return nil, err
 	}
+	// A device with an owner-epoch block is told the runtime's epoch; a
+	// plain one is configured as a plant configures most: no such block.
+	device := fmt.Sprintf("modbus://%s?timeout=1s", plant.Address)
+	if o.Device == devicesim.OwnerEpoch {
+		device += fmt.Sprintf("&epochRegister=%d", devicesim.DefaultEpochRegister)
+	}
 	args := []string{
 		"--metrics-port=9441",
 		"--scan-interval=200ms",
-		fmt.Sprintf("--device=coupler=modbus://%s?epochRegister=%d&timeout=1s", plant.Address, devicesim.DefaultEpochRegister),
+		"--device=coupler=" + device,
 		fmt.Sprintf("--output=counter=coupler:%d,step=1", outputRegister),
 	}
 	if o.MQTTBroker != "" {
 		args = append(args, "--mqtt-broker="+o.MQTTBroker)
 	}
+	args = append(args, o.RuntimeArgs...)
 	hold := holdfastv1.HoldBound(time.Duration(o.LeaseSeconds) * time.Second)
 	u := &holdfastv1.Unit{
 		ObjectMeta: metav1.ObjectMeta{Namespace: o.Namespace, Name: o.Name},
@@ -125,8 +150,8 @@ func (w *World) CreateUnit(ctx context.Context, o UnitOptions) (*Unit, error) {
 	if err := w.Client.Create(ctx, u); err != nil {
 		return nil, err
 	}
-	return &Unit{Key: client.ObjectKeyFromObject(u), Plant: plant, Register: outputRegister, w: w,
-		plantName: plantName, plantIndex: plantIndex}, nil
+	return &Unit{Key: client.ObjectKeyFromObject(u), Plant: plant, Register: outputRegister, Device: o.Device, w: w,
+		plantName: plantName, plantIndex: plantIndex, nodes: map[int64]string{}}, nil
 }
 
 // StartDevice starts the unit's device (stopped by DeviceDown) at the same
@@ -135,7 +160,7 @@ func (u *Unit) StartDevice(ctx context.Context) error {
 	if !u.Plant.Exited() {
 		return fmt.Errorf("unit %s: its device is running", u.Key)
 	}
-	p, err := u.w.StartPlant(ctx, u.plantName, u.plantIndex)
+	p, err := u.w.StartPlant(ctx, u.plantName, u.plantIndex, u.Device)
 	if err != nil {
 		return err
 	}
@@ -146,7 +171,61 @@ func (u *Unit) StartDevice(ctx context.Context) error {
 // Get reads the Unit.
 func (u *Unit) Get(ctx context.Context) (*holdfastv1.Unit, error) {
 	var got holdfastv1.Unit
-	return &got, u.w.Client.Get(ctx, u.Key, &got)
+	if err := u.w.Client.Get(ctx, u.Key, &got); err != nil {
+		return &got, err
+	}
+	if b := got.Status.RuntimeBinding; b != nil && b.Node != "" {
+		u.sawBound(b.Epoch, b.Node)
+	}
+	return &got, nil
+}
+
+func (u *Unit) sawBound(epoch int64, node string) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.nodes[epoch] = node
+}
+
+// Writers are the runtimes the unit's device may have seen, in epoch
+// order: every epoch its status or a runtime pod of it was seen bound to a
+// node, with that node's field address.
+func (u *Unit) Writers(ctx context.Context) ([]devicesim.Writer, error) {
+	var pods corev1.PodList
+	if err := u.w.Client.List(ctx, &pods, client.InNamespace(u.Key.Namespace), client.MatchingLabels{holdfastv1.LabelUnit: u.Key.Name}); err != nil {
+		return nil, err
+	}
+	for _, p := range pods.Items {
+		if e, err := strconv.ParseInt(p.Labels[holdfastv1.LabelEpoch], 10, 64); err == nil && p.Spec.NodeName != "" {
+			u.sawBound(e, p.Spec.NodeName)
+		}
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	var out []devicesim.Writer
+	for e, node := range u.nodes {
+		wr := devicesim.Writer{Name: fmt.Sprintf("epoch %d on %s", e, node), Epoch: e}
+		if n, ok := u.w.Nodes[node]; ok {
+			wr.Host = n.FieldIP
+		}
+		out = append(out, wr)
+	}
+	slices.SortFunc(out, func(a, b devicesim.Writer) int { return cmp.Compare(a.Epoch, b.Epoch) })
+	return out, nil
+}
+
+// Turns reads the device's write log by true time and peer into the
+// writers' turns (devicesim.Turns): the error is the first sign of two
+// writers, in either device mode.
+func (u *Unit) Turns(ctx context.Context) ([]devicesim.Turn, error) {
+	log, err := u.Writes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ws, err := u.Writers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return devicesim.Turns(log, ws)
 }
 
 // Epoch is the epoch of the unit's n-th binding (1 for the first), zero
@@ -207,6 +286,15 @@ func (u *Unit) WaitCondition(ctx context.Context, condType string, timeout time.
 	})
 }
 
+// WaitConditionStatus waits until the Unit's condition of type has status
+// and returns the Unit.
+func (u *Unit) WaitConditionStatus(ctx context.Context, condType string, status metav1.ConditionStatus, timeout time.Duration) (*holdfastv1.Unit, error) {
+	return u.waitUnit(ctx, timeout, fmt.Sprintf("condition %s %s", condType, status), func(b *holdfastv1.Unit) bool {
+		c := meta.FindStatusCondition(b.Status.Conditions, condType)
+		return c != nil && c.Status == status
+	})
+}
+
 // BystanderGrant is what any process on the network could send: a
 // well-formed grant for the unit's binding at epoch, acknowledged age and
 // all, POSTed in plain HTTP to its runtime's lease port on node. It returns
@@ -238,14 +326,28 @@ func (u *Unit) Writes(ctx context.Context) ([]devicesim.Write, error) {
 	return devicesim.FetchWrites(u.w.HTTPClient(), u.Plant.HTTP)
 }
 
-// WaitWrites waits until epoch has had n writes accepted.
+// WaitWrites waits until the runtime of epoch has had n writes accepted.
 func (u *Unit) WaitWrites(ctx context.Context, epoch int64, n int, timeout time.Duration) error {
-	_, err := waitFor(ctx, timeout, func() ([]devicesim.Write, error) { return u.Writes(ctx) },
-		func(log []devicesim.Write) bool { return len(devicesim.ByEpoch(log)[epoch]) >= n },
-		func(log []devicesim.Write) error {
-			return fmt.Errorf("unit %s: %d device writes at epoch %d not seen within %v (epochs that wrote: %v)", u.Key, n, epoch, timeout, devicesim.Epochs(log))
-		})
+	_, err := waitFor(ctx, timeout, func() ([]devicesim.Turn, error) {
+		turns, _ := u.Turns(ctx) // counted whatever the judgement
+		return turns, nil
+	}, func(turns []devicesim.Turn) bool {
+		t, _ := devicesim.Of(turns, epoch)
+		return t.Accepted >= n
+	}, func(turns []devicesim.Turn) error {
+		return fmt.Errorf("unit %s: %d device writes of epoch %d not seen within %v (turns: %s)", u.Key, n, epoch, timeout, TurnsString(turns))
+	})
 	return err
+}
+
+// TurnsString prints turns for a finding.
+func TurnsString(turns []devicesim.Turn) string {
+	var out []string
+	for _, t := range turns {
+		out = append(out, fmt.Sprintf("%s: %d accepted, %d refused, %s..%s", t.Writer.Name, t.Accepted, t.Refused,
+			t.First.Format(time.StampMilli), t.Last.Format(time.StampMilli)))
+	}
+	return "[" + strings.Join(out, "; ") + "]"
 }
 
 // waitUnit waits until done holds for the Unit; what names the wait in the
@@ -295,39 +397,6 @@ func binding(u *holdfastv1.Unit) *holdfastv1.RuntimeBinding {
 // at least this long means nothing of a fenced epoch can reach the device
 // after the next epoch's first write.
 const NeighbourQueueWindow = 3 * time.Second
-
-// CheckNoTwoWriters reads a device's write log and proves there was one
-// writer at a time: in the device's own order, the epoch of every accepted
-// write never goes back (no two epochs interleave), and no lower epoch so
-// much as tried to write after a higher one had written. The runtime resets
-// every device connection carrying an unanswered write at the instant it
-// fences (runtime L3, "Nothing late"), so a fenced runtime leaves nothing on
-// the wire that TCP could deliver when its link comes back; what the kernel
-// may still hold (NeighbourQueueWindow) arrives within the re-bind margin,
-// before the next epoch writes. Any lower-epoch request after a higher
-// epoch wrote, refused by the device's owner-epoch block or not, is a stale
-// runtime writing.
-func CheckNoTwoWriters(log []devicesim.Write) error {
-	if err := devicesim.CheckOneWriter(log); err != nil {
-		return err
-	}
-	var high int64
-	var highAt time.Time
-	for _, w := range log {
-		if w.Epoch < high {
-			verb := "tried to write"
-			if w.Accepted {
-				verb = "wrote"
-			}
-			return fmt.Errorf("epoch %d %s register %d at %s from %s after epoch %d had written at %s: a stale runtime's request reached the device",
-				w.Epoch, verb, w.Register, w.Time.Format(time.RFC3339Nano), w.Peer, high, highAt.Format(time.RFC3339Nano))
-		}
-		if w.Epoch > high && w.Accepted {
-			high, highAt = w.Epoch, w.Time
-		}
-	}
-	return nil
-}
 
 // Events are the Unit's Events in time order.
 func (u *Unit) Events(ctx context.Context) ([]eventsv1.Event, error) {
@@ -395,30 +464,37 @@ func (u *Unit) RuntimePod(ctx context.Context, epoch int64) (*corev1.Pod, error)
 	return &pod, nil
 }
 
-// Delete removes the Unit and its runtime pods and waits until the kubelets
-// have stopped them (there is no garbage collector without a
-// controller-manager, and runtimes of every unit share the nodes' host
+// Delete removes the Unit and waits until kube-controller-manager's garbage
+// collector has deleted its runtime pods (the Unit owns them) and the
+// kubelets have stopped them (runtimes of every unit share the nodes' host
 // ports), then stops its device.
 func (u *Unit) Delete(ctx context.Context) error {
 	if err := client.IgnoreNotFound(u.w.Client.Delete(ctx, &holdfastv1.Unit{ObjectMeta: metav1.ObjectMeta{Namespace: u.Key.Namespace, Name: u.Key.Name}})); err != nil {
 		return err
 	}
-	sel := client.MatchingLabels{holdfastv1.LabelUnit: u.Key.Name}
-	err := cluster.Poll(ctx, 2*time.Minute, func() (bool, error) {
+	if err := u.WaitPodsGone(ctx, 2*time.Minute); err != nil {
+		return err
+	}
+	u.Plant.Stop(5 * time.Second)
+	return nil
+}
+
+// WaitPodsGone waits until no runtime pod of the unit exists.
+func (u *Unit) WaitPodsGone(ctx context.Context, timeout time.Duration) error {
+	var left []string
+	err := cluster.Poll(ctx, timeout, func() (bool, error) {
 		var pods corev1.PodList
-		if err := u.w.Client.List(ctx, &pods, client.InNamespace(u.Key.Namespace), sel); err != nil {
+		if err := u.w.Client.List(ctx, &pods, client.InNamespace(u.Key.Namespace), client.MatchingLabels{holdfastv1.LabelUnit: u.Key.Name}); err != nil {
 			return false, nil
 		}
-		for i := range pods.Items {
-			if pods.Items[i].DeletionTimestamp.IsZero() {
-				_ = u.w.Client.Delete(ctx, &pods.Items[i], client.GracePeriodSeconds(2))
-			}
+		left = left[:0]
+		for _, p := range pods.Items {
+			left = append(left, fmt.Sprintf("%s on %s (deleting %v)", p.Name, p.Spec.NodeName, !p.DeletionTimestamp.IsZero()))
 		}
 		return len(pods.Items) == 0, nil
 	})
 	if err != nil {
-		return fmt.Errorf("unit %s: runtime pods not gone: %w", u.Key, err)
+		return fmt.Errorf("unit %s: runtime pods not gone: %v: %w", u.Key, left, err)
 	}
-	u.Plant.Stop(5 * time.Second)
 	return nil
 }

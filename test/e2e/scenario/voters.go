@@ -67,9 +67,17 @@ func (w *World) startVoters(ctx context.Context, o VotersOptions) error {
 			OperationTimeoutSeconds: 90, WorkloadDrainWaitSeconds: 60, LearnerStallSeconds: 30,
 			Etcd: holdfastv1.EtcdAccess{Endpoints: w.EtcdEndpoints()},
 			Host: holdfastv1.HostRoleSettings{ServerUnit: cluster.ServerUnit, AgentUnit: cluster.AgentUnit,
-				MemberDataDir: "/var/lib/holdfast-db/db"}}}
+				MemberDataDir: memberDataDir}}}
 	if err := w.Client.Create(ctx, p); err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
+	}
+	if w.install == Chart {
+		w.logf("enabling the chart's voters role")
+		w.chartVoters = true
+		if err := w.upgradeChart(ctx, func(map[string]any) {}); err != nil {
+			return err
+		}
+		return w.WaitVotersHealthy(ctx, 3*time.Minute, o.Voters...)
 	}
 	w.logf("starting holdfast-controller --role voters")
 	if err := w.startVotersController(ctx); err != nil {
@@ -78,6 +86,12 @@ func (w *World) startVoters(ctx context.Context, o VotersOptions) error {
 	w.superviseVoters()
 	return w.WaitVotersHealthy(ctx, 2*time.Minute, o.Voters...)
 }
+
+// votersFlags are the voters role's flags for this cluster beside its
+// defaults: plain-HTTP members on the nodes' peer port, and passes short
+// enough for drills.
+var votersFlags = []string{"--etcd-peer-scheme=http", fmt.Sprintf("--etcd-peer-port=%d", cluster.EtcdPeerPort),
+	"--voter-swap-pass-interval=1s", "--voter-swap-lease-duration=15s", "--voter-idle-pass-interval=2s"}
 
 // superviseVoters keeps the voters role running, as its Deployment would:
 // the role exits by design when it loses its election (an apiserver slow
@@ -91,8 +105,12 @@ func (w *World) superviseVoters() {
 	}, w.startVotersController)
 }
 
-// Voters is the running voters role process.
+// Voters is the running voters role process (installed by the chart: its
+// election's holder pod, Process nil).
 func (w *World) Voters() *cluster.Controller {
+	if w.install == Chart {
+		return w.chartVotersLeader()
+	}
 	w.votersMu.Lock()
 	defer w.votersMu.Unlock()
 	return w.VotersController
@@ -101,6 +119,9 @@ func (w *World) Voters() *cluster.Controller {
 // KillVoters SIGKILLs the voters role and waits until its supervisor has
 // started it again (a new process, same identity).
 func (w *World) KillVoters(ctx context.Context) error {
+	if w.install == Chart {
+		return w.killChartVoters(ctx)
+	}
 	old := w.Voters()
 	old.Kill()
 	return cluster.Poll(ctx, 2*time.Minute, func() (bool, error) {
@@ -123,9 +144,7 @@ func (w *World) startVotersController(ctx context.Context) error {
 		return err
 	}
 	ctl, err := w.StartController(ctx, "voters", votersIdentity, VotersControllerPort,
-		"--etcd-peer-scheme=http", fmt.Sprintf("--etcd-peer-port=%d", cluster.EtcdPeerPort),
-		"--snapshot-dir="+snap, "--voter-swap-pass-interval=1s", "--voter-swap-lease-duration=15s",
-		"--voter-idle-pass-interval=2s")
+		append([]string{"--snapshot-dir=" + snap}, votersFlags...)...)
 	if ctl != nil {
 		// Started but perhaps not healthy: it holds the ports, and its
 		// supervisor watches it.

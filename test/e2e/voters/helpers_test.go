@@ -220,7 +220,7 @@ func waitPhase(t *testing.T, name string, phase holdfastv1.SwapPhase, within tim
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("swap %s not %s within %v: %s\nhistory:\n%s\nnodes:\n%s\nvoters role log:\n%s", name, phase, within, describe(s), history(s),
-				nodeReports(), world.Voters().Tail(30))
+				nodeReports(), world.VotersLog(30))
 		}
 		time.Sleep(200 * time.Millisecond)
 	}

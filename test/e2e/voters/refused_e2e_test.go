@@ -73,7 +73,7 @@ func TestSwapRefusedWhileAVoterIsPaused(t *testing.T) {
 	deadline := time.Now().Add(4 * time.Minute)
 	for name == "" && by == "" {
 		if time.Now().After(deadline) {
-			t.Fatalf("no verdict on the swap within 4m of the pause; voters role log:\n%s", world.Voters().Tail(30))
+			t.Fatalf("no verdict on the swap within 4m of the pause; voters role log:\n%s", world.VotersLog(30))
 		}
 		n, err := createSwap(t, out, in)
 		switch {

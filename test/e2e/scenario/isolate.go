@@ -1,0 +1,62 @@
+package scenario
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/holdfast-io/holdfast/test/cluster"
+)
+
+// GrantorLeader is the units-role replica holding the grantor's election,
+// and the others.
+func (w *World) GrantorLeader(ctx context.Context) (leader *cluster.Controller, others []*cluster.Controller, err error) {
+	var el coordinationv1.Lease
+	if err := w.Client.Get(ctx, client.ObjectKey{Namespace: cluster.HoldfastNamespace, Name: GrantorElection}, &el); err != nil {
+		return nil, nil, err
+	}
+	holder := ""
+	if el.Spec.HolderIdentity != nil {
+		holder = *el.Spec.HolderIdentity
+	}
+	for _, c := range w.ControllerList() {
+		if holder != "" && strings.HasPrefix(holder, c.Identity+"_") {
+			leader = c
+		} else {
+			others = append(others, c)
+		}
+	}
+	if leader == nil {
+		return nil, nil, fmt.Errorf("no units-role replica holds %s (holder %q)", GrantorElection, holder)
+	}
+	return leader, others, nil
+}
+
+// IsolateController drops everything between a units-role replica and
+// peers (or only TCP to and from tcpPort of theirs), both ways: on its
+// control host, or, installed by the chart, what its pod's node forwards
+// for it. Everyone else still reaches it. It returns the heal.
+func (w *World) IsolateController(ctx context.Context, c *cluster.Controller, peers []string, tcpPort int) (func() error, error) {
+	if c.Host != nil {
+		if err := c.Host.DropPeers(peers, tcpPort); err != nil {
+			return nil, err
+		}
+		return c.Host.Heal, nil
+	}
+	var p corev1.Pod
+	if err := w.Client.Get(ctx, client.ObjectKey{Namespace: cluster.HoldfastNamespace, Name: c.Identity}, &p); err != nil {
+		return nil, err
+	}
+	n, ok := w.Nodes[p.Spec.NodeName]
+	if !ok || p.Status.PodIP == "" {
+		return nil, fmt.Errorf("pod %s has no node or address yet", p.Name)
+	}
+	if err := n.DropPodPeers(p.Status.PodIP, peers, tcpPort); err != nil {
+		return nil, err
+	}
+	return n.Heal, nil
+}
