@@ -9,15 +9,13 @@ import (
 	"strings"
 	"testing"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/utils/ptr"
+	"k8s.io/client-go/tools/clientcmd"
 )
 
 // nodePolicy is the chart's ValidatingAdmissionPolicy that keeps the node
@@ -86,24 +84,7 @@ func TestTheNodePluginChangesOnlyItsOwnNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cs.CoreV1().Pods(Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{}) })
-	token := func(bound bool) *kubernetes.Clientset {
-		t.Helper()
-		spec := authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}
-		if bound {
-			spec.BoundObjectRef = &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}
-		}
-		tr, err := cs.CoreV1().ServiceAccounts(Namespace).CreateToken(ctx, "holdfast-node", &authenticationv1.TokenRequest{Spec: spec}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := kubernetes.NewForConfig(&rest.Config{Host: env.Config.Host, BearerToken: tr.Status.Token,
-			TLSClientConfig: rest.TLSClientConfig{CAData: env.Config.CAData}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
-	onN2, unbound := token(true), token(false)
+	onN2, unbound := podClient(ctx, t, "holdfast-node", pod), podClient(ctx, t, "holdfast-node", nil)
 	apply := func(c *kubernetes.Clientset, node string, ch nodeChange, phase int, dryRun bool) error {
 		data, err := json.Marshal(ch.patch(phase))
 		if err != nil {
@@ -189,6 +170,21 @@ func awaitNodePolicy(ctx context.Context, t *testing.T, c *kubernetes.Clientset,
 			metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
 		return refusedByPolicy(err, "not "+other)
 	})
+}
+
+// podClient is a client with a token of the service account sa bound to
+// pod (nil: unbound).
+func podClient(ctx context.Context, t *testing.T, sa string, pod *corev1.Pod) *kubernetes.Clientset {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", podKubeconfig(ctx, t, sa, pod))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 // grantNodeStatus lets holdfast-node patch nodes/status for the test, beyond

@@ -7,7 +7,6 @@ import (
 	"encoding/base64"
 	"encoding/pem"
 	"testing"
-	"time"
 
 	"helm.sh/helm/v3/pkg/action"
 )
@@ -19,22 +18,7 @@ import (
 // webhook pods do not serve, and every guarded change (runtime pod creation
 // and binding among them) would fail closed until they restart.
 func TestTheWebhookCAIsStableAcrossRenders(t *testing.T) {
-	root := repoRoot(t)
-	ch, err := Load(root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := helmConfig(t)
-	inst := action.NewInstall(cfg)
-	inst.ReleaseName, inst.Namespace, inst.CreateNamespace, inst.Timeout = "holdfast", Namespace, true, time.Minute
-	if _, err := inst.Run(ch, map[string]any{}); err != nil {
-		t.Fatalf("helm install: %v", err)
-	}
-	t.Cleanup(func() {
-		if _, err := action.NewUninstall(cfg).Run("holdfast"); err != nil {
-			t.Errorf("helm uninstall: %v", err)
-		}
-	})
+	ch, cfg := installChart(t)
 	secret, vwcCA := webhookTLS(t)
 	if string(secret.Data["ca.crt"]) != string(vwcCA) {
 		t.Fatalf("installed: the configuration trusts another CA than the Secret's ca.crt")
