@@ -195,6 +195,21 @@ func renderDefaults(t *testing.T) (root string, ch *chart.Chart, ms []Manifest) 
 func installForComponents(t *testing.T) admissionregistrationv1.ValidatingWebhookConfiguration {
 	t.Helper()
 	ctx := context.Background()
+	installChart(t)
+	var vwc admissionregistrationv1.ValidatingWebhookConfiguration
+	if err := env.Client.Get(ctx, client.ObjectKey{Name: "holdfast-webhook"}, &vwc); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.Delete(ctx, vwc.DeepCopy()); err != nil {
+		t.Fatal(err)
+	}
+	return vwc
+}
+
+// installChart helm-installs the chart with its defaults, uninstalled at
+// the end of the test.
+func installChart(t *testing.T) (*chart.Chart, *action.Configuration) {
+	t.Helper()
 	ch, err := Load(repoRoot(t))
 	if err != nil {
 		t.Fatal(err)
@@ -210,14 +225,7 @@ func installForComponents(t *testing.T) admissionregistrationv1.ValidatingWebhoo
 			t.Errorf("helm uninstall: %v", err)
 		}
 	})
-	var vwc admissionregistrationv1.ValidatingWebhookConfiguration
-	if err := env.Client.Get(ctx, client.ObjectKey{Name: "holdfast-webhook"}, &vwc); err != nil {
-		t.Fatal(err)
-	}
-	if err := env.Client.Delete(ctx, vwc.DeepCopy()); err != nil {
-		t.Fatal(err)
-	}
-	return vwc
+	return ch, cfg
 }
 
 func saUser(sa string) string {
