@@ -18,6 +18,8 @@ const (
 	SwapReasonLeaseHeldElsewhere = "LeaseHeldElsewhere"
 	// SwapReasonLeaseTaken: the controller took the swap Lease for this swap.
 	SwapReasonLeaseTaken = "LeaseTaken"
+	// SwapReasonLeaseLapsed: the swap Lease this controller held for the swap expired without a renewal (passes slower than the Lease, or renewals refused); taken again.
+	SwapReasonLeaseLapsed = "LeaseLapsed"
 	// SwapReasonSnapshotTaken: a verified snapshot was taken from a voter that stays.
 	SwapReasonSnapshotTaken = "SnapshotTaken"
 	// SwapReasonSnapshotFailed: no verified snapshot (yet, or within the operation timeout: abandoned).

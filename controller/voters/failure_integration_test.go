@@ -153,12 +153,16 @@ func TestRemovalCompletesWithTheOutgoingVoterPaused(t *testing.T) {
 		t.Errorf("p1's role step %q: want finish-demote kept for its return", n1.Annotations[holdfastv1.AnnotationRoleStep])
 	}
 
-	// p1 comes back: its removed member never serves again.
+	// p1 comes back: its removed member never serves again, and its host
+	// finishes its demotion (TestAHostDownForItsWholeSwapFinishesOnReturn
+	// checks the whole host).
 	h1.resume(t)
-	eventually(t, time.Minute, "p1's tombstone reported and its server stopped", func() (bool, string) {
+	eventually(t, 2*time.Minute, "p1 finished its demotion with its server stopped", func() (bool, string) {
 		n := getNode(t, "p1")
 		st := h1.sd.ActiveState(serverUnit)
-		return n.Annotations[holdfastv1.AnnotationTombstone] != "" && st != "active", st
+		rep := holdfastv1.ActuatorReportOf(n.Annotations)
+		done := rep != nil && rep.Step == holdfastv1.RoleStepFinishDemote && rep.Phase == holdfastv1.ActuatorDone
+		return done && st != "active", "server " + st + ", report " + n.Annotations[holdfastv1.AnnotationActuator]
 	})
 	v, learners, id := etcdMembers(t, cli)
 	if !slices.Equal(v, []string{"p2", "p3", "p4"}) || len(learners) > 0 || id != clusterID {

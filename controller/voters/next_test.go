@@ -218,6 +218,15 @@ func TestNextLease(t *testing.T) {
 			running(o, holdfastv1.StepPromote)
 			holdLease(o, "old-pod", swapID, t0.Add(-time.Minute))
 		}, want{kind: AcquireLease}},
+		{"the Lease this process held for the swap lapsed: taken again, with a warning in the history", func(o *Observation) {
+			running(o, holdfastv1.StepPromote)
+			holdLease(o, me, swapID, t0.Add(-31*time.Second))
+		}, want{kind: AcquireLease, says: []string{holdfastv1.SwapReasonLeaseLapsed, "lapsed at 2026-03-01T11:59:59Z without a renewal"},
+			check: func(t *testing.T, d Decision) {
+				if d.Action.Then == nil || !d.Action.Then.Warning || len(d.Action.Then.History) != 1 || d.Action.Then.History[0].Step != holdfastv1.StepPromote {
+					t.Errorf("change %+v, want one Warning history record under Promote", d.Action.Then)
+				}
+			}}},
 		{"the Lease this process holds for another swap is released first", func(o *Observation) {
 			running(o, holdfastv1.StepPromote)
 			holdLease(o, me, "other-swap", t0)
