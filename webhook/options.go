@@ -49,6 +49,9 @@ type Options struct {
 	ConfirmFencedGroups []string
 	FailoverGroups      []string
 	SwapGroups          []string
+	// ReportRepairGroups may remove a node report (break-glass), with a
+	// reason in holdfast.io/report-repair; they may never write one.
+	ReportRepairGroups []string
 	// Audit receives one JSON line per allowed manual failover, fence
 	// confirmation and manual swap.
 	Audit io.Writer
@@ -67,6 +70,7 @@ func DefaultOptions() Options {
 		ConfirmFencedGroups: []string{ClusterAdminGroup},
 		FailoverGroups:      []string{ClusterAdminGroup},
 		SwapGroups:          []string{ClusterAdminGroup},
+		ReportRepairGroups:  []string{ClusterAdminGroup},
 		Audit:               os.Stdout,
 		Now:                 time.Now,
 	}
@@ -85,6 +89,8 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.Var(groupsFlag{&o.ConfirmFencedGroups}, "confirm-fenced-groups", "groups that may set holdfast.io/failover-confirm-fenced (comma separated)")
 	fs.Var(groupsFlag{&o.FailoverGroups}, "failover-groups", "groups that may set holdfast.io/failover-to (comma separated)")
 	fs.Var(groupsFlag{&o.SwapGroups}, "swap-groups", "groups that may create a manual VoterSwap (comma separated)")
+	fs.Var(groupsFlag{&o.ReportRepairGroups}, "report-repair-groups", "groups that may remove a node report (holdfast.io/actuator, provisioned, "+
+		"role, fitness, tombstone) with a reason in holdfast.io/report-repair, audited; never write one (comma separated)")
 }
 
 // VotersUser is the user name of holdfast-controller --role=voters: Voters,
