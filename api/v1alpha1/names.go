@@ -16,6 +16,10 @@ const (
 	// holdfast guards.
 	LabelEtcdRole         = "node-role.kubernetes.io/etcd"
 	LabelControlPlaneRole = "node-role.kubernetes.io/control-plane"
+	// LabelMasterRole is the older role label k3s still sets on its servers;
+	// the voter controller removes it with the others from a removed
+	// member's Node.
+	LabelMasterRole = "node-role.kubernetes.io/master"
 )
 
 // Role values of LabelDesiredRole and LabelRole.

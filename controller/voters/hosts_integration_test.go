@@ -231,7 +231,12 @@ func (h *host) createNode(t testing.TB, voter bool) {
 		Labels:      map[string]string{corev1.LabelHostname: h.name},
 		Annotations: map[string]string{holdfastv1.AnnotationEtcdPeerURL: h.member.PeerURL}}}
 	if voter {
+		// As k3s marks its servers.
 		n.Labels[holdfastv1.LabelEtcdRole] = "true"
+		n.Labels[holdfastv1.LabelControlPlaneRole] = "true"
+		n.Labels[holdfastv1.LabelMasterRole] = "true"
+		n.Annotations["etcd.k3s.cattle.io/node-name"] = h.name + "-0a1b2c3d"
+		n.Annotations["etcd.k3s.cattle.io/node-address"] = "127.0.0.1"
 	} else {
 		n.Labels[holdfastv1.LabelVoterEligible] = "true"
 	}

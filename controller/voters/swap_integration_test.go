@@ -70,8 +70,15 @@ func TestFullSwapWithRealEtcd(t *testing.T) {
 		t.Errorf("a1's agent unit is %s", st)
 	}
 	n1, n4 := getNode(t, "a1"), getNode(t, "a4")
-	if _, ok := n1.Labels[holdfastv1.LabelEtcdRole]; ok {
-		t.Error("a1 keeps the etcd role label")
+	for _, k := range []string{holdfastv1.LabelEtcdRole, holdfastv1.LabelControlPlaneRole, holdfastv1.LabelMasterRole} {
+		if _, ok := n1.Labels[k]; ok {
+			t.Errorf("a1 keeps the role label %s", k)
+		}
+	}
+	for k := range n1.Annotations {
+		if strings.HasPrefix(k, "etcd.k3s.cattle.io/") {
+			t.Errorf("a1 keeps k3s's etcd annotation %s", k)
+		}
 	}
 	if n1.Labels[holdfastv1.LabelDesiredRole] != holdfastv1.RoleAgent || n4.Labels[holdfastv1.LabelDesiredRole] != holdfastv1.RoleServer {
 		t.Errorf("desired roles a1 %q a4 %q", n1.Labels[holdfastv1.LabelDesiredRole], n4.Labels[holdfastv1.LabelDesiredRole])
