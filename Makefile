@@ -67,6 +67,13 @@ test: k8s-bin node-deps cri-bin cni-bin $(CONTROLLER_GEN) ## Run everything CI r
 test-e2e: k8s-bin node-deps cri-bin cni-bin $(CONTROLLER_GEN) ## Run everything make test runs plus the long drills (build tag e2e): the matrix on real kubelets, the voter swap drills
 	$(GO) test -tags integration,e2e -timeout 90m $(GO_TEST_FLAGS) ./...
 
+SEEDS ?= 1000
+SIM_FLAGS ?=
+
+.PHONY: sim
+sim: ## Search SEEDS seeds of the lease simulation for two writers, and run its liveness seeds (test/sim, docs/safety.md); SIM_FLAGS=-sim.live-edits ... adds what make test leaves out
+	$(GO) test ./test/sim -run 'TestSimulationFindsNoTwoWriters|TestSimulationLiveness' -count=1 -timeout 0 -v -args -sim.seeds=$(SEEDS) -sim.liveness=$$(( $(SEEDS) / 10 + 1 )) $(SIM_FLAGS)
+
 .PHONY: bench
 bench: k8s-bin node-deps cri-bin ## Run the component benchmarks (not the e2e ones) with the commands docs/benchmarks.md quotes; BENCH_ONLY=<regexp> picks some
 	hack/bench.sh

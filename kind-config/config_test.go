@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -202,5 +203,25 @@ func TestDemoScriptFindsItsNodes(t *testing.T) {
 	}
 	if !strings.Contains(string(script), "kind-config/units.yaml") {
 		t.Error("demo.sh does not apply kind-config/units.yaml")
+	}
+}
+
+// The lease channel (docs/design.md §3 L12) gives each runtime pod its
+// certificate through the PodCertificateRequest API and the CA in a
+// ClusterTrustBundle, both on by default from Kubernetes 1.37: every node
+// of every config runs at least that.
+func TestEveryNodeRunsAKubernetesWithPodCertificates(t *testing.T) {
+	version := regexp.MustCompile(`^kindest/node:v1\.(\d+)\.`)
+	for _, f := range configs(t) {
+		for i, n := range load(t, f).Nodes {
+			m := version.FindStringSubmatch(n.Image)
+			if m == nil {
+				t.Errorf("%s: nodes[%d] image %q is not a kindest/node:v1.N image", f, i, n.Image)
+				continue
+			}
+			if minor, _ := strconv.Atoi(m[1]); minor < 37 {
+				t.Errorf("%s: nodes[%d] image %q: Kubernetes 1.%d; the lease channel needs 1.37 (PodCertificateRequest, ClusterTrustBundle projection)", f, i, n.Image, minor)
+			}
+		}
 	}
 }

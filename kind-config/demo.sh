@@ -69,6 +69,9 @@ say "Failover story: kiln-1 (Failover) on edge-1, press-2 (Autonomy) on edge-2"
 k apply -f kind-config/units.yaml
 k -n plant wait unit/kiln-1 --for=jsonpath='{.status.runtimeBinding.leaseState}'=Held --timeout=3m
 kubectl-holdfast status -n plant
+say "The lease channel is mutual TLS: each runtime's certificate from the holdfast.io/lease signer, the CA in a ClusterTrustBundle"
+k -n plant get podcertificaterequests -o custom-columns=POD:.spec.podName,SIGNER:.spec.signerName,ISSUED:.status.notBefore,EXPIRES:.status.notAfter
+k get clustertrustbundle holdfast.io:lease:ca
 
 EDGE1=$(node edge-1) STANDBY=$(node standby-1) EDGE2=$(node edge-2)
 say "Cut edge-1 ($EDGE1) from the network: its runtime holds, then fences; holdfast re-binds kiln-1 to the standby"

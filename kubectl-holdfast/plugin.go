@@ -6,6 +6,7 @@ package plugin
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -18,8 +19,10 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/internal/version"
 )
 
 // Exit codes. They are part of the plugin's interface: scripts branch on them.
@@ -160,8 +163,12 @@ func NewCommand(streams Streams) *cobra.Command {
 		poll:    time.Second,
 	}
 	root := &cobra.Command{
-		Use:   "kubectl holdfast",
-		Short: "See and steer holdfast: units, their control leases, and etcd voter swaps",
+		// kubectl runs the plugin as "kubectl holdfast": help and
+		// completion say so through the display name.
+		Use:         "holdfast",
+		Annotations: map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl holdfast"},
+		Version:     version.Get().String(),
+		Short:       "See and steer holdfast: units, their control leases, and etcd voter swaps",
 		Long: `kubectl holdfast shows what holdfast holds and asks it to move a role.
 
 It asks; holdfast's webhook and controller decide. A refusal is printed with
@@ -182,11 +189,18 @@ every reason the cluster gave and exits 1.
   # Resume kiln-1 after a Hold, once its runtime is ready
   kubectl holdfast restart kiln-1`,
 	}
+	// A plugin's completion reaches kubectl through the
+	// kubectl_complete-holdfast script that calls __complete; a completion
+	// command of its own would print a script that replaces kubectl's.
+	root.CompletionOptions.DisableDefaultCmd = true
+	root.SetVersionTemplate("kubectl-holdfast {{.Version}}\n")
+	// Without -v: kubectl's -v is log verbosity.
+	root.Flags().Bool("version", false, "print the version of kubectl-holdfast")
 	root.SetIn(streams.In)
 	root.SetOut(streams.Out)
 	root.SetErr(streams.ErrOut)
 	o.config.AddFlags(root.PersistentFlags())
-	root.AddCommand(newStatusCommand(o), newSwapCommand(o), newFailoverCommand(o), newRestartCommand(o))
+	root.AddCommand(newStatusCommand(o), newSwapCommand(o), newFailoverCommand(o), newRestartCommand(o), newVersionCommand(o))
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErr("%v", err) })
 	return root
 }
@@ -210,6 +224,56 @@ func Main(ctx context.Context, args []string, streams Streams) int {
 		return ExitUsage
 	}
 	return ExitUnavailable
+}
+
+// printObject prints v as JSON or YAML, as kubectl's -o does.
+func printObject(w io.Writer, format string, v any) error {
+	if format == "yaml" {
+		b, err := yaml.Marshal(v)
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(b)
+		return err
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// VersionReport is what `version -o json|yaml` prints.
+type VersionReport struct {
+	APIVersion    string       `json:"apiVersion"`
+	Kind          string       `json:"kind"`
+	ClientVersion version.Info `json:"clientVersion"`
+}
+
+func newVersionCommand(o *options) *cobra.Command {
+	var output string
+	cmd := &cobra.Command{
+		Use:   "version",
+		Short: "Print the version of kubectl-holdfast",
+		Long: `Print the version of kubectl-holdfast: its release, the commit it was built
+from and its Go version. It reads nothing from the cluster.
+
+` + exitCodesHelp,
+		Example: `  kubectl holdfast version
+  kubectl holdfast version -o json`,
+		Args: exactArgs(0, 0, "no arguments"),
+		RunE: func(*cobra.Command, []string) error {
+			in := version.Get()
+			switch output {
+			case "":
+				_, err := fmt.Fprintf(o.streams.Out, "kubectl-holdfast %s\n", in)
+				return err
+			case "json", "yaml":
+				return printObject(o.streams.Out, output, VersionReport{APIVersion: ReportAPIVersion, Kind: "VersionReport", ClientVersion: in})
+			}
+			return usageErr("--output: %q: must be json or yaml (or empty)", output)
+		},
+	}
+	cmd.Flags().StringVarP(&output, "output", "o", "", "output format: json or yaml")
+	return cmd
 }
 
 // args validates positional arguments as usage errors (exit 2).

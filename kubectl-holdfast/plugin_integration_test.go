@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -26,6 +27,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/yaml"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	plugin "github.com/holdfast-io/holdfast/kubectl-holdfast"
@@ -357,6 +359,25 @@ func TestStatusShowsUnitsVotersAndTheSwapInProgress(t *testing.T) {
 	if len(rep.Swaps) != 1 || rep.Swaps[0].Name != "swap-cp3-edge7" || rep.Swaps[0].Step != "Promote" || rep.Lease == nil ||
 		rep.Swaps[0].StepSince != inPromote.UTC().Format(time.RFC3339) || !strings.HasPrefix(rep.Swaps[0].InStep, "4m") {
 		t.Errorf("swaps in JSON: %+v lease %+v", rep.Swaps, rep.Lease)
+	}
+	if rep.APIVersion != plugin.ReportAPIVersion || rep.Kind != plugin.ReportKind {
+		t.Errorf("status -o json is apiVersion %q kind %q, want %q %q", rep.APIVersion, rep.Kind, plugin.ReportAPIVersion, plugin.ReportKind)
+	}
+	// The same report as YAML.
+	r = admin(t, "status", "-n", ns, "-o", "yaml")
+	wantExit(t, r, plugin.ExitOK)
+	var fromYAML plugin.Report
+	if err := yaml.UnmarshalStrict([]byte(r.stdout), &fromYAML); err != nil {
+		t.Fatalf("status -o yaml is not the report: %v\n%s", err, r.stdout)
+	}
+	names := func(r plugin.Report) (out []string) {
+		for _, u := range r.Units {
+			out = append(out, u.Name+"/"+u.LeaseState)
+		}
+		return out
+	}
+	if !slices.Equal(names(fromYAML), names(rep)) || fromYAML.Kind != plugin.ReportKind || fromYAML.Voters == nil || fromYAML.Voters.Leader != "cp-2" {
+		t.Errorf("status -o yaml differs from -o json:\n%s", r.stdout)
 	}
 
 	// A swap left behind between promotion and removal: four voters by

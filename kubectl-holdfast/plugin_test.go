@@ -3,8 +3,12 @@ package plugin
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"os"
 	"strings"
 	"testing"
+
+	"github.com/holdfast-io/holdfast/internal/version"
 )
 
 func runMain(args ...string) (int, string, string) {
@@ -15,7 +19,7 @@ func runMain(args ...string) (int, string, string) {
 
 // Every command's --help shows examples and the exit codes, and exits 0.
 func TestHelpShowsExamplesAndExitCodes(t *testing.T) {
-	for _, cmd := range [][]string{{}, {"status"}, {"swap"}, {"failover"}, {"restart"}} {
+	for _, cmd := range [][]string{{}, {"status"}, {"swap"}, {"failover"}, {"restart"}, {"version"}} {
 		code, out, errOut := runMain(append(cmd, "--help")...)
 		if code != ExitOK {
 			t.Errorf("%v --help: exit %d, stderr %s", cmd, code, errOut)
@@ -33,7 +37,9 @@ func TestUsageErrorsExit2(t *testing.T) {
 	for _, args := range [][]string{
 		{"bogus"},
 		{"status", "extra"},
-		{"status", "-o", "yaml"},
+		{"status", "-o", "xml"},
+		{"version", "-o", "wide"},
+		{"version", "extra"},
 		{"swap"},
 		{"swap", "a", "a"},
 		{"failover", "u"},
@@ -63,5 +69,69 @@ func TestSwapNamePrefixFitsAName(t *testing.T) {
 	// generateName adds 5 characters; a name is at most 253.
 	if p := swapNamePrefix(long, long); len(p)+5 > 253 || !strings.HasSuffix(p, "-") {
 		t.Errorf("prefix for long names is %d characters: %q", len(p), p)
+	}
+}
+
+// Help reads as kubectl's does for a plugin: every usage line and example
+// starts "kubectl holdfast", and no completion command of its own is
+// offered (it would replace kubectl's completion).
+func TestHelpReadsAsKubectlHoldfast(t *testing.T) {
+	_, out, _ := runMain("--help")
+	for _, want := range []string{"Usage:\n  kubectl holdfast [command]", "Use \"kubectl holdfast [command] --help\""} {
+		if !strings.Contains(out, want) {
+			t.Errorf("--help lacks %q:\n%s", want, out)
+		}
+	}
+	if !strings.Contains(out, "      --version ") || strings.Contains(out, "-v, --version") {
+		t.Errorf("--help: want --version without kubectl's verbosity shorthand -v:\n%s", out)
+	}
+	if strings.Contains(out, "completion") {
+		t.Errorf("--help offers a completion command:\n%s", out)
+	}
+	_, out, _ = runMain("status", "--help")
+	if !strings.Contains(out, "Usage:\n  kubectl holdfast status [flags]") || !strings.Contains(out, "-A, --all-namespaces") {
+		t.Errorf("status --help:\n%s", out)
+	}
+	if code, _, errOut := runMain("completion", "bash"); code != ExitUsage {
+		t.Errorf("completion bash: exit %d (stderr %q), want a usage error", code, errOut)
+	}
+}
+
+// Completion goes through cobra's __complete, which the
+// kubectl_complete-holdfast script kubectl runs calls.
+func TestCompletionThroughKubectlCompleteScript(t *testing.T) {
+	code, out, _ := runMain("__complete", "")
+	if code != ExitOK {
+		t.Fatalf("__complete: exit %d", code)
+	}
+	for _, want := range []string{"status", "swap", "failover", "restart", "version"} {
+		if !strings.Contains(out, want+"\t") {
+			t.Errorf("__complete lacks %q:\n%s", want, out)
+		}
+	}
+	script, err := os.ReadFile("krew/kubectl_complete-holdfast")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(script), "kubectl-holdfast __complete \"$@\"") {
+		t.Errorf("krew/kubectl_complete-holdfast does not call __complete:\n%s", script)
+	}
+}
+
+func TestVersion(t *testing.T) {
+	old := version.Version
+	t.Cleanup(func() { version.Version = old })
+	version.Version = "v0.1.0-rc.1"
+	for _, args := range [][]string{{"version"}, {"--version"}} {
+		code, out, errOut := runMain(args...)
+		if code != ExitOK || !strings.HasPrefix(out, "kubectl-holdfast v0.1.0-rc.1 ") {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q", args, code, out, errOut)
+		}
+	}
+	code, out, _ := runMain("version", "-o", "json")
+	var v VersionReport
+	if err := json.Unmarshal([]byte(out), &v); code != ExitOK || err != nil || v.APIVersion != ReportAPIVersion || v.Kind != "VersionReport" ||
+		v.ClientVersion.Version != "v0.1.0-rc.1" {
+		t.Errorf("version -o json: exit %d, %v, %q", code, err, out)
 	}
 }

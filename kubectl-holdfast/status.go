@@ -3,7 +3,6 @@ package plugin
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
@@ -25,12 +24,16 @@ import (
 	"github.com/holdfast-io/holdfast/policy"
 )
 
-// Report is what `status -o json` prints; its field names are stable.
+// Report is what `status -o json|yaml` prints; its field names are stable.
 type Report struct {
-	Units  []UnitReport  `json:"units"`
-	Voters *VoterReport  `json:"voters,omitempty"`
-	Swaps  []SwapReport  `json:"swapsInProgress"`
-	Lease  *SwapLeaseRef `json:"swapLease,omitempty"`
+	// APIVersion and Kind name the report's schema, as kubectl's own
+	// objects do (ReportAPIVersion, ReportKind).
+	APIVersion string        `json:"apiVersion"`
+	Kind       string        `json:"kind"`
+	Units      []UnitReport  `json:"units"`
+	Voters     *VoterReport  `json:"voters,omitempty"`
+	Swaps      []SwapReport  `json:"swapsInProgress"`
+	Lease      *SwapLeaseRef `json:"swapLease,omitempty"`
 	// Notes are what could not be read, and why.
 	Notes []string `json:"notes,omitempty"`
 }
@@ -105,27 +108,35 @@ type SwapLeaseRef struct {
 	Until  string `json:"until,omitempty"`
 }
 
+// The schema of status -o json|yaml.
+const (
+	ReportAPIVersion = "kubectl.holdfast.io/v1alpha1"
+	ReportKind       = "StatusReport"
+)
+
 func newStatusCommand(o *options) *cobra.Command {
 	var output string
+	var all bool
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Show units with their bindings and lease states, voters by etcd's vote, and the swap in progress",
 		Long: `Show units with their bindings and lease states, the etcd voters by etcd's own
 vote (VoterPolicy default's status), and any voter swap in progress.
 
-Units of every namespace are listed unless -n names one. A part that cannot be
-read (not installed, not allowed) is named under NOTES and the rest is shown.
+Units of the current namespace are listed (-n names another, -A lists every
+namespace). A part that cannot be read (not installed, not allowed) is named
+under NOTES and the rest is shown.
 
 ` + exitCodesHelp,
-		Example: `  # Everything holdfast holds
-  kubectl holdfast status
+		Example: `  # Everything holdfast holds, in every namespace
+  kubectl holdfast status -A
 
   # The units of one namespace, as JSON for a script
   kubectl holdfast status -n plant -o json | jq '.units[] | select(.held == "True")'`,
 		Args: exactArgs(0, 0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if output != "" && output != "json" && output != "wide" {
-				return usageErr("--output: %q: must be json or wide (or empty)", output)
+			if !slices.Contains([]string{"", "json", "yaml", "wide"}, output) {
+				return usageErr("--output: %q: must be json, yaml or wide (or empty)", output)
 			}
 			if err := o.connect(); err != nil {
 				return err
@@ -134,30 +145,32 @@ read (not installed, not allowed) is named under NOTES and the rest is shown.
 			if err != nil {
 				return err
 			}
-			if !explicit {
+			if all {
+				if explicit {
+					return usageErr("--all-namespaces and --namespace: name one, not both")
+				}
 				ns = ""
 			}
 			r, err := collect(cmd.Context(), o.client, ns, o.now())
 			if err != nil {
 				return err
 			}
-			if output == "json" {
-				enc := json.NewEncoder(o.streams.Out)
-				enc.SetIndent("", "  ")
-				return enc.Encode(r)
+			if output == "json" || output == "yaml" {
+				return printObject(o.streams.Out, output, r)
 			}
 			printReport(o.streams.Out, r, ns, output == "wide")
 			return nil
 		},
 	}
-	cmd.Flags().StringVarP(&output, "output", "o", "", "output format: json, or wide (every attention item of each unit)")
+	cmd.Flags().StringVarP(&output, "output", "o", "", "output format: json, yaml, or wide (every attention item of each unit)")
+	cmd.Flags().BoolVarP(&all, "all-namespaces", "A", false, "list the units of every namespace")
 	return cmd
 }
 
 // collect reads what status shows. Units must be readable; the voter parts
 // are optional (voter swaps may not be configured) and become notes.
 func collect(ctx context.Context, c client.Client, ns string, now time.Time) (*Report, error) {
-	r := &Report{Units: []UnitReport{}, Swaps: []SwapReport{}}
+	r := &Report{APIVersion: ReportAPIVersion, Kind: ReportKind, Units: []UnitReport{}, Swaps: []SwapReport{}}
 	var units holdfastv1.UnitList
 	if err := c.List(ctx, &units, client.InNamespace(ns)); err != nil {
 		return nil, apiErr("listing units", err)

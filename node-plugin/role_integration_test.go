@@ -31,6 +31,7 @@ import (
 	"github.com/holdfast-io/holdfast/node-plugin/tombstone"
 	"github.com/holdfast-io/holdfast/test/dbusdouble"
 	"github.com/holdfast-io/holdfast/test/etcdproc"
+	"github.com/holdfast-io/holdfast/test/etcdwatch"
 	"github.com/holdfast-io/holdfast/test/systemdhost"
 )
 
@@ -218,61 +219,32 @@ func eventually(t *testing.T, what string, cond func() (bool, error)) {
 	t.Fatalf("%s: not within %v (last error %v)", what, waitTimeout, err)
 }
 
-// writer puts keys throughout and remembers every acknowledged one.
-type writer struct {
-	mu    sync.Mutex
-	acked []string
-	stop  chan struct{}
-	done  chan struct{}
-}
+// writer is test/etcdwatch's Writer: it puts keys throughout, reads each
+// back, and records its history.
+type writer struct{ w *etcdwatch.Writer }
 
 func startWriter(cli *clientv3.Client) *writer {
-	w := &writer{stop: make(chan struct{}), done: make(chan struct{})}
-	go func() {
-		defer close(w.done)
-		for i := 0; ; i++ {
-			select {
-			case <-w.stop:
-				return
-			case <-time.After(20 * time.Millisecond):
-			}
-			k := fmt.Sprintf("/holdfast-test/%06d", i)
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			_, err := cli.Put(ctx, k, "v")
-			cancel()
-			if err == nil {
-				w.mu.Lock()
-				w.acked = append(w.acked, k)
-				w.mu.Unlock()
-			}
-		}
-	}()
-	return w
+	return &writer{etcdwatch.StartWriter(cli, "/holdfast-test/", 2*time.Second)}
 }
 
-func (w *writer) check(t *testing.T, cli *clientv3.Client) {
+// check stops the writer: no acknowledged write lost, its history of puts
+// and gets linearizable, enough writes acknowledged during the swap.
+func (w *writer) check(t *testing.T) {
 	t.Helper()
-	close(w.stop)
-	<-w.done
-	ctx, cancel := context.WithTimeout(t.Context(), etcdCallTimeout)
-	defer cancel()
-	resp, err := cli.Get(ctx, "/holdfast-test/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	r, err := w.w.Stop(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
-	have := map[string]bool{}
-	for _, kv := range resp.Kvs {
-		have[string(kv.Key)] = true
+	if len(r.Lost) > 0 {
+		t.Fatalf("acknowledged writes lost: %v", r.Lost)
 	}
-	for _, k := range w.acked {
-		if !have[k] {
-			t.Fatalf("acknowledged write %s lost", k)
-		}
+	if r.NotLinearizable != nil {
+		t.Fatalf("the writer's history: %v", r.NotLinearizable)
 	}
-	if len(w.acked) < 50 {
-		t.Fatalf("only %d writes acknowledged during the swap", len(w.acked))
+	if r.Acked < 20 {
+		t.Fatalf("only %d writes acknowledged during the swap", r.Acked)
 	}
-	t.Logf("%d acknowledged writes, none lost", len(w.acked))
+	t.Logf("writer: %s", r)
 }
 
 // TestPromoteStepDownFinishDemoteWithRealEtcd drives a standby host through
@@ -469,7 +441,7 @@ func TestPromoteStepDownFinishDemoteWithRealEtcd(t *testing.T) {
 		t.Fatal("etcd was started on a former member with no join target")
 	}
 
-	w.check(t, cli)
+	w.check(t)
 	cctx, ccancel = call()
 	defer ccancel()
 	ml, err = cli.MemberList(cctx)

@@ -40,7 +40,7 @@ func BenchmarkStartToLeaseEndpoint(b *testing.B) {
 		}
 		rt, err := runtime.New(runtime.Config{
 			Lease:     lease.Config{Unit: unit, Epoch: 1, Mode: holdfastv1.Failover, LeaseDuration: leaseLength},
-			LeaseAddr: "127.0.0.1:0", HealthAddr: "127.0.0.1:0",
+			LeaseAddr: "127.0.0.1:0", LeaseTLSDir: leaseTLSDir(b, 1), HealthAddr: "127.0.0.1:0",
 			Drivers:   []driver.Driver{modbusDriver(b, "coupler-1", link.Addr(), 5*time.Second)},
 			Telemetry: tel,
 		}, log)

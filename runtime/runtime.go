@@ -11,6 +11,7 @@ package runtime
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"maps"
@@ -27,6 +28,7 @@ import (
 
 	leaseapi "github.com/holdfast-io/holdfast/api/lease"
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/internal/leasetls"
 	"github.com/holdfast-io/holdfast/runtime/driver"
 	"github.com/holdfast-io/holdfast/runtime/health"
 	"github.com/holdfast-io/holdfast/runtime/lease"
@@ -77,10 +79,21 @@ type Config struct {
 	Lease lease.Config
 	// LeaseAddr, HealthAddr and MetricsAddr are host:port to listen on;
 	// an empty MetricsAddr serves no metrics endpoint.
-	LeaseAddr   string
-	LeaseTLS    *tls.Config
-	HealthAddr  string
-	MetricsAddr string
+	LeaseAddr string
+	// LeaseTLSDir holds the lease endpoint's credentials (api/lease
+	// CredentialsFile: this runtime's key and certificate; TrustBundleFile:
+	// the lease CA), read again when they change: the endpoint speaks
+	// mutual TLS and takes grants only from the authorised grantor
+	// (docs/design.md §3 L12). Required unless InsecurePlaintextLease.
+	LeaseTLSDir string
+	// InsecurePlaintextLease serves the lease endpoint over plain HTTP and
+	// takes grants from anyone who reaches it: any process on the network
+	// can keep this runtime writing after the controller declared it
+	// expired, so a second writer can start beside it. For a lab without a
+	// lease CA only.
+	InsecurePlaintextLease bool
+	HealthAddr             string
+	MetricsAddr            string
 	// Drivers are the field devices, by Name. Network drivers are wrapped
 	// in driver.Reconnecting.
 	Drivers []driver.Driver
@@ -115,6 +128,7 @@ type Runtime struct {
 	checker *health.Checker
 	state   *state.Dir
 
+	leaseCreds *leasetls.Files[*leasetls.Runtime]
 	leaseSrv   *lease.Server
 	healthSrv  *health.Server
 	metricsSrv *http.Server
@@ -128,6 +142,9 @@ type Runtime struct {
 	lastInputs  map[string]uint16
 	restored    bool
 	started     time.Time
+	// laterOwners are the devices whose owner epoch was later than this
+	// runtime's at its last write attempt, by device (L13).
+	laterOwners map[string]leaseapi.LaterOwner
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -156,11 +173,19 @@ func New(cfg Config, log klog.Logger) (*Runtime, error) {
 		return nil, err
 	}
 	r := &Runtime{cfg: cfg, log: log, clock: cfg.Lease.Clock, keeper: k, drivers: map[string]driver.Driver{},
-		op: map[string]uint16{}, reg: cfg.Registry}
+		op: map[string]uint16{}, reg: cfg.Registry, laterOwners: map[string]leaseapi.LaterOwner{}}
 	if r.reg == nil {
 		r.reg = prometheus.NewRegistry()
 	}
+	auth := lease.InsecurePlaintext
 	src := metrics.Sources{Remaining: k.Remaining}
+	if !cfg.InsecurePlaintextLease {
+		if r.leaseCreds, err = leasetls.WatchRuntimeDir(cfg.LeaseTLSDir, log); err != nil {
+			return nil, fmt.Errorf("lease credentials in %s: %w", cfg.LeaseTLSDir, err)
+		}
+		auth = lease.MutualTLS(func() *x509.CertPool { return r.leaseCreds.Current().Roots }, leaseapi.GrantorIdentity)
+		src.CertificateExpiry = func() time.Time { return r.leaseCreds.Current().NotAfter() }
+	}
 	if cfg.Telemetry != nil {
 		src.QueueDepth = cfg.Telemetry.QueueDepth
 	}
@@ -179,10 +204,12 @@ func New(cfg Config, log klog.Logger) (*Runtime, error) {
 	// The fence aborts every unanswered device write before it waits for
 	// them, so a fenced runtime leaves no write queued in the kernel (L3).
 	driver.AbortWritesOnFence(k, slices.Collect(maps.Values(r.drivers))...)
-	r.handler = lease.NewHandler(k, log)
+	r.handler = lease.NewHandler(k, auth, log)
 	r.handler.OnGrant = func(_ *leaseapi.Grant, out lease.Outcome) {
 		r.metrics.Grants.WithLabelValues(outcomeLabel(out)).Inc()
 	}
+	r.handler.LaterOwners = r.LaterOwners
+	r.handler.OnRefused = func(reason string) { r.metrics.Unauthenticated.WithLabelValues(reason).Inc() }
 	r.checker = &health.Checker{
 		Clock: r.clock, DriverGrace: cfg.DriverGrace, ScanInterval: cfg.ScanInterval,
 		Fenced: func() bool {
@@ -198,6 +225,12 @@ func New(cfg Config, log klog.Logger) (*Runtime, error) {
 
 func (c *Config) validate() error {
 	var errs []error
+	switch {
+	case c.LeaseTLSDir == "" && !c.InsecurePlaintextLease:
+		errs = append(errs, errors.New("leaseTLSDir: required: the lease endpoint takes grants only over mutual TLS (InsecurePlaintextLease is unsafe)"))
+	case c.LeaseTLSDir != "" && c.InsecurePlaintextLease:
+		errs = append(errs, errors.New("leaseTLSDir: must be empty with InsecurePlaintextLease"))
+	}
 	names := map[string]bool{}
 	for _, d := range c.Drivers {
 		if names[d.Name()] {
@@ -244,8 +277,20 @@ func outcomeLabel(o lease.Outcome) string {
 func (r *Runtime) Keeper() *lease.Keeper { return r.keeper }
 
 // Handler is the lease endpoint (served on LeaseAddr by Start); an
-// embedder with its own HTTP server may mount it instead.
+// embedder with its own HTTP server may mount it instead, serving it with
+// LeaseTLSConfig: it takes grants only from the authorised grantor over
+// mutual TLS.
 func (r *Runtime) Handler() http.Handler { return r.handler }
+
+// LeaseTLSConfig is the lease endpoint's TLS: this runtime's certificate,
+// reloaded when it changes, and a client certificate asked for (the
+// handler judges it). Nil with InsecurePlaintextLease.
+func (r *Runtime) LeaseTLSConfig() *tls.Config {
+	if r.leaseCreds == nil {
+		return nil
+	}
+	return leasetls.ServerConfig(func() *tls.Certificate { return r.leaseCreds.Current().Cert })
+}
 
 // Checker computes the health verdicts.
 func (r *Runtime) Checker() *health.Checker { return r.checker }
@@ -280,18 +325,20 @@ func (r *Runtime) MetricsAddr() string {
 // loops. Nothing it does waits for a broker or a device to answer.
 func (r *Runtime) Start(ctx context.Context) error {
 	r.log.Info("Starting unit runtime", "mode", r.cfg.Lease.Mode, "incarnation", r.cfg.Lease.Incarnation)
-	r.mu.Lock()
-	r.started = r.clock.Now()
-	r.lastScan = r.started // the stall budget runs from the start until the first scan completes
-	r.mu.Unlock()
-	if err := r.restore(); err != nil {
+	if err := r.Prepare(); err != nil {
 		return err
 	}
 	var err error
-	if r.leaseSrv, err = lease.Listen(r.cfg.LeaseAddr, r.handler, r.cfg.LeaseTLS, r.log); err != nil {
+	if r.leaseSrv, err = lease.Listen(r.cfg.LeaseAddr, r.handler, r.LeaseTLSConfig(), r.log); err != nil {
 		return err
 	}
-	r.log.Info("Lease endpoint listening", "address", r.leaseSrv.Addr().String(), "tls", r.cfg.LeaseTLS != nil)
+	if r.leaseCreds != nil {
+		r.log.Info("Lease endpoint listening: grants only from the authorised grantor over mutual TLS", "address", r.leaseSrv.Addr().String(),
+			"grantor", leaseapi.GrantorIdentity, "certificate", r.leaseCreds.Current().Cert.Leaf.URIs, "notAfter", r.leaseCreds.Current().NotAfter())
+	} else {
+		r.log.Info("WARNING: lease endpoint listening over plain HTTP; any process that reaches it can keep this runtime writing (--insecure-plaintext-lease)",
+			"address", r.leaseSrv.Addr().String())
+	}
 	var liveness health.Verdict = r.checker.Liveness
 	if r.healthSrv, err = health.Listen(r.cfg.HealthAddr, health.NewService(r.checker.Readiness, liveness)); err != nil {
 		r.closeServers()
@@ -311,6 +358,10 @@ func (r *Runtime) Start(ctx context.Context) error {
 	}
 
 	ctx, r.cancel = context.WithCancel(ctx)
+	if r.leaseCreds != nil {
+		r.wg.Add(1)
+		go func() { defer r.wg.Done(); r.leaseCreds.Run(ctx, leasetls.ReloadInterval) }()
+	}
 	if t := r.cfg.Telemetry; t != nil {
 		// ConnectBackground fails only on configuration, never on reach.
 		if err := t.ConnectBackground(ctx); err != nil {
@@ -340,6 +391,24 @@ func (r *Runtime) Start(ctx context.Context) error {
 	r.log.Info("Unit runtime started")
 	return nil
 }
+
+// Prepare is the first step of Start, which opens nothing: it stamps the
+// start (the stall budget runs from it until the first scan completes) and
+// restores the state file (L10). A caller that steps the runtime from its
+// own event loop (test/sim) calls it instead of Start, connects the drivers,
+// serves Handler itself, and calls Step for every scan and Keeper().Step at
+// the instants it returns.
+func (r *Runtime) Prepare() error {
+	r.mu.Lock()
+	r.started = r.clock.Now()
+	r.lastScan = r.started
+	r.mu.Unlock()
+	return r.restore()
+}
+
+// Step runs one scan now: what the scan loop does at every tick and at
+// every lease transition.
+func (r *Runtime) Step(ctx context.Context) { r.scan(ctx) }
 
 // Stop stops the loops, closes the drivers and the servers.
 func (r *Runtime) Stop(ctx context.Context) {

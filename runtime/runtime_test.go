@@ -3,6 +3,7 @@ package runtime_test
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 
 	leaseapi "github.com/holdfast-io/holdfast/api/lease"
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/internal/leasetls/leasetlstest"
 	"github.com/holdfast-io/holdfast/runtime"
 	"github.com/holdfast-io/holdfast/runtime/driver"
 	"github.com/holdfast-io/holdfast/runtime/driver/modbus"
@@ -92,7 +94,7 @@ func start(t *testing.T, o opts) *fixture {
 	rt, err := runtime.New(runtime.Config{
 		Lease: lease.Config{Unit: unit, Epoch: o.epoch, Mode: o.mode, LeaseDuration: leaseLength, Clock: o.clock,
 			Incarnation: holdfastv1.RuntimeIncarnation{PodUID: "uid-" + t.Name(), RestartCount: 0}},
-		LeaseAddr: "127.0.0.1:0", HealthAddr: "127.0.0.1:0",
+		LeaseAddr: "127.0.0.1:0", LeaseTLSDir: leaseTLSDir(t, o.epoch), HealthAddr: "127.0.0.1:0",
 		Drivers:      []driver.Driver{modbusDriver(t, "coupler-1", o.sim.Addr(), 2*time.Second)},
 		Outputs:      outputs,
 		Inputs:       []runtime.Input{{Name: "level", Device: "coupler-1", Register: inputReg}},
@@ -107,10 +109,25 @@ func start(t *testing.T, o opts) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { rt.Stop(context.Background()) })
-	return &fixture{rt: rt, sim: o.sim, clock: o.clock, url: "http://" + rt.LeaseAddr() + leaseapi.Path}
+	return &fixture{rt: rt, sim: o.sim, clock: o.clock, url: "https://" + rt.LeaseAddr() + leaseapi.Path}
 }
 
 var seq uint64
+
+// testCA is the lease CA of this package's runtimes and their grantor.
+func testCA(t testing.TB) *leasetlstest.CA { return leasetlstest.Shared(t) }
+
+// leaseTLSDir is the lease credentials directory of the runtime of unit at
+// epoch, as its pod mounts it.
+func leaseTLSDir(t testing.TB, epoch int64) string { return testCA(t).RuntimeDir(t, unit, epoch) }
+
+// grantorClient speaks to a runtime's lease endpoint as the grantor does:
+// mutual TLS, HTTP/2, the runtime's certificate not judged here.
+func grantorClient(t testing.TB) *http.Client {
+	cert := testCA(t).GrantorCertificate(t)
+	return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{ForceAttemptHTTP2: true,
+		TLSClientConfig: &tls.Config{Certificates: []tls.Certificate{*cert}, InsecureSkipVerify: true, MinVersion: tls.VersionTLS13}}} //nolint:gosec // the test's own server
+}
 
 // grantHTTP POSTs grants as the grantor does, the last one carrying the
 // acknowledged age given and the anchor of the reply before it (fetched
@@ -128,7 +145,7 @@ func postGrant(t *testing.T, url string, g leaseapi.Grant) leaseapi.Reply {
 	seq++
 	g.Grantor, g.Seq = "test-grantor", seq
 	b, _ := json.Marshal(g)
-	resp, err := http.Post(url, "application/json", bytes.NewReader(b))
+	resp, err := grantorClient(t).Post(url, "application/json", bytes.NewReader(b))
 	if err != nil {
 		t.Fatal(err)
 	}

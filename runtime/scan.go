@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"time"
 
 	leaseapi "github.com/holdfast-io/holdfast/api/lease"
+	"github.com/holdfast-io/holdfast/runtime/driver"
 	"github.com/holdfast-io/holdfast/runtime/lease"
 	"github.com/holdfast-io/holdfast/runtime/state"
 )
@@ -206,13 +208,57 @@ func (r *Runtime) write(ctx context.Context, kind lease.WriteKind, o Output, v u
 			return fmt.Errorf("output %s: the operating point has not been adopted yet", o.Name)
 		}
 	}
-	if err := r.drivers[o.Device].WriteRegisters(ctx, p, o.Register, []uint16{v}); err != nil {
+	err = r.drivers[o.Device].WriteRegisters(ctx, p, o.Register, []uint16{v})
+	var later *driver.LaterOwnerError
+	switch {
+	case errors.As(err, &later):
+		r.metrics.Writes.WithLabelValues(kind.String(), "later_owner").Inc()
+		r.noteLaterOwner(o.Device, later)
+		return err
+	case err != nil:
 		r.metrics.Writes.WithLabelValues(kind.String(), "failed").Inc()
 		r.log.V(2).Info("Output write failed", "output", o.Name, "err", err)
 		return err
 	}
+	r.noteLaterOwner(o.Device, nil)
 	r.metrics.Writes.WithLabelValues(kind.String(), "written").Inc()
 	return nil
+}
+
+// noteLaterOwner records what the last write attempt on device learnt of
+// its owner epoch: later than this runtime's (it wrote nothing), or not
+// (nil: it wrote). The lease endpoint reports the record (L13).
+func (r *Runtime) noteLaterOwner(device string, e *driver.LaterOwnerError) {
+	r.mu.Lock()
+	prev, had := r.laterOwners[device]
+	if e == nil {
+		delete(r.laterOwners, device)
+	} else {
+		r.laterOwners[device] = leaseapi.LaterOwner{Device: device, Address: e.Address, OwnerEpoch: e.OwnerEpoch}
+	}
+	r.mu.Unlock()
+	switch {
+	case e != nil && (!had || prev.OwnerEpoch != e.OwnerEpoch):
+		r.log.Info("The device holds a later owner epoch than this runtime's: writing nothing to it",
+			"device", device, "address", e.Address, "ownerEpoch", e.OwnerEpoch)
+	case e == nil && had:
+		r.log.Info("The device's owner epoch is no longer later than this runtime's: writing to it again", "device", device)
+	}
+}
+
+// LaterOwners lists the devices this runtime writes nothing to because
+// their owner epoch is later than its own, by device name.
+func (r *Runtime) LaterOwners() []leaseapi.LaterOwner {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]leaseapi.LaterOwner, 0, len(r.laterOwners))
+	for _, d := range slices.Sorted(maps.Keys(r.laterOwners)) {
+		out = append(out, r.laterOwners[d])
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
 }
 
 // WriteOutput writes one output through the guarded path, for an embedder

@@ -44,7 +44,7 @@ func newRuntime(t *testing.T, drivers []driver.Driver, tel *telemetry.Client) *r
 	rt, err := runtime.New(runtime.Config{
 		Lease: lease.Config{Unit: unit, Epoch: 1, Mode: holdfastv1.Failover, LeaseDuration: leaseLength,
 			Incarnation: holdfastv1.RuntimeIncarnation{PodUID: "uid-start"}},
-		LeaseAddr: "127.0.0.1:0", HealthAddr: "127.0.0.1:0",
+		LeaseAddr: "127.0.0.1:0", LeaseTLSDir: leaseTLSDir(t, 1), HealthAddr: "127.0.0.1:0",
 		Drivers: drivers, Telemetry: tel, ScanInterval: 100 * time.Millisecond,
 	}, ktesting.NewLogger(t, ktesting.NewConfig()))
 	if err != nil {
@@ -93,7 +93,7 @@ func TestStart_ALeaseIsGrantedWhileTheCouplerHasNotAnswered(t *testing.T) {
 	if c1.Connected() || c2.Connected() || c1.Dials() != 1 || c2.Dials() != 1 {
 		t.Fatalf("the dials are not in flight: connected %v/%v, dials %d/%d", c1.Connected(), c2.Connected(), c1.Dials(), c2.Dials())
 	}
-	if r := grantHTTP(t, "http://"+rt.LeaseAddr()+leaseapi.Path, 1, 0); r.State != leaseapi.Held {
+	if r := grantHTTP(t, "https://"+rt.LeaseAddr()+leaseapi.Path, 1, 0); r.State != leaseapi.Held {
 		t.Fatalf("grant with both dials on the wire answered %+v, want Held", r)
 	}
 	if c1.Connected() || c2.Connected() {
@@ -118,7 +118,7 @@ func TestStart_ALeaseIsGrantedWhileTheBrokerIsUnreachable(t *testing.T) {
 	rt := newRuntime(t, []driver.Driver{simdriver.New("sim-1", 0)}, tel)
 	startBounded(t, rt)
 	defer rt.Stop(context.Background())
-	if r := grantHTTP(t, "http://"+rt.LeaseAddr()+leaseapi.Path, 1, 0); r.State != leaseapi.Held {
+	if r := grantHTTP(t, "https://"+rt.LeaseAddr()+leaseapi.Path, 1, 0); r.State != leaseapi.Held {
 		t.Fatalf("grant answered %+v, want Held", r)
 	}
 	if tel.Connected() {
@@ -185,7 +185,7 @@ func TestStart_TheStatusIsAnnouncedOnEveryConnect(t *testing.T) {
 	testutil.Eventually(t, 10*time.Second, "the status Ungranted on the topic", func() bool {
 		return b.retainedState(t, tel.StatusTopic()) == string(leaseapi.Ungranted)
 	})
-	grantHTTP(t, "http://"+rt.LeaseAddr()+leaseapi.Path, 1, 0)
+	grantHTTP(t, "https://"+rt.LeaseAddr()+leaseapi.Path, 1, 0)
 	testutil.Eventually(t, 10*time.Second, "the status Held on the topic", func() bool {
 		return b.retainedState(t, tel.StatusTopic()) == string(leaseapi.Held)
 	})

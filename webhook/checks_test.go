@@ -389,33 +389,47 @@ func TestAuditRecordsCarryTheRequestID(t *testing.T) {
 // L7: the epoch, the fencing token, never goes backwards, and the runtime
 // incarnation that established a binding's lease is written once.
 func TestL7EpochAndLeaseEstablishedBy(t *testing.T) {
-	o := testOptions()
 	old := unitBound(holdfastv1.Failover, holdfastv1.LeaseHeld)
-	with := func(f func(*holdfastv1.RuntimeBinding)) *holdfastv1.Unit {
+	with := bindingEdit(old)
+	checkBindingEdits(t, old, []bindingCase{
+		{"epoch back", statusAdmin, with(func(b *holdfastv1.RuntimeBinding) { b.Epoch = 2 }), []string{
+			"status.runtimeBinding.epoch: Forbidden: may not go backwards (from 3 to 2): the epoch is the fencing token every runtime and device checks"}},
+		{"binding removed", statusAdmin, func() *holdfastv1.Unit { u := old.DeepCopy(); u.Status.RuntimeBinding = nil; return u }(), []string{
+			"status.runtimeBinding.epoch: Forbidden: may not go backwards (from 3 to 0): the epoch is the fencing token every runtime and device checks"}},
+		{"incarnation rewritten", statusAdmin, with(func(b *holdfastv1.RuntimeBinding) { b.LeaseEstablishedBy.RestartCount = 1 }), []string{
+			"status.runtimeBinding.leaseEstablishedBy: Forbidden: is written once per binding and already names pod uid-3 restart 0 at epoch 3"}},
+		{"incarnation cleared", statusAdmin, with(func(b *holdfastv1.RuntimeBinding) { b.LeaseEstablishedBy = nil }), []string{
+			"status.runtimeBinding.leaseEstablishedBy: Forbidden: is written once per binding and already names pod uid-3 restart 0 at epoch 3"}},
+		{"re-bind resets the incarnation", statusAdmin, with(func(b *holdfastv1.RuntimeBinding) { b.Epoch = 4; b.LeaseEstablishedBy = nil }), nil},
+		{"the controller is trusted", controller, with(func(b *holdfastv1.RuntimeBinding) { b.Epoch = 1 }), nil},
+	})
+}
+
+// statusAdmin is the admin writing a Unit's status.
+var statusAdmin = requester{User: "admin", Groups: admin.Groups, SubResource: "status"}
+
+// bindingEdit is old with its binding edited by f.
+func bindingEdit(old *holdfastv1.Unit) func(func(*holdfastv1.RuntimeBinding)) *holdfastv1.Unit {
+	return func(f func(*holdfastv1.RuntimeBinding)) *holdfastv1.Unit {
 		u := old.DeepCopy()
 		f(u.Status.RuntimeBinding)
 		return u
 	}
-	status := requester{User: "admin", Groups: admin.Groups, SubResource: "status"}
-	for _, tc := range []struct {
-		name string
-		r    requester
-		new  *holdfastv1.Unit
-		want []string
-	}{
-		{"epoch back", status, with(func(b *holdfastv1.RuntimeBinding) { b.Epoch = 2 }), []string{
-			"status.runtimeBinding.epoch: Forbidden: may not go backwards (from 3 to 2): the epoch is the fencing token every runtime and device checks"}},
-		{"binding removed", status, func() *holdfastv1.Unit { u := old.DeepCopy(); u.Status.RuntimeBinding = nil; return u }(), []string{
-			"status.runtimeBinding.epoch: Forbidden: may not go backwards (from 3 to 0): the epoch is the fencing token every runtime and device checks"}},
-		{"incarnation rewritten", status, with(func(b *holdfastv1.RuntimeBinding) { b.LeaseEstablishedBy.RestartCount = 1 }), []string{
-			"status.runtimeBinding.leaseEstablishedBy: Forbidden: is written once per binding and already names pod uid-3 restart 0 at epoch 3"}},
-		{"incarnation cleared", status, with(func(b *holdfastv1.RuntimeBinding) { b.LeaseEstablishedBy = nil }), []string{
-			"status.runtimeBinding.leaseEstablishedBy: Forbidden: is written once per binding and already names pod uid-3 restart 0 at epoch 3"}},
-		{"re-bind resets the incarnation", status, with(func(b *holdfastv1.RuntimeBinding) { b.Epoch = 4; b.LeaseEstablishedBy = nil }), nil},
-		{"the controller is trusted", controller, with(func(b *holdfastv1.RuntimeBinding) { b.Epoch = 1 }), nil},
-	} {
+}
+
+type bindingCase struct {
+	name string
+	r    requester
+	new  *holdfastv1.Unit
+	want []string
+}
+
+// checkBindingEdits judges each change of old's status by its requester.
+func checkBindingEdits(t *testing.T, old *holdfastv1.Unit, cases []bindingCase) {
+	t.Helper()
+	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			v, _ := checkUnit(o, tc.r, old, tc.new, unitFacts{})
+			v, _ := checkUnit(testOptions(), tc.r, old, tc.new, unitFacts{})
 			expect(t, v, tc.want...)
 		})
 	}

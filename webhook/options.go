@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -12,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apiserver/pkg/authentication/serviceaccount"
+
+	"github.com/holdfast-io/holdfast/policy"
 )
 
 // DefaultNamespace is the release namespace holdfast's service accounts live
@@ -57,6 +60,10 @@ type Options struct {
 	Audit io.Writer
 	// Now is the clock Lease expiry is judged against.
 	Now func() time.Time
+	// Grantor are the installed grantor's timings (holdfast-controller
+	// --role=units is given the same flags): a Failover unit's lease may
+	// not be below the floor they make (docs/design.md §3 L14).
+	Grantor policy.GrantorTimings
 }
 
 // DefaultOptions are the chart's defaults: the service accounts in
@@ -73,6 +80,7 @@ func DefaultOptions() Options {
 		ReportRepairGroups:  []string{ClusterAdminGroup},
 		Audit:               os.Stdout,
 		Now:                 time.Now,
+		Grantor:             policy.DefaultGrantorTimings(),
 	}
 }
 
@@ -91,6 +99,10 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.Var(groupsFlag{&o.SwapGroups}, "swap-groups", "groups that may create a manual VoterSwap (comma separated)")
 	fs.Var(groupsFlag{&o.ReportRepairGroups}, "report-repair-groups", "groups that may remove a node report (holdfast.io/actuator, provisioned, "+
 		"role, fitness, tombstone) with a reason in holdfast.io/report-repair, audited; never write one (comma separated)")
+	o.Grantor.AddFlags(fs, func(name string) string {
+		return "the installed grantor's --" + name + " (holdfast-controller --role=units is given the same value): " +
+			"a Failover unit's lease may not be below the floor the grantor's timings make (docs/design.md §3 L14)"
+	})
 }
 
 // VotersUser is the user name of holdfast-controller --role=voters: Voters,
@@ -130,6 +142,9 @@ func (o *Options) Validate() error {
 		default:
 			seen[a.user] = a.name
 		}
+	}
+	if err := o.Grantor.Validate(); err != nil {
+		return errors.Join(errs.ToAggregate(), err)
 	}
 	return errs.ToAggregate()
 }

@@ -18,11 +18,6 @@ import (
 var podGVR = corev1.SchemeGroupVersion.WithResource("pods").GroupResource()
 var podGK = corev1.SchemeGroupVersion.WithKind("Pod").GroupKind()
 
-// RuntimePodName is the name of a unit's runtime pod at an epoch (docs/design.md §2).
-func RuntimePodName(unit string, epoch int64) string {
-	return fmt.Sprintf("%s-runtime-e%d", unit, epoch)
-}
-
 // checkRuntimePodCreate: a runtime pod is placed by holdfast-scheduler only,
 // so it may not name a node or another scheduler, and its name and labels
 // must agree (the binding webhook recognises runtime pods by name).
@@ -40,7 +35,7 @@ func checkRuntimePodCreate(p *corev1.Pod) verdict {
 	epoch, err := strconv.ParseInt(epochText, 10, 64)
 	if err != nil || epoch < 1 || strconv.FormatInt(epoch, 10) != epochText {
 		v.invalidf(field.Invalid(labelPath.Key(holdfastv1.LabelEpoch), epochText, "must be the binding's epoch, a positive integer"))
-	} else if want := RuntimePodName(unit, epoch); p.Name != want {
+	} else if want := holdfastv1.RuntimePodName(unit, epoch); p.Name != want {
 		v.invalidf(field.Invalid(field.NewPath("metadata", "name"), p.Name, fmt.Sprintf("a runtime pod of unit %s at epoch %d is named %s", unit, epoch, want)))
 	}
 	if p.Spec.NodeName != "" {

@@ -76,11 +76,21 @@ func checkUnit(o *Options, r requester, old, u *holdfastv1.Unit, f unitFacts) (v
 	annPath := field.NewPath("metadata", "annotations")
 	bindPath := field.NewPath("status", "runtimeBinding")
 
+	if old == nil {
+		for _, e := range policy.UnitNameErrors(u.Name) {
+			v.invalidf(e)
+		}
+	}
 	if c.spec {
 		for _, e := range policy.AvailabilityErrors(avPath, &u.Spec.Availability) {
 			v.invalidf(e)
 		}
 		for _, e := range policy.TargetsIncludingPrimary(u, f.Nodes) {
+			v.invalidf(e)
+		}
+		// An edit of a unit admitted below a floor raised since is refused
+		// until it raises the lease too (L14).
+		if e := policy.LeaseFloorError(avPath, &u.Spec.Availability, o.Grantor); e != nil {
 			v.invalidf(e)
 		}
 		if old != nil && old.Spec.Availability.Mode == holdfastv1.Failover && u.Spec.Availability.Mode == holdfastv1.Autonomy && policy.RebindPending(old) {
@@ -108,6 +118,7 @@ func checkUnit(o *Options, r requester, old, u *holdfastv1.Unit, f unitFacts) (v
 					ob.LeaseEstablishedBy.PodUID, ob.LeaseEstablishedBy.RestartCount, oe)))
 			}
 		}
+		checkPromiseRecord(&v, bindPath, old, u)
 	}
 
 	var audits []AuditRecord

@@ -77,6 +77,29 @@ func TestUnitInequalitiesRefused(t *testing.T) {
 	refusal(t, "unit-margin-below-hold-bound", res, "spec.availability.rebindMarginSeconds", "must be at least the hold bound")
 }
 
+// L14: a Failover unit whose lease the installed grantor cannot keep
+// through a leader change is refused, with the arithmetic; the floor itself
+// is taken, and an Autonomy unit holds no lease.
+func TestUnitLeaseBelowTheFloorRefused(t *testing.T) {
+	kilnCluster(t)
+	ns := env.Namespace(t)
+	res := env.Kubectl().Run(t, unitYAML(ns, "kiln-1", "    mode: Failover\n    leaseDurationSeconds: 20\n    targets: {nodes: [edge-2]}"), "create", "-f", "-")
+	refusal(t, "unit-lease-below-floor", res, "spec.availability.leaseDurationSeconds: Invalid value: 20: must be at least 30",
+		"after a renewal a runtime has lease - 2 x lease/6 = 13.333s", "plus 5s to spare = 19.9s; at 30s it has 20s")
+	allowed(t, env.Kubectl().Run(t, unitYAML(ns, "kiln-2", "    leaseDurationSeconds: 20\n    targets: {nodes: [edge-2]}"), "create", "-f", "-"))
+	allowed(t, env.Kubectl().Run(t, unitYAML(ns, "kiln-1", "    mode: Failover\n    leaseDurationSeconds: 30\n    targets: {nodes: [edge-2]}"), "create", "-f", "-"))
+}
+
+// L13: a unit's name must leave its runtime pods' names DNS labels at every
+// epoch.
+func TestUnitNameTooLongRefused(t *testing.T) {
+	ns := env.Namespace(t)
+	long := "boiler-3-feedwater-pump-b-line-2-north"
+	res := env.Kubectl().Run(t, unitYAML(ns, long+"-a", "    mode: Autonomy"), "create", "-f", "-")
+	refusal(t, "unit-name-too-long", res, "metadata.name: Too long", "must be at most 38 characters")
+	allowed(t, env.Kubectl().Run(t, unitYAML(ns, long, "    mode: Autonomy"), "create", "-f", "-"))
+}
+
 func TestManualFailoverNeedsGroupTargetAndFence(t *testing.T) {
 	kilnCluster(t)
 	ns := env.Namespace(t)

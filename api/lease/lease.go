@@ -3,8 +3,10 @@
 //
 // The grantor POSTs a Grant to Path on the runtime pod's IP and leasePort. The
 // runtime answers 200 with a Reply, 409 with a Conflict for an epoch that is
-// not its own, and 400 with an Error for a malformed grant. GET on Path
-// answers a Status, which the node plugin's watchdog reads.
+// not its own, 400 with an Error for a malformed grant, and 403 with an Error
+// (ReasonUnauthenticated) for a grant not sent by the authorised grantor over
+// mutual TLS (auth.go). GET on Path answers a Status, which the node plugin's
+// watchdog reads, with or without TLS: it grants nothing.
 //
 // One anchor (L1, as amended): every Reply carries an Anchor, a token the
 // runtime issues naming the instant on its own monotonic clock at which it
@@ -137,6 +139,23 @@ type Reply struct {
 	// sends it back in later grants (Grant.Anchor) while this reply is its
 	// last acknowledged one.
 	Anchor Anchor `json:"anchor,omitempty"`
+	// LaterOwners are the devices this runtime writes nothing to, because
+	// their owner epoch is later than its own (docs/design.md §3 L13).
+	LaterOwners []LaterOwner `json:"laterOwners,omitempty"`
+}
+
+// LaterOwner is a device whose owner-epoch block holds a later epoch than
+// the runtime's: read before the runtime's first write on a connection, it
+// says another binding has taken the device since this one was made (or the
+// unit's epochs restarted), so the runtime writes nothing to it, neither its
+// epoch nor an output, until the block is no later than its own.
+type LaterOwner struct {
+	// Device is the runtime's name of the device (its driver).
+	Device string `json:"device"`
+	// Address is where the runtime reaches it.
+	Address string `json:"address,omitempty"`
+	// OwnerEpoch is the epoch the device's owner-epoch block holds.
+	OwnerEpoch int64 `json:"ownerEpoch"`
 }
 
 // Conflict answers a grant for an epoch that is not the runtime's (409).
@@ -146,9 +165,12 @@ type Conflict struct {
 	GrantEpoch   int64  `json:"grantEpoch"`
 }
 
-// Error answers a malformed request (400) or a refusal the runtime explains.
+// Error answers a malformed request (400) or a refusal the runtime explains
+// (403 when the sender is not the authorised grantor).
 type Error struct {
 	Message string `json:"message"`
+	// Reason is ReasonUnauthenticated for a 403; empty otherwise.
+	Reason string `json:"reason,omitempty"`
 }
 
 // Status answers GET Path.
@@ -170,4 +192,7 @@ type Status struct {
 	// LastGrantor and LastSeq identify the last grant that extended the lease.
 	LastGrantor string `json:"lastGrantor,omitempty"`
 	LastSeq     uint64 `json:"lastSeq,omitempty"`
+	// LaterOwners are the devices the runtime writes nothing to because
+	// their owner epoch is later than its own (L13).
+	LaterOwners []LaterOwner `json:"laterOwners,omitempty"`
 }

@@ -143,6 +143,12 @@ const (
 	AnnotationSwapNodes = "holdfast.io/swap-nodes"
 )
 
+// AnnotationLastEpoch, on the Lease holdfast-epochs in the grantor's
+// namespace, is the highest epoch any grantor has reserved for a binding
+// (docs/design.md §3 L13). Only holdfast-controller writes it; a new
+// binding's epoch is always above it.
+const AnnotationLastEpoch = "holdfast.io/last-epoch"
+
 // VoterPolicyName is the name of the singleton VoterPolicy.
 const VoterPolicyName = "default"
 
@@ -153,6 +159,15 @@ const (
 	ConditionFailoverSuspended = "FailoverSuspended"
 	ConditionFailoverRequest   = "FailoverRequest"
 	ConditionLeaseExpired      = "LeaseExpired"
+	// ConditionLaterEpochAtDevice is True while the current binding's
+	// runtime writes nothing to a device whose owner epoch is later than
+	// its own (docs/design.md §3 L13); the message names the device, both
+	// epochs and the fix.
+	ConditionLaterEpochAtDevice = "LaterEpochAtDevice"
+	// ConditionLeaseBelowFloor is True while a Failover unit's lease is
+	// below the lease floor of the installed grantor (L14): a unit
+	// admitted before the floor was raised, run as it is.
+	ConditionLeaseBelowFloor = "LeaseBelowFloor"
 )
 
 // Unit condition reasons.
@@ -183,10 +198,33 @@ const (
 	ReasonRebound           = "Rebound"
 	ReasonRefused           = "Refused"
 	ReasonNoEligibleTarget  = "NoEligibleTarget"
+	// LaterEpochAtDevice
+	ReasonWritesWithheld = "WritesWithheld"
+	ReasonNoLaterEpoch   = "NoLaterEpoch"
+	// LeaseBelowFloor
+	ReasonBelowFloor     = "BelowFloor"
+	ReasonAtOrAboveFloor = "AtOrAboveFloor"
 	// RuntimeReady
 	ReasonPodReady    = "PodReady"
 	ReasonPodNotReady = "PodNotReady"
 	ReasonPodMissing  = "PodMissing"
+)
+
+// Unit hand-over conditions and reasons (docs/design.md §3 L11).
+const (
+	// ConditionRuntimeHandOver is True while a planned hand-over to a new
+	// runtime process (a change of mode or spec.runtime) waits for the old
+	// runtime to stop writing, and False once it is done or cancelled.
+	ConditionRuntimeHandOver = "RuntimeHandOver"
+	// RuntimeHandOver: AwaitingFence (a Failover runtime fences by its own
+	// lease), AwaitingPodGone (an Autonomy runtime's pod is being deleted),
+	// HandedOver, HandOverCancelled. HandOver is the Held reason of a
+	// hand-over.
+	ReasonHandOver          = "HandOver"
+	ReasonAwaitingFence     = "AwaitingFence"
+	ReasonAwaitingPodGone   = "AwaitingPodGone"
+	ReasonHandedOver        = "HandedOver"
+	ReasonHandOverCancelled = "HandOverCancelled"
 )
 
 // VoterSwap and VoterPolicy condition types.

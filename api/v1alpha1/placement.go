@@ -13,3 +13,21 @@ func ParseEpoch(v string) (int64, error) {
 	}
 	return epoch, nil
 }
+
+// Epochs and unit names (docs/design.md §3 L13). A binding's epoch is drawn
+// from the controller's clock in milliseconds since 1970 (13 digits until
+// the year 2286), so it is bounded by MaxEpoch, 15 digits, and a unit's
+// name by MaxUnitNameLength: the runtime pod <unit>-runtime-e<epoch> then
+// stays a DNS label (63 characters) whatever the epoch.
+const (
+	MaxEpoch          int64 = 999_999_999_999_999
+	runtimePodInfix         = "-runtime-e"
+	maxEpochDigits          = 15
+	MaxUnitNameLength       = 63 - len(runtimePodInfix) - maxEpochDigits
+)
+
+// RuntimePodName is the runtime pod of a unit's binding at epoch:
+// <unit>-runtime-e<epoch>.
+func RuntimePodName(unit string, epoch int64) string {
+	return unit + runtimePodInfix + strconv.FormatInt(epoch, 10)
+}

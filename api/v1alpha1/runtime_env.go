@@ -21,4 +21,12 @@ const (
 	// as the pod (an emptyDir): the state file a restart in place restores,
 	// and the start count that gives the incarnation its restart count.
 	RuntimeEnvStateDir = "HOLDFAST_STATE_DIR"
+	// RuntimeEnvLeaseTLSDir is where the pod mounts its lease credentials:
+	// its own key and certificate, issued by the lease signer through a
+	// PodCertificateRequest, and the lease CA bundle from a
+	// ClusterTrustBundle (api/lease: CredentialsFile, TrustBundleFile).
+	RuntimeEnvLeaseTLSDir = "HOLDFAST_LEASE_TLS_DIR"
+	// RuntimeEnvInsecurePlaintextLease is "true" on the runtime pods of a
+	// controller run with --insecure-plaintext-lease, and absent otherwise.
+	RuntimeEnvInsecurePlaintextLease = "HOLDFAST_INSECURE_PLAINTEXT_LEASE"
 )

@@ -63,18 +63,21 @@ const (
 type RenewalOutcome string
 
 const (
-	// RenewalRefused: the runtime's own handler answered and refused; the
+	// RenewalRefused: the runtime's own handler answered and refused (over
+	// the authenticated channel: an endpoint that proved to be the binding's
+	// runtime, which may have refused the grantor's certificate); the
 	// runtime is up and reachable.
 	RenewalRefused RenewalOutcome = "Refused"
 	// RenewalUnreachable: no answer from the runtime's handler (connection
-	// refused, reset or timed out); the node may be gone.
+	// refused, reset or timed out, or nothing at its address proved to be
+	// the binding's runtime, and no grant was sent); the node may be gone.
 	RenewalUnreachable RenewalOutcome = "Unreachable"
 	// RenewalNotAttempted: the runtime never had an address to renew at.
 	RenewalNotAttempted RenewalOutcome = "NotAttempted"
 )
 
 // BindingOrigin says which road made a binding.
-// +kubebuilder:validation:Enum=Initial;Automatic;Manual
+// +kubebuilder:validation:Enum=Initial;Automatic;Manual;HandOver
 type BindingOrigin string
 
 const (
@@ -320,8 +323,8 @@ type RuntimeBinding struct {
 	// +listType=map
 	// +listMapKey=epoch
 	UnplacedRebinds []UnplacedRebind `json:"unplacedRebinds,omitempty"`
-	// origin is the road that made this binding: Initial, Automatic or
-	// Manual. Empty on bindings written before the field existed.
+	// origin is the road that made this binding: Initial, Automatic, Manual
+	// or HandOver. Empty on bindings written before the field existed.
 	// +optional
 	Origin BindingOrigin `json:"origin,omitempty"`
 	// previousNode is the node the previous binding was on: the node this
@@ -334,6 +337,16 @@ type RuntimeBinding struct {
 	// carries it out twice.
 	// +optional
 	RequestID string `json:"requestID,omitempty"`
+	// promise is what the runtime at this binding runs with and may have
+	// been granted: its mode, the longest lease, the hold bound and margin
+	// that follow, the spec.runtime its pod was built from (L11). Written
+	// with the binding and before any longer grant is sent.
+	// +optional
+	Promise *RuntimePromise `json:"promise,omitempty"`
+	// handOver is set while the binding is handed over to a new runtime
+	// process (a change of mode or spec.runtime).
+	// +optional
+	HandOver *HandOver `json:"handOver,omitempty"`
 }
 
 // LeaseStateCarried reports whether leaseState was carried over from a

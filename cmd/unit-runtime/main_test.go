@@ -2,9 +2,11 @@ package main_test
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -17,6 +19,7 @@ import (
 
 	leaseapi "github.com/holdfast-io/holdfast/api/lease"
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/internal/leasetls/leasetlstest"
 	"github.com/holdfast-io/holdfast/runtime/leasetest"
 	"github.com/holdfast-io/holdfast/runtime/runtimetest"
 	"github.com/holdfast-io/holdfast/test/devicesim"
@@ -43,8 +46,19 @@ func startRuntime(t *testing.T, sim *devicesim.Sim, epoch int64) *proc {
 // startRuntimeIn runs the real binary with its state in dir.
 func startRuntimeIn(t *testing.T, dir string, sim *devicesim.Sim, epoch int64) *proc {
 	t.Helper()
+	return startRuntimeAt(t, dir, sim, epoch, nil)
+}
+
+// startRuntimeWith runs it with lease credentials from ca.
+func startRuntimeWith(t *testing.T, sim *devicesim.Sim, epoch int64, ca *leasetlstest.CA) *proc {
+	t.Helper()
+	return startRuntimeAt(t, t.TempDir(), sim, epoch, ca)
+}
+
+func startRuntimeAt(t *testing.T, dir string, sim *devicesim.Sim, epoch int64, ca *leasetlstest.CA) *proc {
+	t.Helper()
 	p := runtimetest.Start(t, runtimetest.Build(t), runtimetest.Options{
-		Unit: unit, Epoch: epoch, LeaseDuration: leaseTime, StateDir: filepath.Join(dir, "state"),
+		Unit: unit, Epoch: epoch, LeaseDuration: leaseTime, StateDir: filepath.Join(dir, "state"), CA: ca,
 		Devices: []string{"coupler-1=modbus://" + sim.Addr() + "?epochRegister=9000&timeout=1s"},
 		Outputs: []string{fmt.Sprintf("counter=coupler-1:%d,step=1", counter), fmt.Sprintf("valve=coupler-1:%d,hold=0", valve)},
 		Inputs:  []string{"level=coupler-1:200"},
@@ -83,8 +97,26 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() bo
 	}
 }
 
+// grantor is the authorised grantor of p: a client certificate of the CA
+// that issued p's lease credentials.
 func grantor(p *proc, epoch int64) *leasetest.Grantor {
-	return &leasetest.Grantor{URL: p.LeaseURL, Unit: unit, Epoch: epoch, Duration: leaseTime, Name: fmt.Sprintf("test-grantor-e%d", epoch)}
+	return &leasetest.Grantor{URL: p.LeaseURL, Unit: unit, Epoch: epoch, Duration: leaseTime, Name: fmt.Sprintf("test-grantor-e%d", epoch),
+		TLS: p.CA.Grantor(p.t)}
+}
+
+// post sends one raw grant to p's lease endpoint as the client holding cert
+// (mutual TLS), and returns the status code and body.
+func post(t *testing.T, p *proc, cert *tls.Certificate, body string) (int, string) {
+	t.Helper()
+	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{ForceAttemptHTTP2: true,
+		TLSClientConfig: &tls.Config{Certificates: []tls.Certificate{*cert}, InsecureSkipVerify: true, MinVersion: tls.VersionTLS13}}} //nolint:gosec // the test's own runtime
+	resp, err := c.Post(p.LeaseURL, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }
 
 func writesAt(sim *devicesim.Sim, epoch int64) []devicesim.Write {
@@ -188,14 +220,9 @@ func TestRenewalsStopTheRuntimeHoldsThenFencesAndTheNextEpochTakesOver(t *testin
 		t.Fatalf("epoch 2's first writes %+v, want the held operating point adopted (counter %d, valve 0)", w[:2], heldCounter+1)
 	}
 	// A grant for the old epoch reaching the new runtime is refused.
-	resp, err := http.Post(second.LeaseURL, "application/json", strings.NewReader(
-		`{"unit":"plant/kiln-1","epoch":1,"durationMillis":10000,"ackAgeMillis":0,"grantor":"stale","seq":1}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusConflict {
-		t.Fatalf("a grant for epoch 1 at the epoch 2 runtime answered %s, want 409", resp.Status)
+	if code, body := post(t, second, second.CA.GrantorCertificate(t),
+		`{"unit":"plant/kiln-1","epoch":1,"durationMillis":10000,"ackAgeMillis":0,"grantor":"stale","seq":1}`); code != http.StatusConflict {
+		t.Fatalf("a grant for epoch 1 at the epoch 2 runtime answered %d %s, want 409", code, body)
 	}
 
 	log := sim.Writes()

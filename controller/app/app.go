@@ -18,7 +18,7 @@ import (
 
 	"k8s.io/klog/v2"
 
-	"github.com/holdfast-io/holdfast/controller/leadership"
+	"github.com/holdfast-io/holdfast/policy"
 )
 
 // Role is one job the binary can run; each brings its own flags and its own
@@ -162,18 +162,21 @@ Roles:
 	for _, n := range names {
 		fmt.Fprintf(w, "  %-8s %s\n", n, roles[n].Short)
 	}
-	d := leadership.Defaults()
+	d := policy.DefaultGrantorTimings()
+	floor, _ := d.LeaseFloor()
 	fmt.Fprintf(w, `
-The grantor's handover must fit inside what a runtime has after a renewal
-(docs/design.md §3 L6), at the default 30s lease, with 5s to spare:
+The grantor's handover must fit inside what a runtime has after a renewal,
+with 5s to spare (docs/design.md §3 L6). The least lease for which it does
+is the lease floor (L14): holdfast-webhook, given the same timings, refuses
+a Failover unit with a shorter lease.
 
   read-idle + ping + 2 x poll + election lease + warm start + 5s <= lease - 2 x lease/6
   poll = retry period x 2.2 (client-go's jittered wait), warm start budgeted at %v
-  at the defaults: %v + %v + 2 x %v + %v + %v + 5s = %v <= %v
+  at the defaults: %v + %v + 2 x %v + %v + %v + 5s = %v <= %v at the floor, %v
 
 Flags:
 `, d.WarmStart, d.ReadIdleTimeout, d.PingTimeout, d.Poll(), d.ElectionLeaseDuration, d.WarmStart,
-		d.Gap()+leadership.RequiredSpare, leadership.BudgetAfterARenewal(leadership.ReferenceLease))
+		d.Gap()+policy.RequiredSpare, policy.BudgetAfterARenewal(floor), floor)
 	fs.VisitAll(func(f *flag.Flag) {
 		d := docs[f.Name]
 		typ := strings.TrimSuffix(strings.TrimPrefix(fmt.Sprintf("%T", f.Value), "*flag."), "Value")

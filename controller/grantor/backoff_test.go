@@ -136,7 +136,7 @@ func TestWithNoAnchorTheRetryBacksOffToAThirdOfTheHoldBound(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
 	e := newEndpoint(t, 1)
 	e.setHang(true)
-	g := New(Options{Name: "ctl-0", Clock: clk})
+	g := New(Options{Name: "ctl-0", Clock: clk, TLS: testGrantor(t)})
 	defer g.StopAll()
 	g.Ensure(Target{Unit: unit, Epoch: 1, Address: e.addr(), Duration: 30 * time.Second})
 	for i, want := range []struct{ bound, wait time.Duration }{
@@ -170,14 +170,14 @@ func TestWithNoAnchorTheRetryBacksOffToAThirdOfTheHoldBound(t *testing.T) {
 // wait at the cadence by a random part, and none lengthens it.
 func TestLoopsStartedTogetherSpreadTheirPhases(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
-	g := New(Options{Name: "ctl-0", Clock: clk})
+	g := New(Options{Name: "ctl-0", Clock: clk, TLS: testGrantor(t)})
 	defer g.StopAll()
 	const n = 20
 	var eps []*endpoint
 	var units []types.NamespacedName
 	for i := range n {
-		e := newEndpoint(t, 1)
 		u := types.NamespacedName{Namespace: "plant", Name: fmt.Sprintf("u-%d", i)}
+		e := newUnitEndpoint(t, u, 1)
 		eps, units = append(eps, e), append(units, u)
 		g.Ensure(Target{Unit: u, Epoch: 1, Address: e.addr(), Duration: 30 * time.Second})
 	}

@@ -24,6 +24,10 @@ type Book struct {
 	// RuntimeState and Fenced are what the last acknowledgement said.
 	RuntimeState lease.State
 	Fenced       bool
+	// LaterOwners are the devices the last acknowledgement said the
+	// runtime writes nothing to, their owner epoch being later than its
+	// own (L13).
+	LaterOwners []lease.LaterOwner
 	// Anchor is the runtime's anchor as this grantor dates it: the arrival
 	// of the acknowledgement whose Anchor the last acknowledged grant
 	// carried back. The runtime's deadline is at most Anchor + duration
@@ -83,6 +87,7 @@ func (b *Book) Acknowledged(s Sent, r lease.Reply, now time.Time) bool {
 	b.Incarnation = r.Incarnation
 	b.RuntimeState = r.State
 	b.Fenced = r.Fenced
+	b.LaterOwners = r.LaterOwners
 	b.echo, b.echoFrom = r.Anchor, r.Incarnation
 	return first
 }

@@ -20,6 +20,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -27,6 +28,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -38,6 +40,7 @@ import (
 
 	"github.com/holdfast-io/holdfast/api/lease"
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/internal/leasetls"
 )
 
 // Target is one binding to renew: the unit, its epoch, where its runtime
@@ -92,24 +95,47 @@ type Options struct {
 	Name string
 	// Clock drives the loops; tests inject a fake.
 	Clock clock.WithTicker
-	// TLSConfig, when set, makes the grantor speak HTTPS (HTTP/2) to the
-	// runtimes.
-	TLSConfig *tls.Config
+	// TLS authenticates the channel both ways (docs/design.md §3 L12): the
+	// grantor presents its certificate and sends a grant only to an endpoint
+	// proving to be the binding's runtime. Nil speaks plain HTTP to anyone
+	// at the address (--insecure-plaintext-lease).
+	TLS Credentials
 	// Notify is called, never blocking for long, when an observation changes
 	// in a way the reconciler must see: the first acknowledgement, and every
 	// change of outcome.
 	Notify func(types.NamespacedName)
+	// Rand, when set, draws the loops' phase spread and jitter; nil draws
+	// from math/rand/v2's global source. A simulation sets it so that one
+	// seed gives one schedule.
+	Rand *rand.Rand
+	// Stepped, when set, runs no goroutine per loop: it is called (under
+	// the Grantor's locks: it must not call back) with the unit each time a
+	// loop starts, and the caller drives the loop with Begin and End at the
+	// instants End names. For a caller that steps every process from one
+	// event loop (test/sim); the loop's decisions are the same code.
+	Stepped func(types.NamespacedName)
+}
+
+// Credentials are the grantor's side of the lease channel's TLS, read at
+// every attempt so a rotation applies without a restart.
+type Credentials interface {
+	// ClientCertificate is the grantor's certificate now (api/lease
+	// GrantorIdentity, from the lease CA).
+	ClientCertificate() *tls.Certificate
+	// RuntimeRoots are the CAs a runtime's certificate must chain to now.
+	RuntimeRoots() *x509.CertPool
 }
 
 // Grantor runs the renewal loops.
 type Grantor struct {
 	opts   Options
-	client *http.Client
 	scheme string
 	seq    atomic.Uint64
 
 	mu    sync.Mutex
 	loops map[types.NamespacedName]*loop
+	// watches read the status of runtimes that hold no lease (watch.go).
+	watches map[types.NamespacedName]*watch
 }
 
 // New builds a Grantor. No loop runs until Ensure.
@@ -120,20 +146,12 @@ func New(opts Options) *Grantor {
 	if opts.Notify == nil {
 		opts.Notify = func(types.NamespacedName) {}
 	}
-	transport := &http.Transport{
-		DialContext:         (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 5 * time.Second}).DialContext,
-		MaxIdleConnsPerHost: 2,
-		IdleConnTimeout:     90 * time.Second,
-		TLSClientConfig:     opts.TLSConfig,
-		ForceAttemptHTTP2:   opts.TLSConfig != nil,
-	}
 	g := &Grantor{
 		opts:   opts,
-		client: &http.Client{Transport: transport},
 		scheme: "http",
 		loops:  map[types.NamespacedName]*loop{},
 	}
-	if opts.TLSConfig != nil {
+	if opts.TLS != nil {
 		g.scheme = "https"
 	}
 	// The runtime takes a grant only when its seq is above the last one it
@@ -161,6 +179,7 @@ func (g *Grantor) Ensure(t Target) {
 	defer g.mu.Unlock()
 	if l == nil {
 		l = &loop{g: g, obs: Observation{Target: t, Started: g.opts.Clock.Now()}}
+		l.transport = g.transport(t)
 		g.loops[t.Unit] = l
 		klog.InfoS("Starting lease renewal loop", "unit", t.Unit, "epoch", t.Epoch, "address", t.Address)
 	}
@@ -197,6 +216,7 @@ func (g *Grantor) Forget(unit types.NamespacedName) {
 		l.stop()
 		klog.InfoS("Stopped lease renewal loop", "unit", unit, "epoch", l.target().Epoch)
 	}
+	g.Unwatch(unit)
 	g.mu.Lock()
 	loopsGauge.Set(float64(g.runningLocked()))
 	g.mu.Unlock()
@@ -227,7 +247,7 @@ func (g *Grantor) Running() []types.NamespacedName {
 	return out
 }
 
-// StopAll stops every loop and waits for them.
+// StopAll stops every loop and watch and waits for them.
 func (g *Grantor) StopAll() {
 	g.mu.Lock()
 	loops := g.loops
@@ -237,6 +257,13 @@ func (g *Grantor) StopAll() {
 		l.stop()
 	}
 	loopsGauge.Set(0)
+	g.mu.Lock()
+	watches := g.watches
+	g.watches = nil
+	g.mu.Unlock()
+	for _, w := range watches {
+		w.stop()
+	}
 }
 
 func (g *Grantor) runningLocked() int {
@@ -249,20 +276,46 @@ func (g *Grantor) runningLocked() int {
 	return n
 }
 
+// transport is one loop's connection to its runtime. Each binding has its
+// own, so a connection is only ever verified for, and used by, the binding
+// whose runtime it proved to reach.
+func (g *Grantor) transport(t Target) *http.Transport {
+	tr := &http.Transport{
+		DialContext:         (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 5 * time.Second}).DialContext,
+		MaxIdleConnsPerHost: 2,
+		IdleConnTimeout:     90 * time.Second,
+	}
+	if c := g.opts.TLS; c != nil {
+		tr.TLSClientConfig = leasetls.ClientConfig(c.ClientCertificate, c.RuntimeRoots, lease.RuntimeIdentity(t.Unit.String(), t.Epoch))
+		tr.ForceAttemptHTTP2 = true
+	}
+	return tr
+}
+
 // loop renews one binding.
 type loop struct {
 	g *Grantor
+	// transport carries this binding's grants; a loop keeps its epoch, so
+	// it never serves another binding.
+	transport *http.Transport
+	// cert and roots are the credentials the open connections were made
+	// with: when they change, the idle ones are closed and the next grant
+	// goes out on a connection made with the new ones.
+	cert  *tls.Certificate
+	roots *x509.CertPool
 
 	mu     sync.Mutex
 	obs    Observation
 	cancel context.CancelFunc
 	done   chan struct{}
+	// ctx is a stepped loop's life (Options.Stepped).
+	ctx context.Context
 	// counted: this loop is in the backing-off gauge.
 	counted bool
 	// parked is true while the loop waits on its timer with no attempt in
 	// flight: the tests' signal that it has handled a clock step.
 	parked atomic.Bool
-	// spread: the loop's phase has been spread (spreadPhase), once.
+	// spread: the loop's phase has been spread, once.
 	spread bool
 }
 
@@ -298,6 +351,12 @@ func (l *loop) start() {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	l.cancel, l.done = cancel, make(chan struct{})
+	if l.g.opts.Stepped != nil {
+		l.ctx = ctx
+		close(l.done)
+		l.g.opts.Stepped(l.obs.Target.Unit)
+		return
+	}
 	go l.run(ctx, l.done)
 }
 
@@ -309,7 +368,11 @@ func (l *loop) stop() {
 	if cancel != nil {
 		cancel()
 		<-done
+		if l.g.opts.Stepped != nil {
+			l.countBackoff(false)
+		}
 	}
+	l.transport.CloseIdleConnections()
 }
 
 func (l *loop) run(ctx context.Context, done chan struct{}) {
@@ -358,9 +421,9 @@ func (l *loop) nextWait() time.Duration {
 	if anchored && wait > 0 {
 		if !l.spread {
 			l.spread = true
-			return spreadPhase(wait)
+			return wait - l.g.randN(wait)
 		}
-		wait -= rand.N(wait/jitterDivisor + 1)
+		wait -= l.g.randN(wait/jitterDivisor + 1)
 		// On a grid, so that loops due within one step wake together: the
 		// process wakes once per step rather than once per renewal.
 		if q := now.Add(wait).Truncate(planGrid); q.After(now) {
@@ -382,16 +445,21 @@ const planGrid = 20 * time.Millisecond
 // average one renewal in twenty more.
 const jitterDivisor = 10
 
-// spreadPhase shortens a loop's first wait at the cadence by a uniform
-// random part of it. Loops started together (every loop at once after a
+// The first wait at the cadence is shortened by a uniform random part of
+// it (the phase spread). Loops started together (every loop at once after a
 // leader's warm start, or a burst of new bindings) would otherwise renew in
 // step, each cadence a burst of every unit's renewal queued behind one
 // another on the grantor's cores: the tail of the renewal skew. Later waits
 // run from each loop's own acknowledgements and keep the spread. Only ever
 // earlier, so L1 and L2 hold as they are; the cost is one early renewal per
 // loop.
-func spreadPhase(wait time.Duration) time.Duration {
-	return wait - rand.N(wait)
+
+// randN is a uniform duration in [0, n), n > 0.
+func (g *Grantor) randN(n time.Duration) time.Duration {
+	if g.opts.Rand != nil {
+		return time.Duration(g.opts.Rand.Int64N(int64(n)))
+	}
+	return rand.N(n)
 }
 
 // anchorLeft is what is left of the runtime's anchor at now: zero when it
@@ -420,22 +488,35 @@ func (l *loop) countBackoff(on bool) {
 // attempt sends one grant and records what came back. It reports whether the
 // reconciler must be told.
 func (l *loop) attempt(ctx context.Context) bool {
-	clk := l.g.opts.Clock
-	grant := lease.Grant{Grantor: l.g.opts.Name, Seq: l.g.seq.Add(1)}
-	l.mu.Lock()
-	t := l.obs.Target
-	grant.Unit, grant.Epoch, grant.DurationMillis = t.Unit.String(), t.Epoch, t.Duration.Milliseconds()
-	start := clk.Now()
-	sent := l.obs.Stamp(&grant, start)
-	timeout := AttemptTimeout(t.Duration, l.obs.Timeouts, l.anchorLeft(start))
-	l.mu.Unlock()
-
-	reply, outcome, msg, timedOut := l.post(ctx, t, &grant, timeout)
+	x := l.begin(ctx)
+	reply, outcome, msg, timedOut := l.post(ctx, x.Target, &x.Grant, x.Timeout)
 	if ctx.Err() != nil {
 		// Paused or stopped mid-flight: the attempt is not an observation.
 		return false
 	}
-	now := clk.Now()
+	return l.record(x, reply, outcome, msg, timedOut)
+}
+
+// begin stamps the next grant from the book.
+func (l *loop) begin(ctx context.Context) *Exchange {
+	clk := l.g.opts.Clock
+	x := &Exchange{Grant: lease.Grant{Grantor: l.g.opts.Name, Seq: l.g.seq.Add(1)}, ctx: ctx, l: l}
+	l.mu.Lock()
+	t := l.obs.Target
+	x.Target = t
+	x.Grant.Unit, x.Grant.Epoch, x.Grant.DurationMillis = t.Unit.String(), t.Epoch, t.Duration.Milliseconds()
+	start := clk.Now()
+	x.sent = l.obs.Stamp(&x.Grant, start)
+	x.Timeout = AttemptTimeout(t.Duration, l.obs.Timeouts, l.anchorLeft(start))
+	l.mu.Unlock()
+	return x
+}
+
+// record keeps what one attempt got back and reports whether the
+// reconciler must be told.
+func (l *loop) record(x *Exchange, reply lease.Reply, outcome Outcome, msg string, timedOut bool) bool {
+	t, timeout := x.Target, x.Timeout
+	now := l.g.opts.Clock.Now()
 	renewals.WithLabelValues(string(outcome)).Inc()
 	if timedOut {
 		renewalTimeouts.Inc()
@@ -444,7 +525,7 @@ func (l *loop) attempt(ctx context.Context) bool {
 
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	prev := l.obs.LastAttempt.Outcome
+	prev, prevOwners := l.obs.LastAttempt.Outcome, l.obs.LaterOwners
 	firstAck := false
 	l.obs.LastAttempt = Attempt{At: now, Outcome: outcome, Message: msg}
 	l.obs.Attempts++
@@ -457,12 +538,27 @@ func (l *loop) attempt(ctx context.Context) bool {
 		l.obs.Timeouts = 0
 	}
 	if outcome == Acknowledged {
-		firstAck = l.obs.Acknowledged(sent, reply, now)
+		firstAck = l.obs.Acknowledged(x.sent, reply, now)
 	}
 	if outcome != prev {
 		klog.V(2).InfoS("Lease renewal outcome changed", "unit", t.Unit, "epoch", t.Epoch, "outcome", outcome, "message", msg)
 	}
-	return firstAck || outcome != prev
+	return firstAck || outcome != prev || !slices.Equal(prevOwners, l.obs.LaterOwners)
+}
+
+// refreshCredentials closes the loop's idle connections when the
+// grantor's certificate or the trusted CAs changed since they were made.
+// Only the loop's goroutine calls it.
+func (l *loop) refreshCredentials() {
+	c := l.g.opts.TLS
+	if c == nil {
+		return
+	}
+	cert, roots := c.ClientCertificate(), c.RuntimeRoots()
+	if l.cert != nil && (cert != l.cert || roots != l.roots) {
+		l.transport.CloseIdleConnections()
+	}
+	l.cert, l.roots = cert, roots
 }
 
 // errNoAnswer is the cause of an attempt's cancellation at its bound.
@@ -471,26 +567,45 @@ var errNoAnswer = errors.New("no answer in time")
 // post sends one grant and reads the answer within timeout, measured on the
 // injected clock. timedOut reports an attempt abandoned at its bound.
 func (l *loop) post(ctx context.Context, t Target, grant *lease.Grant, timeout time.Duration) (reply lease.Reply, outcome Outcome, msg string, timedOut bool) {
-	body, err := json.Marshal(grant)
-	if err != nil {
-		return reply, Unreachable, err.Error(), false
-	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	defer afterFunc(l.g.opts.Clock, timeout, func() { cancel(errNoAnswer) })()
+	l.refreshCredentials()
+	req, err := l.g.request(ctx, t, grant)
+	if err != nil {
+		return reply, Unreachable, err.Error(), false
+	}
+	resp, err := (&http.Client{Transport: l.transport}).Do(req)
+	return l.answer(resp, err, func() bool { return errors.Is(context.Cause(ctx), errNoAnswer) }, timeout, t)
+}
+
+// request is the POST of one grant.
+func (g *Grantor) request(ctx context.Context, t Target, grant *lease.Grant) (*http.Request, error) {
+	body, err := json.Marshal(grant)
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, g.scheme+"://"+t.Address+lease.Path, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	return req, nil
+}
+
+// answer reads the outcome of one POST: the response, or err when there was
+// none; abandoned says whether the attempt was abandoned at its bound.
+func (l *loop) answer(resp *http.Response, err error, abandoned func() bool, timeout time.Duration, t Target) (reply lease.Reply, outcome Outcome, msg string, timedOut bool) {
 	noAnswer := func(err error) (lease.Reply, Outcome, string, bool) {
-		if errors.Is(context.Cause(ctx), errNoAnswer) {
+		if abandoned() {
 			return reply, Unreachable, fmt.Sprintf("no answer within %v: %v", timeout, err), true
 		}
 		return reply, Unreachable, err.Error(), false
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, l.g.scheme+"://"+t.Address+lease.Path, bytes.NewReader(body))
 	if err != nil {
-		return reply, Unreachable, err.Error(), false
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := l.g.client.Do(req)
-	if err != nil {
+		if o, m, ok := l.notAuthenticated(t, err); ok {
+			return reply, o, m, false
+		}
 		return noAnswer(err)
 	}
 	defer resp.Body.Close()
@@ -500,7 +615,58 @@ func (l *loop) post(ctx context.Context, t Target, grant *lease.Grant, timeout t
 		return r, o, "reading the answer: " + m, to
 	}
 	o, m := judge(resp.StatusCode, data, t, &reply)
+	if resp.StatusCode == http.StatusForbidden && l.g.opts.TLS != nil {
+		var e lease.Error
+		if json.Unmarshal(data, &e) == nil && e.Reason == lease.ReasonUnauthenticated {
+			authFailures.WithLabelValues(authRefusedByRuntime).Inc()
+			m = "the runtime refused this grantor's certificate: " + e.Message
+		}
+	}
 	return reply, o, m, false
+}
+
+// Why an attempt failed to authenticate (holdfast_grantor_renewal_authentication_failures_total).
+const (
+	// authRefusedByRuntime: the runtime answered 403, refusing the
+	// grantor's certificate.
+	authRefusedByRuntime = "refused_by_runtime"
+	// authRuntimeUnverified: the endpoint's certificate did not prove it to
+	// be the binding's runtime; no grant was sent.
+	authRuntimeUnverified = "runtime_unverified"
+	// authNotTLS: the endpoint answered the TLS handshake in plain HTTP.
+	authNotTLS = "not_tls"
+	// authHandshake: the TLS handshake failed otherwise (an alert from the
+	// endpoint, a protocol it does not speak).
+	authHandshake = "handshake_failed"
+)
+
+// notAuthenticated recognises an attempt that ended because the two ends
+// did not authenticate each other. Nothing proved to be the binding's
+// runtime answered, so it is Unreachable (the Unit's record says so, with
+// the reason), never Refused, which says the runtime itself answered.
+func (l *loop) notAuthenticated(t Target, err error) (Outcome, string, bool) {
+	if l.g.opts.TLS == nil {
+		return "", "", false
+	}
+	var (
+		refusal *leasetls.Refusal
+		header  tls.RecordHeaderError
+		alert   tls.AlertError
+		reason  string
+		why     string
+	)
+	switch {
+	case errors.As(err, &refusal):
+		reason, why = authRuntimeUnverified, fmt.Sprintf("the endpoint is not the runtime of %s at epoch %d: its %v", t.Unit, t.Epoch, refusal)
+	case errors.As(err, &header), errors.Is(err, http.ErrSchemeMismatch):
+		reason, why = authNotTLS, "the endpoint does not speak TLS (a runtime started with --insecure-plaintext-lease, or not a runtime)"
+	case errors.As(err, &alert):
+		reason, why = authHandshake, "the endpoint ended the TLS handshake: "+alert.Error()
+	default:
+		return "", "", false
+	}
+	authFailures.WithLabelValues(reason).Inc()
+	return Unreachable, fmt.Sprintf("lease endpoint %s not authenticated, no grant sent: %s", t.Address, why), true
 }
 
 // afterFunc runs f after d on clk and returns its stop. Both clocks the
@@ -533,6 +699,12 @@ func judge(code int, data []byte, t Target, reply *lease.Reply) (Outcome, string
 		}
 		if reply.Epoch != t.Epoch {
 			return Refused, fmt.Sprintf("200 for epoch %d, the grant was for %d", reply.Epoch, t.Epoch)
+		}
+		if reply.State == lease.Autonomous {
+			// L11: an Autonomy runtime takes no lease and never fences, so
+			// its answer is no acknowledgement of one.
+			return Refused, fmt.Sprintf("200 from a runtime in %s mode (state %s): it holds no lease and never fences itself, so its answer acknowledges nothing",
+				holdfastv1.Autonomy, reply.State)
 		}
 		return Acknowledged, ""
 	case http.StatusConflict:

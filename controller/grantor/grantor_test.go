@@ -1,11 +1,13 @@
 package grantor
 
 import (
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -27,6 +29,8 @@ type endpoint struct {
 	mu     sync.Mutex
 	epoch  int64
 	refuse bool
+	// state is what a 200 says of the runtime's lease; empty is Held.
+	state lease.State
 	// hang: the handler takes the grant and answers only once release is
 	// closed (a starved runtime or grantor), or never if the client gives up.
 	hang     bool
@@ -36,9 +40,28 @@ type endpoint struct {
 	srv      *httptest.Server
 }
 
-func newEndpoint(t *testing.T, epoch int64) *endpoint {
+// newEndpoint serves the runtime of unit at epoch over TLS, with a
+// certificate of the test CA naming that binding (as every runtime has).
+func newEndpoint(t *testing.T, epoch int64) *endpoint { return newUnitEndpoint(t, unit, epoch) }
+
+// newUnitEndpoint serves the runtime of u at epoch.
+func newUnitEndpoint(t *testing.T, u types.NamespacedName, epoch int64) *endpoint {
 	e := &endpoint{epoch: epoch}
-	e.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	e.srv = testCA(t).ServeRuntime(t, e.handler(), u.String(), epoch)
+	return e
+}
+
+// newPlainEndpoint serves it over plain HTTP, as a runtime started with
+// --insecure-plaintext-lease.
+func newPlainEndpoint(t *testing.T, epoch int64) *endpoint {
+	e := &endpoint{epoch: epoch}
+	e.srv = httptest.NewServer(e.handler())
+	t.Cleanup(e.srv.Close)
+	return e
+}
+
+func (e *endpoint) handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var g lease.Grant
 		if err := json.NewDecoder(r.Body).Decode(&g); err != nil || r.URL.Path != lease.Path {
 			w.WriteHeader(http.StatusBadRequest)
@@ -66,13 +89,15 @@ func newEndpoint(t *testing.T, epoch int64) *endpoint {
 		default:
 			// The anchor is opaque to the grantor: any token will do, and
 			// each names the grant it answers.
-			_ = json.NewEncoder(w).Encode(lease.Reply{Epoch: e.epoch, State: lease.Held,
+			state := e.state
+			if state == "" {
+				state = lease.Held
+			}
+			_ = json.NewEncoder(w).Encode(lease.Reply{Epoch: e.epoch, State: state,
 				Incarnation: holdfastv1.RuntimeIncarnation{PodUID: "uid-1", RestartCount: e.restarts},
 				Anchor:      anchorOf(len(e.grants))})
 		}
-	}))
-	t.Cleanup(e.srv.Close)
-	return e
+	})
 }
 
 func anchorOf(n int) lease.Anchor { return lease.Anchor(fmt.Sprintf("anchor-%d", n)) }
@@ -100,6 +125,12 @@ func (e *endpoint) setHang(v bool) {
 	} else if e.release != nil {
 		close(e.release)
 	}
+}
+
+func (e *endpoint) setState(s lease.State) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.state = s
 }
 
 func (e *endpoint) setRefuse(v bool) {
@@ -162,7 +193,7 @@ func renewing(t *testing.T, epoch int64) (*clocktesting.FakeClock, *endpoint, *G
 	t.Helper()
 	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
 	e := newEndpoint(t, epoch)
-	g := New(Options{Name: "ctl-0", Clock: clk})
+	g := New(Options{Name: "ctl-0", Clock: clk, TLS: testGrantor(t)})
 	t.Cleanup(g.StopAll)
 	g.Ensure(Target{Unit: unit, Epoch: epoch, Address: e.addr(), Duration: 30 * time.Second})
 	return clk, e, g
@@ -215,7 +246,7 @@ func TestOneRefusedRenewalIsRetriedInsideTheRuntimesAnchor(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
 	e := newEndpoint(t, 1)
 	notified := make(chan types.NamespacedName, 100)
-	g := New(Options{Name: "ctl-0", Clock: clk, Notify: func(u types.NamespacedName) { notified <- u }})
+	g := New(Options{Name: "ctl-0", Clock: clk, TLS: testGrantor(t), Notify: func(u types.NamespacedName) { notified <- u }})
 	defer g.StopAll()
 	g.Ensure(Target{Unit: unit, Epoch: 1, Address: e.addr(), Duration: 30 * time.Second})
 	settle(t, g, e, 2)
@@ -277,9 +308,12 @@ func TestANewIncarnationIsFollowedAtOnceByAGrantCarryingItsAnchor(t *testing.T) 
 	stepNothingDue(t, g, clk, e, 4400*time.Millisecond)
 }
 
+// Without TLS (--insecure-plaintext-lease) the runtime's 409 is what keeps
+// a grant from another binding; with it, the grantor never reaches the
+// runtime of another epoch (TestTheGrantorSendsNothingToAnEndpointThatIsNotTheBindingsRuntime).
 func TestAConflictIsARefusalAndAClosedPortIsUnreachable(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
-	e := newEndpoint(t, 7) // the runtime at this address is at epoch 7
+	e := newPlainEndpoint(t, 7) // the runtime at this address is at epoch 7
 	g := New(Options{Name: "ctl-0", Clock: clk})
 	defer g.StopAll()
 	g.Ensure(Target{Unit: unit, Epoch: 8, Address: e.addr(), Duration: 30 * time.Second})
@@ -307,7 +341,7 @@ func TestAConflictIsARefusalAndAClosedPortIsUnreachable(t *testing.T) {
 func TestPauseReturnsOnlyWhenNoAttemptIsInFlightAndEnsureResumesTheObservation(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
 	e := newEndpoint(t, 2)
-	g := New(Options{Name: "ctl-0", Clock: clk})
+	g := New(Options{Name: "ctl-0", Clock: clk, TLS: testGrantor(t)})
 	defer g.StopAll()
 	target := Target{Unit: unit, Epoch: 2, Address: e.addr(), Duration: 30 * time.Second}
 	g.Ensure(target)
@@ -356,14 +390,15 @@ func TestARestartedGrantorOfTheSameNameExtendsTheRuntimesLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(runtimelease.NewHandler(k, klog.Background()))
-	defer srv.Close()
+	ca := testCA(t)
+	srv := ca.ServeRuntime(t, runtimelease.NewHandler(k, runtimelease.MutualTLS(func() *x509.CertPool { return ca.Roots }, lease.GrantorIdentity), klog.Background()),
+		unit.String(), 1)
 	target := Target{Unit: unit, Epoch: 1, Address: srv.Listener.Addr().String(), Duration: 10 * time.Second}
 	held := func() (time.Duration, bool) {
 		rem, ok := k.Remaining()
 		return rem, ok && k.Status().State == lease.Held
 	}
-	first := New(Options{Name: "ctl-0"})
+	first := New(Options{Name: "ctl-0", TLS: testGrantor(t)})
 	first.Ensure(target)
 	waitFor(t, "the first process to grant", func() bool { _, ok := held(); return ok })
 	// Let it renew a few times, so its seq is well ahead of a fresh start.
@@ -371,11 +406,24 @@ func TestARestartedGrantorOfTheSameNameExtendsTheRuntimesLease(t *testing.T) {
 	first.StopAll()
 	before, _ := held()
 
-	second := New(Options{Name: "ctl-0"})
+	second := New(Options{Name: "ctl-0", TLS: testGrantor(t)})
 	defer second.StopAll()
 	second.Ensure(target)
 	waitFor(t, "the restarted process to extend the lease", func() bool {
 		rem, ok := held()
 		return ok && rem > before
 	})
+}
+
+// L11: an Autonomy runtime takes no lease and never fences, so its 200 is
+// no acknowledgement: the grantor records a refusal, and the binding never
+// reads Held on it.
+func TestAnAutonomyRuntimesReplyAcknowledgesNothing(t *testing.T) {
+	_, e, g := renewing(t, 1)
+	e.setState(lease.Autonomous)
+	waitFor(t, "an attempt", func() bool { o, _ := g.Observe(unit); return o.Attempts >= 1 })
+	obs, _ := g.Observe(unit)
+	if obs.Acked() || obs.LastAttempt.Outcome != Refused || !strings.Contains(obs.LastAttempt.Message, "in Autonomy mode (state Autonomous)") {
+		t.Fatalf("observation %+v: an Autonomy runtime's reply must be a refusal", obs)
+	}
 }

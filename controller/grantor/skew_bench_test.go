@@ -2,6 +2,8 @@ package grantor_test
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net/http"
 	"os"
@@ -22,11 +24,13 @@ import (
 	leaseapi "github.com/holdfast-io/holdfast/api/lease"
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/controller/grantor"
+	"github.com/holdfast-io/holdfast/internal/leasetls"
+	"github.com/holdfast-io/holdfast/internal/leasetls/leasetlstest"
 	"github.com/holdfast-io/holdfast/runtime/lease"
 )
 
 // BenchmarkRenewalSkew is the grantor's renewal skew at scale: one Grantor,
-// as the units role builds it (a name, a real clock, a Notify), renewing 500
+// as the units role builds it (a name, a real clock, a Notify, mutual TLS), renewing 500
 // and 2000 runtimes' lease endpoints, each the runtime's own lease server
 // (lease.Keeper running, lease.NewHandler, lease.Listen) on loopback in this
 // process, with the Unit's default 30s lease (a renewal every 5s per unit:
@@ -72,7 +76,10 @@ func benchRenewalSkew(b *testing.B, n int) {
 		leastRem  = benchLease
 		unplanned int
 	)
-	g := grantor.New(grantor.Options{Name: "bench-grantor", Clock: clk, Notify: func(u types.NamespacedName) {
+	// The lease channel as the units role runs it: mutual TLS, HTTP/2.
+	ca := leasetlstest.NewCA(b, "bench-lease-ca")
+	auth := lease.MutualTLS(func() *x509.CertPool { return ca.Roots }, leaseapi.GrantorIdentity)
+	g := grantor.New(grantor.Options{Name: "bench-grantor", Clock: clk, TLS: ca.Grantor(b), Notify: func(u types.NamespacedName) {
 		id := goid()
 		mu.Lock()
 		loopOf[u.String()] = id
@@ -91,7 +98,8 @@ func benchRenewalSkew(b *testing.B, n int) {
 		}
 		go k.Run(ctx)
 		keepers[i] = k
-		h := lease.NewHandler(k, log)
+		h := lease.NewHandler(k, auth, log)
+		cert := ca.RuntimeCertificate(b, unit, 1)
 		srv, err := lease.Listen("127.0.0.1:0", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			arrival := time.Now() // the handler's own arrival is read next
 			if r.Method == http.MethodPost {
@@ -120,7 +128,7 @@ func benchRenewalSkew(b *testing.B, n int) {
 				mu.Unlock()
 			}
 			h.ServeHTTP(w, r)
-		}), nil, log)
+		}), leasetls.ServerConfig(func() *tls.Certificate { return cert }), log)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -36,6 +36,8 @@ import (
 	"github.com/holdfast-io/holdfast/controller/audit"
 	"github.com/holdfast-io/holdfast/controller/leadership"
 	"github.com/holdfast-io/holdfast/controller/units"
+	"github.com/holdfast-io/holdfast/internal/leasetls/leasetlstest"
+	"github.com/holdfast-io/holdfast/policy"
 	"github.com/holdfast-io/holdfast/test/testenv"
 )
 
@@ -43,6 +45,12 @@ var (
 	env *testenv.Env
 	// The real binaries the process-level tests run, built into bin/test.
 	unitRuntimeBinary, controllerBinary string
+	// leaseCA is the cluster's lease CA, as the chart makes it, and
+	// leaseCADir its directory as the units role mounts it: every
+	// controller of these tests signs and grants with it, as every replica
+	// of one installation does.
+	leaseCA    *leasetlstest.CA
+	leaseCADir string
 )
 
 func TestMain(m *testing.M) {
@@ -61,6 +69,15 @@ func TestMain(m *testing.M) {
 			fmt.Fprintf(os.Stderr, "building %s: %v\n%s", pkg, err, out)
 			os.Exit(1)
 		}
+	}
+	if leaseCA, err = leasetlstest.MakeCA("holdfast-lease-ca"); err == nil {
+		if leaseCADir, err = os.MkdirTemp("", "holdfast-lease-ca-"); err == nil {
+			err = leasetlstest.WriteFiles(leaseCADir, leaseCA.DirFiles(nil))
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "the lease CA: %v\n", err)
+		os.Exit(1)
 	}
 	ctrl.SetLogger(klog.NewKlogr())
 	testenv.Main(m, &env, testenv.Options{})
@@ -84,6 +101,9 @@ type controllerOptions struct {
 	namespace  string
 	identity   string
 	electionID string
+	// electionNS holds the election Lease and the epoch record; empty is
+	// the shared holdfast-system.
+	electionNS string
 	standDown  time.Duration
 	// clock drives the grantor and the decisions; nil is the real clock.
 	clock clock.WithTicker
@@ -100,7 +120,10 @@ func ensureNamespace(t testing.TB, name string) {
 // startController runs the units role in this process until the test ends.
 func startController(t testing.TB, o controllerOptions) *controller {
 	t.Helper()
-	ensureNamespace(t, electionNamespace)
+	if o.electionNS == "" {
+		o.electionNS = electionNamespace
+	}
+	ensureNamespace(t, o.electionNS)
 	if o.identity == "" {
 		o.identity = "ctl-" + strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-"))
 	}
@@ -114,10 +137,11 @@ func startController(t testing.TB, o controllerOptions) *controller {
 	go func() {
 		defer close(c.done)
 		c.ending, c.err = app.RunUnits(ctx, env.Config, app.UnitsConfig{
-			Namespace: electionNamespace, ElectionID: o.electionID, Identity: o.identity,
-			Timings: leadership.Defaults(), StandDown: o.standDown, Clock: o.clock,
+			Namespace: o.electionNS, ElectionID: o.electionID, Identity: o.identity,
+			Timings: policy.DefaultGrantorTimings(), StandDown: o.standDown, Clock: o.clock,
 			HealthAddr: "127.0.0.1:0", MetricsAddr: "0", AuditPath: c.auditPath, WatchNamespace: o.namespace,
-			Started: func(h, _ string) { c.health = h; close(started) },
+			LeaseCADir: leaseCADir,
+			Started:    func(h, _ string) { c.health = h; close(started) },
 		})
 	}()
 	select {
@@ -226,6 +250,26 @@ func runtimePod(t testing.TB, u *holdfastv1.Unit, epoch int64) *corev1.Pod {
 		return nil
 	}
 	return &p
+}
+
+// waitNewEpoch waits for the unit's binding to be above after and returns
+// its epoch: the controller draws epochs from its clock and the cluster's
+// epoch record (L13), so a test learns them rather than counting 1, 2, 3.
+func waitNewEpoch(t testing.TB, key types.NamespacedName, after int64) int64 {
+	t.Helper()
+	var e int64
+	eventually(t, 20*time.Second, fmt.Sprintf("a binding above epoch %d", after), func() (bool, string) {
+		var u holdfastv1.Unit
+		if err := env.Client.Get(context.Background(), key, &u); err != nil {
+			return false, err.Error()
+		}
+		if b := u.Status.RuntimeBinding; b != nil && b.Epoch > after {
+			e = b.Epoch
+			return true, ""
+		}
+		return false, fmt.Sprintf("%+v", u.Status.RuntimeBinding)
+	})
+	return e
 }
 
 // schedule plays holdfast-scheduler: UnitPlacement's Bind records the node

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/holdfast-io/holdfast/controller/leadership"
+	"github.com/holdfast-io/holdfast/policy"
 )
 
 // silentRelay forwards TCP to the apiserver until it goes silent: from then
@@ -144,7 +145,7 @@ func TestAPIServerHealthCheck_ADeadConnectionIsGivenUpInsideTheWindow(t *testing
 	}
 	window := 12 * time.Second // three times the nominal 4s
 
-	d := leadership.Defaults()
+	d := policy.DefaultGrantorTimings()
 	if err := leadership.SetAPIServerHealthCheck(d.ReadIdleTimeout, d.PingTimeout); err != nil {
 		t.Fatal(err)
 	}

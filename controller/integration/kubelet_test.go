@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -32,6 +33,7 @@ import (
 	leaseapi "github.com/holdfast-io/holdfast/api/lease"
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/controller/units"
+	"github.com/holdfast-io/holdfast/internal/leasetls/leasetlstest"
 )
 
 // nextIP hands each simulated node its own loopback address, so two
@@ -60,8 +62,17 @@ type kubelet struct {
 	mu    sync.Mutex
 	nodes map[string]*simNode
 	procs map[string]*runtimeProc
+	// creds are the pods' projected lease credentials, by pod UID, being
+	// fetched or written.
+	creds map[types.UID]*projection
 	stop  chan struct{}
 	done  chan struct{}
+}
+
+// projection is one pod's projected volumes: written (ready) or failed.
+type projection struct {
+	ready bool
+	err   error
 }
 
 type simNode struct {
@@ -85,7 +96,8 @@ type runtimeProc struct {
 
 func newKubelet(t testing.TB, ns string) *kubelet {
 	k := &kubelet{t: t, ns: ns, binary: unitRuntimeBinary, dir: t.TempDir(),
-		nodes: map[string]*simNode{}, procs: map[string]*runtimeProc{}, stop: make(chan struct{}), done: make(chan struct{})}
+		nodes: map[string]*simNode{}, procs: map[string]*runtimeProc{}, creds: map[types.UID]*projection{},
+		stop: make(chan struct{}), done: make(chan struct{})}
 	go k.run()
 	t.Cleanup(k.shutdown)
 	return k
@@ -115,7 +127,8 @@ func (k *kubelet) proc(pod string) *runtimeProc {
 
 func (p *runtimeProc) signal(sig syscall.Signal) error { return p.cmd.Process.Signal(sig) }
 
-// leaseStatus reads the runtime's own view of its lease (GET /v1/lease).
+// leaseStatus reads the runtime's own view of its lease (GET /v1/lease, in
+// plain HTTP as the node plugin's watchdog reads it).
 func (p *runtimeProc) leaseStatus() (leaseapi.Status, error) {
 	var st leaseapi.Status
 	c := &http.Client{Timeout: time.Second}
@@ -193,6 +206,12 @@ func (k *kubelet) sync(pod *corev1.Pod) {
 			}
 			return
 		}
+		// As the kubelet, the container starts only once its projected
+		// volumes are written: the lease signer has issued the pod's
+		// certificate and the lease CA bundle is published.
+		if !k.projected(pod) {
+			return
+		}
 		k.start(pod, nodeCopy.ip)
 		return
 	}
@@ -208,15 +227,82 @@ func (k *kubelet) sync(pod *corev1.Pod) {
 	}
 }
 
+// projected reports whether pod's projected volumes are written, and starts
+// writing them, off the sync loop, the first time it is asked: for a
+// podCertificate source it makes a key and asks the signer for the pod's
+// certificate with a PodCertificateRequest, for a clusterTrustBundle source
+// it joins the signer's bundles, as the kubelet does.
+func (k *kubelet) projected(pod *corev1.Pod) bool {
+	k.mu.Lock()
+	pr := k.creds[pod.UID]
+	if pr == nil {
+		pr = &projection{}
+		k.creds[pod.UID] = pr
+		k.mu.Unlock()
+		go k.project(pod.DeepCopy(), pr)
+		return false
+	}
+	defer k.mu.Unlock()
+	return pr.ready
+}
+
+func (k *kubelet) project(pod *corev1.Pod, pr *projection) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var n corev1.Node
+	err := env.Client.Get(ctx, client.ObjectKey{Name: pod.Spec.NodeName}, &n)
+	for _, v := range pod.Spec.Volumes {
+		if err != nil || v.Projected == nil {
+			continue
+		}
+		files := map[string][]byte{}
+		for _, src := range v.Projected.Sources {
+			switch {
+			case src.PodCertificate != nil:
+				var req *certificatesv1.PodCertificateRequest
+				var key []byte
+				if req, key, err = leasetlstest.RequestPodCertificate(ctx, env.Client, pod, src.PodCertificate, n.UID, "default-sa-uid"); err == nil {
+					files[src.PodCertificate.CredentialBundlePath], err = leasetlstest.AwaitPodCertificate(ctx, env.Client, req, key)
+				}
+			case src.ClusterTrustBundle != nil:
+				for {
+					var b []byte
+					if b, err = leasetlstest.ProjectedTrustBundle(ctx, env.Client, src.ClusterTrustBundle); err == nil || ctx.Err() != nil {
+						files[src.ClusterTrustBundle.Path] = b
+						break
+					}
+					time.Sleep(100 * time.Millisecond)
+				}
+			}
+		}
+		if err == nil {
+			err = leasetlstest.WriteFiles(k.volumeDir(pod, v.Name), files)
+		}
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	pr.ready, pr.err = err == nil, err
+	if err != nil {
+		k.t.Logf("kubelet: the projected volumes of %s: %v", pod.Name, err)
+	}
+}
+
+// volumeDir is where a pod's volume lives on the host; the process sees it
+// at the host path in place of the mount path.
+func (k *kubelet) volumeDir(pod *corev1.Pod, volume string) string {
+	return filepath.Join(k.dir, string(pod.UID), volume)
+}
+
 func (k *kubelet) start(pod *corev1.Pod, ip string) {
 	c := pod.Spec.Containers[0]
 	// Every emptyDir lives as long as the pod: a directory of its own,
-	// seen by the process at the host path in place of the mount path.
+	// seen by the process at the host path in place of the mount path;
+	// projected volumes were written there already.
 	mounts := map[string]string{}
 	for _, vm := range c.VolumeMounts {
 		for _, v := range pod.Spec.Volumes {
-			if v.Name == vm.Name && v.EmptyDir != nil {
-				dir := filepath.Join(k.dir, string(pod.UID), v.Name)
+			if v.Name == vm.Name && (v.EmptyDir != nil || v.Projected != nil) {
+				dir := k.volumeDir(pod, v.Name)
 				if err := os.MkdirAll(dir, 0o700); err != nil {
 					k.t.Errorf("kubelet: %v", err)
 					return

@@ -51,6 +51,7 @@ func BenchmarkGrantorLeaderLoss(b *testing.B) {
 
 	var us []*holdfastv1.Unit
 	var devs []*devicesim.Sim
+	var epochs []int64
 	var rts []*runtimeProc
 	for i := range benchLeaderLossUnits {
 		dev, err := devicesim.Start(devicesim.Config{Address: "127.0.0.1:0", EpochRegister: devicesim.DefaultEpochRegister})
@@ -75,9 +76,10 @@ func BenchmarkGrantorLeaderLoss(b *testing.B) {
 			b.Fatal(err)
 		}
 		key := types.NamespacedName{Namespace: ns, Name: u.Name}
-		eventually(b, 60*time.Second, "pod e1 of "+u.Name, func() (bool, string) { return runtimePod(b, u, 1) != nil, "" })
-		schedule(b, key, 1, primary)
-		us, devs = append(us, u), append(devs, dev)
+		e := waitNewEpoch(b, key, 0)
+		eventually(b, 60*time.Second, "the first pod of "+u.Name, func() (bool, string) { return runtimePod(b, u, e) != nil, "" })
+		schedule(b, key, e, primary)
+		us, devs, epochs = append(us, u), append(devs, dev), append(epochs, e)
 	}
 	for _, u := range us {
 		key := types.NamespacedName{Namespace: ns, Name: u.Name}
@@ -85,7 +87,7 @@ func BenchmarkGrantorLeaderLoss(b *testing.B) {
 			bd := getUnit(b, key).Status.RuntimeBinding
 			return bd != nil && bd.LeaseState == holdfastv1.LeaseHeld, fmt.Sprintf("%+v", bd)
 		})
-		rts = append(rts, k.proc(units.PodName(u.Name, 1)))
+		rts = append(rts, k.proc(units.PodName(u.Name, epochs[len(rts)])))
 	}
 	start := time.Now()
 
@@ -173,13 +175,13 @@ func BenchmarkGrantorLeaderLoss(b *testing.B) {
 				b.Errorf("%s: %s after a kill: %s", u.Name, e.Reason, e.Note)
 			}
 		}
-		if bd := getUnit(b, types.NamespacedName{Namespace: ns, Name: u.Name}).Status.RuntimeBinding; bd.Epoch != 1 || bd.LeaseState != holdfastv1.LeaseHeld {
+		if bd := getUnit(b, types.NamespacedName{Namespace: ns, Name: u.Name}).Status.RuntimeBinding; bd.Epoch != epochs[j] || bd.LeaseState != holdfastv1.LeaseHeld {
 			b.Errorf("%s: binding after the kills %+v", u.Name, bd)
 		}
 		if err := devicesim.CheckOneWriter(devs[j].Writes()); err != nil {
 			b.Error(err)
 		}
-		if len(devicesim.ByEpoch(devs[j].Writes())[1]) == 0 {
+		if len(devicesim.ByEpoch(devs[j].Writes())[epochs[j]]) == 0 {
 			b.Errorf("%s: no writes accepted", u.Name)
 		}
 	}

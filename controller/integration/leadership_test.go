@@ -20,6 +20,7 @@ import (
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/controller/leadership"
+	"github.com/holdfast-io/holdfast/controller/units"
 )
 
 func electionLease(t testing.TB, id string) *coordinationv1.Lease {
@@ -128,9 +129,10 @@ func TestALostLeadershipStandsDownRenewingWhatItHolds(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := types.NamespacedName{Namespace: ns, Name: "kiln-9"}
-	eventually(t, 20*time.Second, "pod e1", func() (bool, string) { return runtimePod(t, u, 1) != nil, "" })
-	schedule(t, key, 1, "lost-edge-1")
-	kubeletReports(t, ns, "kiln-9-runtime-e1", "127.0.0.1", false, 0)
+	e1 := waitNewEpoch(t, key, 0)
+	eventually(t, 20*time.Second, "the first runtime pod", func() (bool, string) { return runtimePod(t, u, e1) != nil, "" })
+	schedule(t, key, e1, "lost-edge-1")
+	kubeletReports(t, ns, units.PodName("kiln-9", e1), "127.0.0.1", false, 0)
 	eventually(t, 20*time.Second, "renewal attempts", func() (bool, string) { return endpoint.count.Load() >= 2, "" })
 
 	// Another process takes the Lease; this one's renewals fail and its

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -68,18 +69,18 @@ func TestAnAutonomyUnitFailsOverOnlyByHandWithAConfirmedFence(t *testing.T) {
 	unitName := ns + "/press-2"
 
 	var pod *corev1.Pod
-	eventually(t, 20*time.Second, "the first binding and its pod", func() (bool, string) {
-		pod = runtimePod(t, u, 1)
-		got := getUnit(t, key)
-		return pod != nil && got.Status.RuntimeBinding != nil && got.Status.RuntimeBinding.Epoch == 1, "no pod e1"
+	e1 := waitNewEpoch(t, key, 0)
+	eventually(t, 20*time.Second, "the first binding's pod", func() (bool, string) {
+		pod = runtimePod(t, u, e1)
+		return pod != nil, fmt.Sprintf("no pod of epoch %d", e1)
 	})
 	if pod.Spec.NodeName != "" || pod.Spec.SchedulerName != holdfastv1.SchedulerName || !pod.Spec.HostNetwork ||
-		pod.Labels[holdfastv1.LabelUnit] != "press-2" || pod.Labels[holdfastv1.LabelEpoch] != "1" ||
+		pod.Labels[holdfastv1.LabelUnit] != "press-2" || pod.Labels[holdfastv1.LabelEpoch] != strconv.FormatInt(e1, 10) ||
 		pod.Spec.NodeSelector["holdfast.io/device"] != "press-2" || pod.OwnerReferences[0].Kind != "Unit" {
 		t.Fatalf("runtime pod does not carry the contract: %+v", pod)
 	}
 
-	schedule(t, key, 1, "press-edge-1")
+	schedule(t, key, e1, "press-edge-1")
 	kubeletReports(t, ns, pod.Name, "127.0.0.1", true, 0)
 	eventually(t, 20*time.Second, "RuntimeReady and the first address", func() (bool, string) {
 		got := getUnit(t, key)
@@ -96,7 +97,7 @@ func TestAnAutonomyUnitFailsOverOnlyByHandWithAConfirmedFence(t *testing.T) {
 		_, pending := got.Annotations[holdfastv1.AnnotationFailoverTo]
 		return c != nil && c.Reason == holdfastv1.ReasonRefused && !pending, fmt.Sprintf("%+v", got.Status)
 	})
-	if got := getUnit(t, key); got.Status.RuntimeBinding.Epoch != 1 || meta.FindStatusCondition(got.Status.Conditions, holdfastv1.ConditionHeld) != nil {
+	if got := getUnit(t, key); got.Status.RuntimeBinding.Epoch != e1 || meta.FindStatusCondition(got.Status.Conditions, holdfastv1.ConditionHeld) != nil {
 		t.Fatalf("a refused failover moved something: %+v", got.Status)
 	}
 
@@ -107,13 +108,14 @@ func TestAnAutonomyUnitFailsOverOnlyByHandWithAConfirmedFence(t *testing.T) {
 		holdfastv1.AnnotationRequestID:             "req-9",
 	})
 	var pod2 *corev1.Pod
+	e2 := waitNewEpoch(t, key, e1)
 	eventually(t, 20*time.Second, "the manual re-bind", func() (bool, string) {
-		pod2 = runtimePod(t, u, 2)
-		return pod2 != nil, "no pod e2"
+		pod2 = runtimePod(t, u, e2)
+		return pod2 != nil, fmt.Sprintf("no pod of epoch %d", e2)
 	})
 	got := getUnit(t, key)
 	b := got.Status.RuntimeBinding
-	if b.Epoch != 2 || b.Node != "" || b.Origin != holdfastv1.OriginManual || b.PreviousNode != "press-edge-1" || b.RequestID != "req-9" {
+	if b.Epoch != e2 || b.Node != "" || b.Origin != holdfastv1.OriginManual || b.PreviousNode != "press-edge-1" || b.RequestID != "req-9" {
 		t.Fatalf("binding after the manual failover: %+v", b)
 	}
 	if !meta.IsStatusConditionTrue(got.Status.Conditions, holdfastv1.ConditionHeld) {
@@ -125,12 +127,12 @@ func TestAnAutonomyUnitFailsOverOnlyByHandWithAConfirmedFence(t *testing.T) {
 	}
 	eventually(t, 20*time.Second, "the request consumed and the old pod deleted", func() (bool, string) {
 		got := getUnit(t, key)
-		old := runtimePod(t, u, 1)
+		old := runtimePod(t, u, e1)
 		_, pending := got.Annotations[holdfastv1.AnnotationFailoverTo]
 		return !pending && (old == nil || old.DeletionTimestamp != nil), "pending or old pod alive"
 	})
 
-	schedule(t, key, 2, "press-standby-1")
+	schedule(t, key, e2, "press-standby-1")
 	kubeletReports(t, ns, pod2.Name, "127.0.0.1", true, 0)
 	annotate(t, key, map[string]string{holdfastv1.AnnotationRestart: time.Now().UTC().Add(time.Second).Format(time.RFC3339), holdfastv1.AnnotationRequestID: "req-10"})
 	eventually(t, 20*time.Second, "the restart clearing the Hold", func() (bool, string) {
@@ -152,7 +154,7 @@ func TestAnAutonomyUnitFailsOverOnlyByHandWithAConfirmedFence(t *testing.T) {
 		if l.Unit != unitName {
 			continue
 		}
-		if l.Reason == units.EventManualRebind && (l.Actor != "person (request req-9, requester in the webhook's audit record)" || l.Epoch != 2 || l.Node != "press-standby-1") {
+		if l.Reason == units.EventManualRebind && (l.Actor != "person (request req-9, requester in the webhook's audit record)" || l.Epoch != e2 || l.Node != "press-standby-1") {
 			t.Errorf("the re-bind's audit line must name the request, the epoch and the node: %+v", l)
 		}
 	}

@@ -48,6 +48,7 @@ func startControllerProcess(t testing.TB, ns, electionID, identity string) *cont
 		"--health-probe-bind-address=127.0.0.1:0",
 		"--metrics-bind-address=0",
 		"--audit-log-path="+filepath.Join(dir, identity+".audit"),
+		"--lease-ca-dir="+leaseCADir,
 	)
 	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
 	if err := p.cmd.Start(); err != nil {
@@ -111,13 +112,14 @@ func TestTheLeaderKilledMidLeaseNeverFencesTheRuntime(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := types.NamespacedName{Namespace: ns, Name: "kiln"}
-	eventually(t, 30*time.Second, "pod e1", func() (bool, string) { return runtimePod(t, u, 1) != nil, "" })
-	schedule(t, key, 1, primary)
+	e1 := waitNewEpoch(t, key, 0)
+	eventually(t, 30*time.Second, "the first runtime pod", func() (bool, string) { return runtimePod(t, u, e1) != nil, "" })
+	schedule(t, key, e1, primary)
 	eventually(t, 30*time.Second, "the lease held", func() (bool, string) {
 		bd := getUnit(t, key).Status.RuntimeBinding
 		return bd != nil && bd.LeaseState == holdfastv1.LeaseHeld, fmt.Sprintf("%+v", bd)
 	})
-	rt := k.proc(units.PodName("kiln", 1))
+	rt := k.proc(units.PodName("kiln", e1))
 	// Kill the leader in the worst phase: steady renewals (the runtime's
 	// anchor one renewal behind), just before its next renewal, when the
 	// runtime has the least of its lease left: about 30s - 2 x 5s.
@@ -165,7 +167,7 @@ func TestTheLeaderKilledMidLeaseNeverFencesTheRuntime(t *testing.T) {
 		t.Fatalf("election Lease held by %q, want ctl-b", h)
 	}
 	bd := getUnit(t, key).Status.RuntimeBinding
-	if bd.Epoch != 1 || bd.LeaseState != holdfastv1.LeaseHeld {
+	if bd.Epoch != e1 || bd.LeaseState != holdfastv1.LeaseHeld {
 		t.Fatalf("binding after the handover: %+v", bd)
 	}
 	for _, e := range events(t, u) {
@@ -173,9 +175,9 @@ func TestTheLeaderKilledMidLeaseNeverFencesTheRuntime(t *testing.T) {
 			t.Fatalf("the handover produced %s: %s", e.Reason, e.Note)
 		}
 	}
-	// The device went on taking epoch 1's writes through the handover.
+	// The device went on taking the binding's writes through the handover.
 	var after int
-	for _, w := range devicesim.ByEpoch(dev.Writes())[1] {
+	for _, w := range devicesim.ByEpoch(dev.Writes())[e1] {
 		if w.Time.After(killedAt.Add(10 * time.Second)) {
 			after++
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/holdfast-io/holdfast/api/lease"
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/controller/grantor"
+	"github.com/holdfast-io/holdfast/policy"
 )
 
 // Inputs is everything one pass decides from. The decisions are pure: the
@@ -40,6 +41,36 @@ type Inputs struct {
 	Unavailable map[string]string
 	// NodeExists answers whether a node of that name exists.
 	NodeExists func(string) bool
+	// PodGone: the apiserver (read past the cache) has no pod of the
+	// current binding's name, so its runtime process is confirmed stopped.
+	// Read only while the binding is handed over.
+	PodGone bool
+	// EpochFloor is the least epoch a new binding may take
+	// (policy.EpochFloor of the cluster's epoch record and the clock, L13);
+	// the reconciler reserves the epoch a plan binds before it writes it.
+	EpochFloor int64
+	// Devices is what the current binding's runtime last said of its
+	// devices (L13).
+	Devices DeviceReport
+	// Timings are this grantor's; a Failover unit's lease below their floor
+	// is reported (L14).
+	Timings policy.GrantorTimings
+}
+
+// nextEpoch is the epoch a new binding of the unit takes now. A person's
+// failover also goes above every owner epoch the runtime found later than
+// its own at a device: they took the decision that the device's other
+// writer is stopped (L13), which no automatic path can.
+func (in *Inputs) nextEpoch(origin holdfastv1.BindingOrigin) int64 {
+	var cur int64
+	if b := in.Unit.Status.RuntimeBinding; b != nil {
+		cur = b.Epoch
+	}
+	floor := in.EpochFloor
+	if origin == holdfastv1.OriginManual {
+		floor = max(floor, in.Devices.latestOwner()+1)
+	}
+	return policy.NextEpoch(cur, floor)
 }
 
 // Rebind is a new binding the pass decided on.
@@ -62,8 +93,17 @@ type Plan struct {
 	ConsumeRequest bool
 	// RequeueAfter is when the next deadline falls.
 	RequeueAfter time.Duration
+	// StopGranting: the pass starts a hand-over. The reconciler pauses the
+	// binding's renewal loop and decides again before it writes, so the
+	// recorded start comes after the last grant.
+	StopGranting bool
+	// DeletePod: delete the current binding's pod (an Autonomy runtime
+	// handed over stops only by its pod's deletion).
+	DeletePod bool
 
 	holdOffWait bool
+	// terms are the binding's recorded promise as this pass reads it.
+	terms terms
 }
 
 func (p *Plan) at(in *Inputs, due time.Time) {
@@ -76,25 +116,27 @@ func (p *Plan) at(in *Inputs, due time.Time) {
 func Decide(in Inputs) Plan {
 	u := in.Unit
 	p := Plan{Status: *u.Status.DeepCopy()}
-	a := &u.Spec.Availability
-	failover := a.Mode == holdfastv1.Failover
-	if failover {
-		// A pass never goes longer than one renewal interval.
-		p.RequeueAfter = lease.RenewInterval(a.LeaseDuration(), 0)
-	}
-
 	if p.Status.RuntimeBinding == nil {
-		b := &holdfastv1.RuntimeBinding{Epoch: 1, Pod: PodName(u.Name, 1), Origin: holdfastv1.OriginInitial}
-		if failover {
-			b.LeaseState, b.LeaseStateEpoch = holdfastv1.LeasePending, 1
+		e := in.nextEpoch(holdfastv1.OriginInitial)
+		pr := policy.NewPromise(u)
+		b := &holdfastv1.RuntimeBinding{Epoch: e, Pod: PodName(u.Name, e), Origin: holdfastv1.OriginInitial, Promise: &pr}
+		p.terms = termsOf(u, b)
+		if p.terms.mode == holdfastv1.Failover {
+			b.LeaseState, b.LeaseStateEpoch = holdfastv1.LeasePending, e
 		}
 		p.Status.RuntimeBinding = b
-		leaseCondition(&p.Status, a, b, in.Now)
+		leaseCondition(&p.Status, p.terms, b, in.Now)
 		p.RequeueAfter = time.Millisecond
 		return p
 	}
 	bookkeeping(&p, &in)
+	if p.terms.mode == holdfastv1.Failover {
+		// A pass never goes longer than one renewal interval.
+		p.at(&in, in.Now.Add(lease.RenewInterval(p.terms.lease, 0)))
+	}
 	decide(&p, &in)
+	noteDevices(&p, &in)
+	noteLeaseFloor(&p, &in)
 	// LeadershipHoldOff is a wait, not an outcome: it is removed on the
 	// first pass that no longer waits on it.
 	if c := meta.FindStatusCondition(p.Status.Conditions, holdfastv1.ConditionFailoverRequest); c != nil &&
@@ -108,11 +150,14 @@ func Decide(in Inputs) Plan {
 // (an expiry is reported before any Hold or re-bind), then a person's
 // request, then the automatic path, then a restart.
 func decide(p *Plan, in *Inputs) {
-	failover := in.Unit.Spec.Availability.Mode == holdfastv1.Failover
+	failover := p.terms.mode == holdfastv1.Failover
 	if failover && noteLeaseState(p, in) {
 		return
 	}
 	if manualFailover(p, in) {
+		return
+	}
+	if handOver(p, in) {
 		return
 	}
 	if failover && automaticFailover(p, in) {
@@ -121,11 +166,12 @@ func decide(p *Plan, in *Inputs) {
 	restart(p, in)
 }
 
-// bookkeeping records the pod's first address and readiness, and adds the
-// node the scheduler chose for an automatic re-bind to the ledger (L5).
+// bookkeeping brings the binding's promise to the Unit (L11), records the
+// pod's first address and readiness, and adds the node the scheduler chose
+// for an automatic re-bind to the ledger (L5).
 func bookkeeping(p *Plan, in *Inputs) {
 	b := p.Status.RuntimeBinding
-	a := &in.Unit.Spec.Availability
+	notePromise(p, in)
 	pod := in.Pod
 	if pod != nil && pod.Status.PodIP != "" && b.FirstAddressAt == nil {
 		t := metav1.NewTime(in.Now)
@@ -145,8 +191,8 @@ func bookkeeping(p *Plan, in *Inputs) {
 		b.UnsettledRebinds = append(b.UnsettledRebinds, b.Node)
 	}
 	noteUnplaced(b, pod)
-	if a.Mode != holdfastv1.Failover {
-		leaseCondition(&p.Status, a, b, in.Now)
+	if p.terms.mode != holdfastv1.Failover {
+		leaseCondition(&p.Status, p.terms, b, in.Now)
 	}
 }
 
@@ -206,8 +252,8 @@ type leaseView struct {
 // first address, or the container's last start when it restarted in place
 // (a restarted process has to earn its lease again). Delaying that verdict
 // can only delay a re-bind.
-func observeLease(b *holdfastv1.RuntimeBinding, a *holdfastv1.Availability, pod *corev1.Pod, obs *grantor.Observation, now time.Time) leaseView {
-	d, grace := a.LeaseDuration(), a.StartupGrace()
+func observeLease(b *holdfastv1.RuntimeBinding, t terms, pod *corev1.Pod, obs *grantor.Observation, now time.Time) leaseView {
+	d, grace := t.lease, t.grace
 	var v leaseView
 	var cur *holdfastv1.RuntimeIncarnation
 	if pod != nil {
@@ -301,9 +347,9 @@ func startupStart(b *holdfastv1.RuntimeBinding, pod *corev1.Pod) time.Time {
 // upgrade records nothing anew. It reports whether it produced a record.
 func noteLeaseState(p *Plan, in *Inputs) bool {
 	u := in.Unit
-	a := &u.Spec.Availability
+	t := p.terms
 	b := p.Status.RuntimeBinding
-	v := observeLease(b, a, in.Pod, in.Obs, in.Now)
+	v := observeLease(b, t, in.Pod, in.Obs, in.Now)
 	if !v.Deadline.IsZero() {
 		p.at(in, v.Deadline)
 	}
@@ -315,7 +361,7 @@ func noteLeaseState(p *Plan, in *Inputs) bool {
 		b.LeaseEstablishedBy = &inc
 	}
 	transition := v.State != "" && (v.State != b.LeaseState || b.LeaseStateCarried())
-	if v.Acked && (b.LastAcknowledgedRenewal == nil || transition || v.LastAck.Sub(b.LastAcknowledgedRenewal.Time) >= a.LeaseDuration()/3) {
+	if v.Acked && (b.LastAcknowledgedRenewal == nil || transition || v.LastAck.Sub(b.LastAcknowledgedRenewal.Time) >= t.lease/3) {
 		t := metav1.NewMicroTime(v.LastAck)
 		b.LastAcknowledgedRenewal = &t
 	}
@@ -361,14 +407,20 @@ func noteLeaseState(p *Plan, in *Inputs) bool {
 			r.count = func() { count(); budgetExhausted.WithLabelValues(u.Namespace, u.Name).Set(0) }
 		}
 	case holdfastv1.LeaseExpired:
-		b.Expiry = verdict(b, a, in, v)
+		b.Expiry = verdict(b, in, v)
+		if b.HandOver != nil {
+			// A planned hand-over stopped the grants: the expiry is its
+			// fence, recorded without the alarm of an unplanned one.
+			b.Expiry.Message = fmt.Sprintf("planned hand-over: no grant sent since %s", b.HandOver.Since.UTC().Format(time.RFC3339))
+			break
+		}
 		r = warning(EventLeaseExpired)
 		r.Verdict = string(b.Expiry.Verdict) + "/" + string(b.Expiry.LastAttempt)
-		r.Message = expiryMessage(b, a, in)
+		r.Message = expiryMessage(b, t, in)
 		verdictName := string(b.Expiry.Verdict)
 		r.count = func() { leaseExpiries.WithLabelValues(u.Namespace, u.Name, verdictName).Inc() }
 	}
-	leaseCondition(&p.Status, a, b, in.Now)
+	leaseCondition(&p.Status, t, b, in.Now)
 	if r == nil {
 		return false
 	}
@@ -380,13 +432,13 @@ func noteLeaseState(p *Plan, in *Inputs) bool {
 
 // verdict is captured at the transition: whether any renewal had been
 // acknowledged at this binding is exactly what a late answer would erase.
-func verdict(b *holdfastv1.RuntimeBinding, a *holdfastv1.Availability, in *Inputs, v leaseView) *holdfastv1.LeaseExpiryRecord {
+func verdict(b *holdfastv1.RuntimeBinding, in *Inputs, v leaseView) *holdfastv1.LeaseExpiryRecord {
 	rec := &holdfastv1.LeaseExpiryRecord{
 		Verdict:     holdfastv1.VerdictStartupFailed,
 		LastAttempt: holdfastv1.RenewalNotAttempted,
 		// Rounded up to the second the API keeps: the margin runs from
 		// here, and an earlier instant would start a new writer early.
-		At:    metav1.NewTime(ceilSecond(v.Deadline)),
+		At:    metav1.NewTime(policy.CeilSecond(v.Deadline)),
 		Epoch: b.Epoch,
 	}
 	if v.Established {
@@ -410,7 +462,7 @@ func verdict(b *holdfastv1.RuntimeBinding, a *holdfastv1.Availability, in *Input
 	return rec
 }
 
-func expiryMessage(b *holdfastv1.RuntimeBinding, a *holdfastv1.Availability, in *Inputs) string {
+func expiryMessage(b *holdfastv1.RuntimeBinding, t terms, in *Inputs) string {
 	e := b.Expiry
 	attempt := fmt.Sprintf("last renewal attempt %s", e.LastAttempt)
 	if e.Message != "" {
@@ -422,21 +474,21 @@ func expiryMessage(b *holdfastv1.RuntimeBinding, a *holdfastv1.Availability, in 
 			from = "its first address at " + b.FirstAddressAt.UTC().Format(time.RFC3339)
 		}
 		return fmt.Sprintf("The runtime at epoch %d on node %s did not come up: no renewal acknowledged within the start-up grace of %v from %s (%s). Nothing was fenced: no lease was ever granted at this binding",
-			b.Epoch, nodeOrUnknown(b.Node), a.StartupGrace(), from, attempt)
+			b.Epoch, nodeOrUnknown(b.Node), t.grace, from, attempt)
 	}
 	last := "before this controller's leadership"
 	if b.LastAcknowledgedRenewal != nil {
 		last = b.LastAcknowledgedRenewal.UTC().Format(time.RFC3339Nano)
 	}
 	return fmt.Sprintf("Control lease at epoch %d on node %s expired at %s: no renewal acknowledged since %s (%s). By its own clock the runtime has held its outputs for up to %v and fenced itself: output writes stopped, reads go on",
-		b.Epoch, nodeOrUnknown(b.Node), e.At.UTC().Format(time.RFC3339Nano), last, attempt, a.HoldBound())
+		b.Epoch, nodeOrUnknown(b.Node), e.At.UTC().Format(time.RFC3339Nano), last, attempt, t.holdBound)
 }
 
 // leaseCondition is the LeaseExpired condition of the binding's state.
-func leaseCondition(st *holdfastv1.UnitStatus, a *holdfastv1.Availability, b *holdfastv1.RuntimeBinding, now time.Time) {
+func leaseCondition(st *holdfastv1.UnitStatus, t terms, b *holdfastv1.RuntimeBinding, now time.Time) {
 	c := metav1.Condition{Type: holdfastv1.ConditionLeaseExpired, Status: metav1.ConditionFalse}
 	switch {
-	case a.Mode != holdfastv1.Failover:
+	case t.mode != holdfastv1.Failover:
 		c.Reason, c.Message = holdfastv1.ReasonAutonomy, "An Autonomy runtime holds no lease and never fences itself"
 	case b.LeaseState == holdfastv1.LeaseExpired && b.Expiry != nil:
 		c.Status, c.Reason = metav1.ConditionTrue, string(b.Expiry.Verdict)
@@ -461,6 +513,7 @@ func ownExpiry(b *holdfastv1.RuntimeBinding) bool {
 func automaticFailover(p *Plan, in *Inputs) bool {
 	u := in.Unit
 	a := &u.Spec.Availability
+	t := p.terms
 	b := p.Status.RuntimeBinding
 	if !ownExpiry(b) {
 		return false
@@ -470,16 +523,16 @@ func automaticFailover(p *Plan, in *Inputs) bool {
 	}
 	exp := b.Expiry.At.Time
 	if b.Expiry.Verdict == holdfastv1.VerdictSelfFenced && !meta.IsStatusConditionTrue(p.Status.Conditions, holdfastv1.ConditionHeld) {
-		if due := exp.Add(a.HoldBound()); in.Now.Before(due) {
+		if due := exp.Add(t.holdBound); in.Now.Before(due) {
 			p.at(in, due)
 			return false
 		}
 		p.Record = hold(p, in, holdfastv1.ReasonRuntimeLost, fmt.Sprintf(
 			"Hold: the runtime's lease at epoch %d on node %s expired at %s and the expiry outlasted the hold bound of %v",
-			b.Epoch, nodeOrUnknown(b.Node), exp.UTC().Format(time.RFC3339), a.HoldBound()))
+			b.Epoch, nodeOrUnknown(b.Node), exp.UTC().Format(time.RFC3339), t.holdBound))
 		return true
 	}
-	if due := exp.Add(a.RebindMargin()); in.Now.Before(due) {
+	if due := exp.Add(t.margin); in.Now.Before(due) {
 		p.at(in, due)
 		return false
 	}
@@ -497,7 +550,7 @@ func automaticFailover(p *Plan, in *Inputs) bool {
 		p.Rebind = &Rebind{Origin: holdfastv1.OriginAutomatic}
 		r := warning(EventRebound)
 		r.Message = fmt.Sprintf("Re-bound from node %s (epoch %d, lease expired at %s, %s) to epoch %d after the margin of %v; the scheduler places it on an untried standby: %s",
-			nodeOrUnknown(b.Node), b.Epoch, exp.UTC().Format(time.RFC3339), b.Expiry.Verdict, b.Epoch+1, a.RebindMargin(), strings.Join(untried, ", "))
+			nodeOrUnknown(b.Node), b.Epoch, exp.UTC().Format(time.RFC3339), b.Expiry.Verdict, in.nextEpoch(holdfastv1.OriginAutomatic), t.margin, strings.Join(untried, ", "))
 		if n := len(b.UnplacedRebinds); n > 0 {
 			r.Message += fmt.Sprintf(" (%d attempt(s) left: %d re-bind(s) never placed count against the budget)", left, n)
 		}
@@ -629,40 +682,61 @@ func hold(p *Plan, in *Inputs, cause, msg string) *Record {
 	return r
 }
 
-// applyRebind builds the new binding. It carries the lease state and its
-// epoch unchanged, so the standby's first renewal is an Expired to Held
-// edge and its own expiry is still recorded (LeaseStateCarried).
+// applyRebind builds the new binding under a new promise, the Unit's as it
+// is now (L11). It carries the lease state and its epoch unchanged, so the
+// standby's first renewal is an Expired to Held edge and its own expiry is
+// still recorded (LeaseStateCarried). A hand-over stays on the node it
+// hands over (recorded here: the scheduler has nowhere else to put it), or,
+// when the old binding was never placed, keeps its placement and ledger.
 func applyRebind(p *Plan, in *Inputs, rb *Rebind) {
 	u := in.Unit
 	old := p.Status.RuntimeBinding
+	pr := policy.NewPromise(u)
+	e := in.nextEpoch(rb.Origin)
 	nb := &holdfastv1.RuntimeBinding{
-		Epoch:        old.Epoch + 1,
-		Pod:          PodName(u.Name, old.Epoch+1),
+		Epoch:        e,
+		Pod:          PodName(u.Name, e),
 		Origin:       rb.Origin,
 		PreviousNode: old.Node,
 		RequestID:    rb.RequestID,
+		Promise:      &pr,
 	}
-	if u.Spec.Availability.Mode == holdfastv1.Failover && old.LeaseState != "" {
+	handOver := rb.Origin == holdfastv1.OriginHandOver
+	switch {
+	case handOver && old.Node != "":
+		nb.Node, nb.PreviousNode = old.Node, ""
+	case handOver:
+		nb.Origin, nb.PreviousNode, nb.RequestID = old.Origin, old.PreviousNode, old.RequestID
+	}
+	switch {
+	case pr.Mode != holdfastv1.Failover:
+	case old.LeaseState != "":
 		nb.LeaseState, nb.LeaseStateEpoch = old.LeaseState, old.LeaseStateEpoch
 		if nb.LeaseStateEpoch == 0 {
 			nb.LeaseStateEpoch = old.Epoch
 		}
 		nb.Expiry = old.Expiry.DeepCopy()
+	default:
+		// From an Autonomy binding, which held no lease.
+		nb.LeaseState, nb.LeaseStateEpoch = holdfastv1.LeasePending, nb.Epoch
 	}
-	if rb.Origin == holdfastv1.OriginAutomatic {
+	if rb.Origin == holdfastv1.OriginAutomatic || handOver {
 		nb.UnsettledRebinds = slices.Clone(old.UnsettledRebinds)
 		nb.UnplacedRebinds = slices.Clone(old.UnplacedRebinds)
 	}
 	p.Status.RuntimeBinding = nb
+	p.terms = termsOf(u, nb)
 	r := p.Record
 	r.Epoch, r.Node = nb.Epoch, old.Node
 	if rb.Node != "" {
 		r.Node = rb.Node
 	}
-	setCondition(&p.Status, metav1.Condition{Type: holdfastv1.ConditionFailoverRequest, Status: metav1.ConditionTrue,
-		Reason: holdfastv1.ReasonRebound, Message: r.Message}, in.Now)
-	if u.Spec.Availability.Mode != holdfastv1.Failover {
-		leaseCondition(&p.Status, &u.Spec.Availability, nb, in.Now)
+	if !handOver {
+		setCondition(&p.Status, metav1.Condition{Type: holdfastv1.ConditionFailoverRequest, Status: metav1.ConditionTrue,
+			Reason: holdfastv1.ReasonRebound, Message: r.Message}, in.Now)
+	}
+	if pr.Mode != holdfastv1.Failover {
+		leaseCondition(&p.Status, p.terms, nb, in.Now)
 	}
 	p.RequeueAfter = time.Millisecond
 }
@@ -671,7 +745,7 @@ func applyRebind(p *Plan, in *Inputs, rb *Rebind) {
 // the pass produced a record or must wait.
 func manualFailover(p *Plan, in *Inputs) bool {
 	u := in.Unit
-	a := &u.Spec.Availability
+	t := p.terms
 	b := p.Status.RuntimeBinding
 	target, asked := u.Annotations[holdfastv1.AnnotationFailoverTo]
 	if !asked {
@@ -704,16 +778,14 @@ func manualFailover(p *Plan, in *Inputs) bool {
 	}
 
 	if confirm == "" {
-		if a.Mode != holdfastv1.Failover {
+		if t.mode != holdfastv1.Failover {
 			return refuse(fmt.Sprintf("An Autonomy runtime never fences itself: set %s to how node %s was fenced (powered off, cut from the field network)",
 				holdfastv1.AnnotationFailoverConfirmFenced, nodeOrUnknown(b.Node)))
 		}
-		acked := in.Obs != nil && in.Obs.Acked()
-		neverGranted := b.LeaseEstablishedBy == nil && !acked && (b.LeaseState != holdfastv1.LeaseHeld || b.LeaseStateCarried())
-		fenced := ownExpiry(b) && (b.Expiry.Verdict == holdfastv1.VerdictStartupFailed || !in.Now.Before(b.Expiry.At.Add(a.RebindMargin())))
-		if !fenced && !neverGranted {
+		fenced := ownExpiry(b) && (b.Expiry.Verdict == holdfastv1.VerdictStartupFailed || !in.Now.Before(b.Expiry.At.Add(t.margin)))
+		if !fenced && !neverGranted(b, in) {
 			if ownExpiry(b) {
-				p.at(in, b.Expiry.At.Add(a.RebindMargin())) // fenced once the margin has passed
+				p.at(in, b.Expiry.At.Add(t.margin)) // fenced once the margin has passed
 				return true
 			}
 			return refuse(fmt.Sprintf("The runtime at epoch %d on node %s holds its lease and may still be writing: set %s to how the node was fenced, or wait for its lease to expire",
@@ -735,9 +807,12 @@ func manualFailover(p *Plan, in *Inputs) bool {
 	r := warning(EventManualRebind)
 	r.Manual, r.RequestID = true, u.Annotations[holdfastv1.AnnotationRequestID]
 	fence := "fence evidence: " + fenceEvidence(b, confirm)
-	r.Message = fmt.Sprintf("Manual failover from node %s (epoch %d) to node %s at epoch %d; %s", nodeOrUnknown(b.Node), b.Epoch, target, b.Epoch+1, fence)
+	r.Message = fmt.Sprintf("Manual failover from node %s (epoch %d) to node %s at epoch %d; %s", nodeOrUnknown(b.Node), b.Epoch, target, in.nextEpoch(holdfastv1.OriginManual), fence)
 	if len(b.UnsettledRebinds) > 0 || len(b.UnplacedRebinds) > 0 {
 		r.Message += fmt.Sprintf("; the re-bind ledger (%s) is emptied", ledgerSummary(b))
+	}
+	if e := in.Devices.latestOwner(); e > 0 {
+		r.Message += fmt.Sprintf("; the new epoch is above owner epoch %d, which the runtime found at its device", e)
 	}
 	r.count = func() {
 		rebinds.WithLabelValues(u.Namespace, u.Name, "manual").Inc()
@@ -807,15 +882,15 @@ func restart(p *Plan, in *Inputs) {
 	if at.Before(held.LastTransitionTime.Time) {
 		return // asked before this Hold: not a restart of it
 	}
-	ready := in.Pod != nil && PodReady(in.Pod)
-	if u.Spec.Availability.Mode == holdfastv1.Failover {
+	ready := in.Pod != nil && PodReady(in.Pod) && b.HandOver == nil
+	if p.terms.mode == holdfastv1.Failover {
 		ready = ready && b.LeaseState == holdfastv1.LeaseHeld && !b.LeaseStateCarried()
 	}
 	if !ready {
 		return
 	}
 	state := "is ready"
-	if u.Spec.Availability.Mode == holdfastv1.Failover {
+	if p.terms.mode == holdfastv1.Failover {
 		state = "holds its lease and is ready"
 	}
 	msg := fmt.Sprintf("Restart: the runtime at epoch %d on node %s %s; the Hold is cleared (restart asked at %s)",
@@ -847,11 +922,4 @@ func leaseStateGauges(u *holdfastv1.Unit, s holdfastv1.LeaseState) {
 		}
 		leaseStateGauge.WithLabelValues(u.Namespace, u.Name, string(st)).Set(v)
 	}
-}
-
-func ceilSecond(t time.Time) time.Time {
-	if r := t.Truncate(time.Second); !r.Equal(t) {
-		return r.Add(time.Second)
-	}
-	return t
 }

@@ -33,7 +33,11 @@ type sim struct {
 	free    []string
 	// unavailable: why each other eligible standby is not free.
 	unavailable map[string]string
-	records     []*Record
+	// podGone: the apiserver has no pod of the current binding.
+	podGone bool
+	// devices is what the runtime reports of its devices (L13).
+	devices DeviceReport
+	records []*Record
 }
 
 func failoverUnit() *holdfastv1.Unit {
@@ -51,6 +55,12 @@ func failoverUnit() *holdfastv1.Unit {
 	}
 }
 
+func autonomyUnit() *holdfastv1.Unit {
+	u := failoverUnit()
+	u.Spec.Availability.Mode = holdfastv1.Autonomy
+	return u
+}
+
 func newSim(t *testing.T, u *holdfastv1.Unit) *sim {
 	return &sim{t: t, u: u, now: t0, free: []string{"standby-1", "standby-2"}}
 }
@@ -58,7 +68,7 @@ func newSim(t *testing.T, u *holdfastv1.Unit) *sim {
 func (s *sim) pass() Plan {
 	s.t.Helper()
 	p := Decide(Inputs{Unit: s.u, Pod: s.pod, Obs: s.obs, Now: s.now, HoldOffUntil: s.holdOff, FreeTargets: s.free, Unavailable: s.unavailable,
-		NodeExists: func(n string) bool { return n != "nowhere" }})
+		NodeExists: func(n string) bool { return n != "nowhere" }, PodGone: s.podGone, Devices: s.devices})
 	s.u.Status = p.Status
 	if p.Record != nil {
 		s.records = append(s.records, p.Record)
@@ -69,7 +79,7 @@ func (s *sim) pass() Plan {
 	}
 	if p.Rebind != nil {
 		// The reconciler forgets the old loop and creates a fresh pod.
-		s.pod, s.obs = nil, nil
+		s.pod, s.obs, s.podGone = nil, nil, false
 	}
 	return p
 }
@@ -131,12 +141,25 @@ func (s *sim) cond(t string) *metav1.Condition {
 	return meta.FindStatusCondition(s.u.Status.Conditions, t)
 }
 
+// placed makes a fresh unit's first binding and places its pod on edge-1
+// with an address, ready or not.
+func (s *sim) placed(ready bool) {
+	s.pass()
+	s.schedule("edge-1")
+	s.runtimePod("uid-1", ready)
+}
+
+// starting is a placed runtime that has answered no renewal yet.
+func (s *sim) starting() {
+	s.placed(false)
+	s.loop()
+	s.fail(grantor.Unreachable, "connection refused")
+}
+
 // held brings a fresh unit to Held at epoch 1 on edge-1.
 func (s *sim) held() {
 	s.t.Helper()
-	s.pass()
-	s.schedule("edge-1")
-	s.runtimePod("uid-1", true)
+	s.placed(true)
 	s.loop()
 	s.ack()
 	s.pass()
@@ -340,11 +363,7 @@ func TestTheTwoDeadlines(t *testing.T) {
 	})
 	t.Run("a binding never acknowledged expires at first address + grace, StartupFailed", func(t *testing.T) {
 		s := newSim(t, failoverUnit())
-		s.pass()
-		s.schedule("edge-1")
-		s.runtimePod("uid-1", false)
-		s.loop()
-		s.fail(grantor.Unreachable, "connection refused")
+		s.starting()
 		s.pass() // records the first address
 		s.advance(31 * time.Second)
 		s.pass()
@@ -408,9 +427,7 @@ func TestTheTwoDeadlines(t *testing.T) {
 
 func TestLeaseEstablishedByIsWrittenOnceAndOnlyWithAnAcknowledgement(t *testing.T) {
 	s := newSim(t, failoverUnit())
-	s.pass()
-	s.schedule("edge-1")
-	s.runtimePod("uid-1", false)
+	s.placed(false)
 	s.loop()
 	for range 5 {
 		s.fail(grantor.Refused, "503: starting")
@@ -674,12 +691,8 @@ func TestManualFailover(t *testing.T) {
 		}
 	})
 	t.Run("an Autonomy unit moves only with a confirmed fence, pinned to the node asked for", func(t *testing.T) {
-		u := failoverUnit()
-		u.Spec.Availability.Mode = holdfastv1.Autonomy
-		s := newSim(t, u)
-		s.pass()
-		s.schedule("edge-1")
-		s.runtimePod("uid-1", true)
+		s := newSim(t, autonomyUnit())
+		s.placed(true)
 		s.u.Annotations = map[string]string{holdfastv1.AnnotationFailoverTo: "standby-1"}
 		s.pass()
 		if got := s.reasons(); !slices.Equal(got, []string{EventManualFailoverRefused}) {

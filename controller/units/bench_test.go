@@ -2,9 +2,9 @@ package units
 
 import (
 	"context"
+	"crypto/x509"
 	"fmt"
 	"net"
-	"net/http/httptest"
 	"strconv"
 	"testing"
 	"time"
@@ -19,6 +19,7 @@ import (
 	"github.com/holdfast-io/holdfast/api/lease"
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/controller/grantor"
+	"github.com/holdfast-io/holdfast/internal/leasetls/leasetlstest"
 	runtimelease "github.com/holdfast-io/holdfast/runtime/lease"
 )
 
@@ -39,6 +40,8 @@ func BenchmarkWarmStart(b *testing.B) {
 			_ = holdfastv1.AddToScheme(scheme)
 			var objs []client.Object
 			keepers := make([]*runtimelease.Keeper, n)
+			// The lease channel as the units role runs it: mutual TLS.
+			ca := leasetlstest.NewCA(b, "bench-lease-ca")
 			for i := range n {
 				name := "unit-" + strconv.Itoa(i)
 				k, err := runtimelease.NewKeeper(runtimelease.Config{Unit: "plant/" + name, Epoch: 1, Mode: holdfastv1.Failover,
@@ -47,8 +50,8 @@ func BenchmarkWarmStart(b *testing.B) {
 					b.Fatal(err)
 				}
 				keepers[i] = k
-				srv := httptest.NewServer(runtimelease.NewHandler(k, klog.Background()))
-				b.Cleanup(srv.Close)
+				srv := ca.ServeRuntime(b, runtimelease.NewHandler(k, runtimelease.MutualTLS(func() *x509.CertPool { return ca.Roots }, lease.GrantorIdentity),
+					klog.Background()), "plant/"+name, 1)
 				port, _ := strconv.Atoi(srv.Listener.Addr().(*net.TCPAddr).AddrPort().String()[len("127.0.0.1:"):])
 				u := &holdfastv1.Unit{ObjectMeta: metav1.ObjectMeta{Namespace: "plant", Name: name},
 					Spec: holdfastv1.UnitSpec{Runtime: holdfastv1.UnitRuntime{LeasePort: int32(port)},
@@ -64,7 +67,7 @@ func BenchmarkWarmStart(b *testing.B) {
 				// The grantor's seq starts at the wall clock: a grant the
 				// keeper took from this grantor has a seq above this.
 				from := uint64(time.Now().UnixNano())
-				g := grantor.New(grantor.Options{Name: "bench"})
+				g := grantor.New(grantor.Options{Name: "bench", TLS: ca.Grantor(b)})
 				w := &WarmStart{Reader: reader, Grantor: g, Tenure: acquiredNow{}}
 				if cnt, err := w.Run(context.Background()); err != nil || cnt != n {
 					b.Fatalf("warm start found %d of %d: %v", cnt, n, err)

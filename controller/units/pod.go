@@ -1,14 +1,16 @@
 package units
 
 import (
-	"fmt"
+	"slices"
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	leaseapi "github.com/holdfast-io/holdfast/api/lease"
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/policy"
 )
 
 const (
@@ -20,11 +22,20 @@ const (
 	// count), and a new binding starts with nothing.
 	StateDir    = "/var/lib/holdfast/state"
 	stateVolume = "state"
+	// LeaseTLSDir is where the pod's lease credentials are mounted
+	// (docs/design.md §3 L12): its key and certificate, which the kubelet
+	// gets from the lease signer through a PodCertificateRequest and
+	// renews, and the lease CA from the signer's ClusterTrustBundle.
+	LeaseTLSDir    = "/var/run/holdfast/lease-tls"
+	leaseTLSVolume = "lease-tls"
+	// leaseCertificateSeconds is the longest life the kubelet asks for; the
+	// signer gives a day, and the kubelet renews at two thirds of it.
+	leaseCertificateSeconds = 24 * 60 * 60
 )
 
 // PodName is the runtime pod of a binding: <unit>-runtime-e<epoch>.
 func PodName(unit string, epoch int64) string {
-	return fmt.Sprintf("%s-runtime-e%d", unit, epoch)
+	return holdfastv1.RuntimePodName(unit, epoch)
 }
 
 // Placement says where a new runtime pod may go, beyond what the scheduler's
@@ -41,14 +52,15 @@ type Placement struct {
 
 // RuntimePod builds the runtime pod of the unit's binding at epoch. It never
 // sets nodeName: the controller decides when and with which epoch, the
-// scheduler where.
+// scheduler where. The mode and lease in its environment are the binding's
+// recorded promise (L11), so the process runs as the record says.
 func RuntimePod(u *holdfastv1.Unit, epoch int64, p Placement) *corev1.Pod {
 	rt := u.Spec.Runtime
-	a := u.Spec.Availability
-	mode := a.Mode
-	if mode == "" {
-		mode = holdfastv1.Autonomy
+	pr := policy.NewPromise(u)
+	if b := u.Status.RuntimeBinding; b != nil && b.Epoch == epoch && b.Promise != nil {
+		pr = *b.Promise
 	}
+	mode := pr.Mode
 	// The unit and the epoch come through the downward API from the pod's
 	// own labels, so the pod and the process can never disagree about
 	// which binding they are.
@@ -61,10 +73,11 @@ func RuntimePod(u *holdfastv1.Unit, epoch int64, p Placement) *corev1.Pod {
 		fieldEnv(holdfastv1.RuntimeEnvNodeName, "spec.nodeName"),
 		fieldEnv(holdfastv1.RuntimeEnvPodIP, "status.podIP"),
 		{Name: holdfastv1.RuntimeEnvMode, Value: string(mode)},
-		{Name: holdfastv1.RuntimeEnvLeaseDuration, Value: a.LeaseDuration().String()},
+		{Name: holdfastv1.RuntimeEnvLeaseDuration, Value: pr.LeaseDuration().String()},
 		{Name: holdfastv1.RuntimeEnvLeasePort, Value: strconv.Itoa(int(rt.LeasePort))},
 		{Name: holdfastv1.RuntimeEnvHealthPort, Value: strconv.Itoa(int(rt.HealthPort))},
 		{Name: holdfastv1.RuntimeEnvStateDir, Value: StateDir},
+		{Name: holdfastv1.RuntimeEnvLeaseTLSDir, Value: LeaseTLSDir},
 	}
 	ports := []corev1.ContainerPort{
 		{Name: "health", ContainerPort: rt.HealthPort, HostPort: rt.HealthPort, Protocol: corev1.ProtocolTCP},
@@ -109,7 +122,10 @@ func RuntimePod(u *holdfastv1.Unit, epoch int64, p Placement) *corev1.Pod {
 				{Key: corev1.TaintNodeNotReady, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute},
 				{Key: corev1.TaintNodeUnreachable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute},
 			},
-			Volumes: []corev1.Volume{{Name: stateVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
+			Volumes: []corev1.Volume{
+				{Name: stateVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+				leaseTLS(),
+			},
 			Containers: []corev1.Container{{
 				Name:            RuntimeContainer,
 				Image:           rt.Image,
@@ -117,8 +133,11 @@ func RuntimePod(u *holdfastv1.Unit, epoch int64, p Placement) *corev1.Pod {
 				Args:            rt.Args,
 				Env:             env,
 				Resources:       rt.Resources,
-				VolumeMounts:    []corev1.VolumeMount{{Name: stateVolume, MountPath: StateDir}},
-				Ports:           ports,
+				VolumeMounts: []corev1.VolumeMount{
+					{Name: stateVolume, MountPath: StateDir},
+					{Name: leaseTLSVolume, MountPath: LeaseTLSDir, ReadOnly: true},
+				},
+				Ports: ports,
 				// L9: readiness answers to the lease and the drivers,
 				// liveness only to a stalled scan. A fenced runtime is
 				// not ready and is alive.
@@ -148,6 +167,41 @@ func RuntimePod(u *holdfastv1.Unit, epoch int64, p Placement) *corev1.Pod {
 		pod.Spec.NodeSelector = u.Spec.NodeSelector
 	}
 	return pod
+}
+
+// leaseTLS is the lease credentials volume. The kubelet starts the
+// container only once the signer has issued the pod's certificate, and
+// the NodeRestriction admission plugin lets only the pod's own node ask for
+// it: the key never leaves that node.
+func leaseTLS() corev1.Volume {
+	signer := leaseapi.SignerName
+	return corev1.Volume{Name: leaseTLSVolume, VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+		Sources: []corev1.VolumeProjection{
+			{PodCertificate: &corev1.PodCertificateProjection{
+				SignerName: leaseapi.SignerName, KeyType: "ECDSAP256",
+				MaxExpirationSeconds: ptr.To(int32(leaseCertificateSeconds)),
+				CredentialBundlePath: leaseapi.CredentialsFile,
+			}},
+			{ClusterTrustBundle: &corev1.ClusterTrustBundleProjection{
+				SignerName: &signer, LabelSelector: &metav1.LabelSelector{}, Path: leaseapi.TrustBundleFile,
+			}},
+		},
+	}}}
+}
+
+// PlaintextLease turns a runtime pod built by RuntimePod into one whose
+// runtime serves its lease endpoint over plain HTTP, for a controller run
+// with --insecure-plaintext-lease: no credentials volume, and the runtime
+// told so.
+func PlaintextLease(pod *corev1.Pod) {
+	spec := &pod.Spec
+	spec.Volumes = slices.DeleteFunc(spec.Volumes, func(v corev1.Volume) bool { return v.Name == leaseTLSVolume })
+	for i := range spec.Containers {
+		c := &spec.Containers[i]
+		c.VolumeMounts = slices.DeleteFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == leaseTLSVolume })
+		c.Env = slices.DeleteFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == holdfastv1.RuntimeEnvLeaseTLSDir })
+		c.Env = slices.Insert(c.Env, 0, corev1.EnvVar{Name: holdfastv1.RuntimeEnvInsecurePlaintextLease, Value: "true"})
+	}
 }
 
 func fieldEnv(name, path string) corev1.EnvVar {

@@ -5,6 +5,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	leaseapi "github.com/holdfast-io/holdfast/api/lease"
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 )
 
@@ -88,7 +89,7 @@ func TestTheRuntimePodNeverNamesANodeAndCarriesItsBinding(t *testing.T) {
 	if hostPorts["health"] != 9440 || hostPorts["lease"] != 9443 || hostPorts["metrics"] != 9441 {
 		t.Errorf("host ports %v, want health 9440, lease 9443, metrics 9441", hostPorts)
 	}
-	if v := first.Spec.Volumes; len(v) != 1 || v[0].EmptyDir == nil || first.Spec.Containers[0].VolumeMounts[0].MountPath != StateDir {
+	if v := first.Spec.Volumes; len(v) != 2 || v[0].EmptyDir == nil || first.Spec.Containers[0].VolumeMounts[0].MountPath != StateDir {
 		t.Errorf("the state directory is an emptyDir that lives as long as the pod: %+v", v)
 	}
 	for _, tol := range []string{corev1.TaintNodeNotReady, corev1.TaintNodeUnreachable} {
@@ -109,5 +110,58 @@ func TestTheRuntimePodNeverNamesANodeAndCarriesItsBinding(t *testing.T) {
 	auto := RuntimePod(u, 5, Placement{})
 	if auto.Spec.NodeSelector != nil || auto.Spec.Affinity != nil {
 		t.Fatalf("an automatic re-bind is the scheduler's choice among the targets: %+v", auto.Spec)
+	}
+}
+
+// L12: the runtime pod mounts its lease credentials from the cluster, the
+// key and certificate from the lease signer (the kubelet asks for them
+// through a PodCertificateRequest; the key never leaves the node) and the CA
+// from the signer's ClusterTrustBundle, and tells the runtime where they
+// are. With --insecure-plaintext-lease it has neither and says so.
+func TestTheRuntimePodMountsItsLeaseCredentialsFromTheSigner(t *testing.T) {
+	pod := RuntimePod(failoverUnit(), 3, Placement{PrimarySelector: true})
+	var vol *corev1.Volume
+	for i := range pod.Spec.Volumes {
+		if pod.Spec.Volumes[i].Projected != nil {
+			vol = &pod.Spec.Volumes[i]
+		}
+	}
+	if vol == nil || len(vol.Projected.Sources) != 2 {
+		t.Fatalf("no projected lease credentials: %+v", pod.Spec.Volumes)
+	}
+	pc, ctb := vol.Projected.Sources[0].PodCertificate, vol.Projected.Sources[1].ClusterTrustBundle
+	if pc == nil || pc.SignerName != leaseapi.SignerName || pc.CredentialBundlePath != leaseapi.CredentialsFile || pc.KeyPath != "" {
+		t.Fatalf("podCertificate source %+v, want the lease signer's credential bundle at %s", pc, leaseapi.CredentialsFile)
+	}
+	if ctb == nil || ctb.SignerName == nil || *ctb.SignerName != leaseapi.SignerName || ctb.LabelSelector == nil || ctb.Path != leaseapi.TrustBundleFile || ctb.Name != nil {
+		t.Fatalf("clusterTrustBundle source %+v, want the lease signer's bundles at %s", ctb, leaseapi.TrustBundleFile)
+	}
+	c := pod.Spec.Containers[0]
+	mounted := false
+	for _, m := range c.VolumeMounts {
+		mounted = mounted || m.Name == vol.Name && m.MountPath == LeaseTLSDir && m.ReadOnly
+	}
+	env := map[string]string{}
+	for _, e := range c.Env {
+		env[e.Name] = e.Value
+	}
+	if !mounted || env[holdfastv1.RuntimeEnvLeaseTLSDir] != LeaseTLSDir {
+		t.Fatalf("mounted %v at %s, env %v", mounted, LeaseTLSDir, env)
+	}
+	if _, ok := env[holdfastv1.RuntimeEnvInsecurePlaintextLease]; ok {
+		t.Fatal("a secure runtime pod says the lease is plaintext")
+	}
+
+	PlaintextLease(pod)
+	c = pod.Spec.Containers[0]
+	env = map[string]string{}
+	for _, e := range c.Env {
+		env[e.Name] = e.Value
+	}
+	if len(pod.Spec.Volumes) != 1 || len(c.VolumeMounts) != 1 || env[holdfastv1.RuntimeEnvInsecurePlaintextLease] != "true" {
+		t.Fatalf("a plaintext runtime pod: volumes %+v mounts %+v env %v", pod.Spec.Volumes, c.VolumeMounts, env)
+	}
+	if _, ok := env[holdfastv1.RuntimeEnvLeaseTLSDir]; ok {
+		t.Fatal("a plaintext runtime pod still names a lease TLS directory")
 	}
 }

@@ -52,11 +52,20 @@ type Reconciler struct {
 	Grantor   *grantor.Grantor
 	HoldOff   HoldOff
 	Audit     *audit.Logger
-	Clock     clock.PassiveClock
+	// Epochs is the cluster's epoch record: every new binding's epoch is
+	// above it and reserved in it before the binding is written (L13).
+	Epochs *EpochRecord
+	// Timings are this grantor's: a Failover unit whose lease is below
+	// their floor is reported (L14).
+	Timings policy.GrantorTimings
+	Clock   clock.PassiveClock
 	// Actor names this process in audit lines.
 	Actor string
 	// Notify carries the grantor's observations into the queue.
 	Notify chan event.GenericEvent
+	// InsecurePlaintextLease builds runtime pods that serve their lease
+	// endpoint over plain HTTP (--insecure-plaintext-lease).
+	InsecurePlaintextLease bool
 }
 
 // SetupWithManager registers the controller. Pods and Nodes are watched
@@ -144,16 +153,19 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	r.ensureLoop(&u, pod)
+	r.ensureLoop(&u, pod, false)
+	r.ensureWatch(&u, pod)
 
 	in, err := r.inputs(ctx, &u, pod)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
 	plan := Decide(in)
-	if plan.Rebind != nil && u.Spec.Availability.Mode == holdfastv1.Failover {
+	stops := func(p Plan) bool { return p.StopGranting || p.Rebind != nil }
+	if stops(plan) {
 		// No acknowledgement may arrive behind the decision: stop the old
-		// binding's loop, then decide again on its final observation.
+		// binding's loop, then decide again on its final observation. A
+		// hand-over records its start after the last grant went out.
 		final, ok := r.Grantor.Pause(req.NamespacedName)
 		in.Now = r.Clock.Now()
 		in.Obs = nil
@@ -161,9 +173,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			in.Obs = &final
 		}
 		plan = Decide(in)
-		if plan.Rebind == nil {
-			log.Info("Re-bind withdrawn: the runtime answered while the decision was taken")
-			r.ensureLoop(&u, pod)
+		if !stops(plan) {
+			log.Info("Decision withdrawn: the runtime answered while it was taken")
+			r.ensureLoop(&u, pod, false)
 			return reconcile.Result{Requeue: true}, nil
 		}
 	}
@@ -175,22 +187,52 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		if fresh.ResourceVersion != u.ResourceVersion {
 			// The cache is behind: a decision taken on it would be
 			// announced and then refused by the write.
-			if plan.Rebind != nil {
-				r.ensureLoop(&u, pod)
+			if stops(plan) {
+				r.ensureLoop(&u, pod, false)
 			}
 			return reconcile.Result{RequeueAfter: 50 * time.Millisecond}, nil
 		}
 	}
+	if e, ok := newEpoch(&u, plan); ok {
+		// Reserved before any object names it: a crash after this burns
+		// the epoch, never repeats it.
+		if err := r.Epochs.Reserve(ctx, e); err != nil {
+			if stops(plan) {
+				r.ensureLoop(&u, pod, false)
+			}
+			log.Info("Deciding again: the epoch could not be reserved", "epoch", e, "err", err.Error())
+			return reconcile.Result{RequeueAfter: 50 * time.Millisecond}, nil
+		}
+	}
+	wrote := !equality.Semantic.DeepEqual(u.Status, plan.Status)
 	if err := r.execute(ctx, &u, pod, plan); err != nil {
-		if plan.Rebind != nil {
-			r.ensureLoop(&u, pod)
+		if stops(plan) {
+			r.ensureLoop(&u, pod, false)
 		}
 		if apierrors.IsConflict(err) {
 			return reconcile.Result{Requeue: true}, nil
 		}
 		return reconcile.Result{}, err
 	}
+	if plan.Rebind == nil {
+		// The promise as written now: a longer lease is granted only from
+		// here, after its record (L11).
+		r.ensureLoop(&u, pod, wrote)
+	}
 	return reconcile.Result{RequeueAfter: plan.RequeueAfter}, nil
+}
+
+// newEpoch is the epoch of the binding a plan writes, when it writes a new
+// one.
+func newEpoch(u *holdfastv1.Unit, plan Plan) (int64, bool) {
+	nb := plan.Status.RuntimeBinding
+	if nb == nil {
+		return 0, false
+	}
+	if b := u.Status.RuntimeBinding; b != nil && b.Epoch == nb.Epoch {
+		return 0, false
+	}
+	return nb.Epoch, true
 }
 
 // ensurePods deletes the pods of earlier epochs, creates the current
@@ -221,7 +263,12 @@ func (r *Reconciler) ensurePods(ctx context.Context, u *holdfastv1.Unit, pods []
 		}
 		return cur, nil
 	}
-	pod := RuntimePod(u, b.Epoch, placementFor(u, b))
+	if b.HandOver != nil || (b.Promise != nil && len(policy.HandOverReasons(u, b.Promise)) > 0) {
+		// The binding is handed over to a new process at a new epoch; its
+		// own pod is not made again.
+		return nil, nil
+	}
+	pod := r.runtimePod(u, b)
 	if err := r.Client.Create(ctx, pod); err != nil {
 		if apierrors.IsAlreadyExists(err) {
 			return nil, nil // the cache is behind; the watch brings it
@@ -230,6 +277,15 @@ func (r *Reconciler) ensurePods(ctx context.Context, u *holdfastv1.Unit, pods []
 	}
 	klog.FromContext(ctx).Info("Created runtime pod", "pod", klog.KObj(pod), "epoch", b.Epoch)
 	return nil, nil
+}
+
+// runtimePod is the runtime pod of the binding b.
+func (r *Reconciler) runtimePod(u *holdfastv1.Unit, b *holdfastv1.RuntimeBinding) *corev1.Pod {
+	pod := RuntimePod(u, b.Epoch, placementFor(u, b))
+	if r.InsecurePlaintextLease {
+		PlaintextLease(pod)
+	}
+	return pod
 }
 
 // placementFor: a first binding goes to the primary selector; a binding
@@ -252,24 +308,59 @@ func placementFor(u *holdfastv1.Unit, b *holdfastv1.RuntimeBinding) Placement {
 }
 
 // LeaseTargetFor is the renewal target of a unit's runtime pod, when it has
-// one: a Failover unit's current binding, with an address. The reconciler
-// and the warm start both build targets with it, so the two roads cannot
-// decide differently about one pod.
+// one: a binding whose recorded promise is Failover and that is not handed
+// over, with an address. The reconciler and the warm start both build
+// targets with it, so the two roads cannot decide differently about one
+// pod. The grants carry the shorter of the Unit's lease and the recorded
+// one: never a lease the binding's promise does not record yet (L11), and a
+// shorter lease from the first pass that sees it. They go to the lease port
+// the pod was built with.
 func LeaseTargetFor(u *holdfastv1.Unit, pod *corev1.Pod) (grantor.Target, bool) {
 	b := u.Status.RuntimeBinding
-	if u.Spec.Availability.Mode != holdfastv1.Failover || b == nil || pod == nil ||
-		pod.Name != b.Pod || pod.Status.PodIP == "" || !pod.DeletionTimestamp.IsZero() {
+	if b == nil || b.Promise == nil || b.Promise.Mode != holdfastv1.Failover || b.HandOver != nil {
+		return grantor.Target{}, false
+	}
+	t, ok := runtimeTarget(u, pod)
+	if !ok {
+		return grantor.Target{}, false
+	}
+	t.Duration = b.Promise.LeaseDuration()
+	if want := u.Spec.Availability.LeaseDuration(); want >= holdfastv1.MinLeaseDuration && want < t.Duration {
+		t.Duration = want
+	}
+	return t, true
+}
+
+// runtimeTarget is where the unit's current binding's runtime answers, when
+// its pod has an address; it carries no lease.
+func runtimeTarget(u *holdfastv1.Unit, pod *corev1.Pod) (grantor.Target, bool) {
+	b := u.Status.RuntimeBinding
+	if b == nil || pod == nil || pod.Name != b.Pod || pod.Status.PodIP == "" || !pod.DeletionTimestamp.IsZero() {
 		return grantor.Target{}, false
 	}
 	if e, ok := PodEpoch(pod); !ok || e != b.Epoch {
 		return grantor.Target{}, false
 	}
 	return grantor.Target{
-		Unit:     types.NamespacedName{Namespace: u.Namespace, Name: u.Name},
-		Epoch:    b.Epoch,
-		Address:  fmt.Sprintf("%s:%d", hostForURL(pod.Status.PodIP), u.Spec.Runtime.LeasePort),
-		Duration: u.Spec.Availability.LeaseDuration(),
+		Unit:    types.NamespacedName{Namespace: u.Namespace, Name: u.Name},
+		Epoch:   b.Epoch,
+		Address: fmt.Sprintf("%s:%d", hostForURL(pod.Status.PodIP), podLeasePort(u, pod)),
 	}, true
+}
+
+// podLeasePort is the lease port the runtime pod was built with.
+func podLeasePort(u *holdfastv1.Unit, pod *corev1.Pod) int32 {
+	for _, c := range pod.Spec.Containers {
+		if c.Name != RuntimeContainer {
+			continue
+		}
+		for _, p := range c.Ports {
+			if p.Name == "lease" {
+				return p.ContainerPort
+			}
+		}
+	}
+	return u.Spec.Runtime.LeasePort
 }
 
 func hostForURL(ip string) string {
@@ -279,15 +370,28 @@ func hostForURL(ip string) string {
 	return ip
 }
 
-func (r *Reconciler) ensureLoop(u *holdfastv1.Unit, pod *corev1.Pod) {
+// ensureLoop starts, retargets or stops the unit's renewal loop. Only
+// written is the status this process has just written: a status read from
+// the cache may be older than the record, so from it a running loop's lease
+// is never raised (L11: never a grant longer than the record).
+func (r *Reconciler) ensureLoop(u *holdfastv1.Unit, pod *corev1.Pod, written bool) {
 	key := types.NamespacedName{Namespace: u.Namespace, Name: u.Name}
 	if t, ok := LeaseTargetFor(u, pod); ok {
+		if obs, running := r.Grantor.Observe(key); running && !written && obs.Target.Epoch == t.Epoch && obs.Target.Duration < t.Duration {
+			t.Duration = obs.Target.Duration
+		}
 		r.Grantor.Ensure(t)
 		return
 	}
 	if obs, ok := r.Grantor.Observe(key); ok {
 		b := u.Status.RuntimeBinding
-		if b == nil || obs.Target.Epoch != b.Epoch || pod == nil || u.Spec.Availability.Mode != holdfastv1.Failover {
+		if b != nil && b.HandOver != nil && obs.Target.Epoch == b.Epoch {
+			// Handed over: no grant, and the observation stays for the
+			// hand-over to read.
+			r.Grantor.Pause(key)
+			return
+		}
+		if b == nil || obs.Target.Epoch != b.Epoch || pod == nil || b.Promise == nil || b.Promise.Mode != holdfastv1.Failover {
 			// Nothing we know is at that address any more: stop granting.
 			r.Grantor.Forget(key)
 		}
@@ -295,16 +399,32 @@ func (r *Reconciler) ensureLoop(u *holdfastv1.Unit, pod *corev1.Pod) {
 }
 
 func (r *Reconciler) inputs(ctx context.Context, u *holdfastv1.Unit, pod *corev1.Pod) (Inputs, error) {
-	in := Inputs{Unit: u, Pod: pod, Now: r.Clock.Now()}
-	a := &u.Spec.Availability
-	if r.HoldOff != nil {
-		in.HoldOffUntil = r.HoldOff.HoldOffUntil(a.LeaseDuration(), a.RebindMargin())
+	in := Inputs{Unit: u, Pod: pod, Now: r.Clock.Now(), Timings: r.Timings}
+	last, err := r.Epochs.Last(ctx)
+	if err != nil {
+		return in, err
 	}
+	in.EpochFloor = policy.EpochFloor(last, in.Now)
+	a := &u.Spec.Availability
 	if b := u.Status.RuntimeBinding; b != nil {
+		if r.HoldOff != nil {
+			// The hold-off covers what a predecessor may have granted: the
+			// recorded terms, not the Unit's (L11).
+			t := termsOf(u, b)
+			in.HoldOffUntil = r.HoldOff.HoldOffUntil(t.lease, t.margin)
+		}
 		if obs, ok := r.Grantor.Observe(types.NamespacedName{Namespace: u.Namespace, Name: u.Name}); ok && obs.Target.Epoch == b.Epoch {
 			in.Obs = &obs
 		}
+		if b.HandOver != nil {
+			gone, err := r.podGone(ctx, u.Namespace, b.Pod)
+			if err != nil {
+				return in, err
+			}
+			in.PodGone = gone
+		}
 	}
+	in.Devices = r.deviceReport(u, in.Obs)
 	var nodes corev1.NodeList
 	if err := r.Client.List(ctx, &nodes); err != nil {
 		return in, err
@@ -326,6 +446,22 @@ func (r *Reconciler) inputs(ctx context.Context, u *holdfastv1.Unit, pod *corev1
 		in.FreeTargets, in.Unavailable = TargetAvailability(u, nodes.Items, others)
 	}
 	return in, nil
+}
+
+// podGone reads past the cache whether the pod is gone: a hand-over starts
+// a new writer on it, so a cache that has not seen the pod yet must not
+// pass for its absence.
+func (r *Reconciler) podGone(ctx context.Context, ns, name string) (bool, error) {
+	reader := r.APIReader
+	if reader == nil {
+		reader = r.Client
+	}
+	var p corev1.Pod
+	err := reader.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &p)
+	if apierrors.IsNotFound(err) {
+		return true, nil
+	}
+	return false, err
 }
 
 // FreeTargets are the eligible standbys fit to take the unit now: named by
@@ -414,6 +550,12 @@ func (r *Reconciler) execute(ctx context.Context, u *holdfastv1.Unit, pod *corev
 		}
 		log.Info(rec.Message, "reason", rec.Reason, "epoch", rec.Epoch)
 	}
+	if plan.DeletePod && pod != nil {
+		if err := r.Client.Delete(ctx, pod); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("deleting runtime pod %s for the hand-over: %w", pod.Name, err)
+		}
+		log.Info("Deleted the runtime pod for a hand-over", "pod", klog.KObj(pod))
+	}
 	if plan.Rebind != nil {
 		key := types.NamespacedName{Namespace: u.Namespace, Name: u.Name}
 		r.Grantor.Forget(key)
@@ -423,7 +565,7 @@ func (r *Reconciler) execute(ctx context.Context, u *holdfastv1.Unit, pod *corev
 			}
 		}
 		b := u.Status.RuntimeBinding
-		np := RuntimePod(u, b.Epoch, placementFor(u, b))
+		np := r.runtimePod(u, b)
 		if err := r.Client.Create(ctx, np); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("creating runtime pod %s: %w", np.Name, err)
 		}

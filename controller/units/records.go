@@ -58,7 +58,7 @@ var (
 	}, []string{"namespace", "unit", "kind"})
 	holds = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "holdfast_unit_holds_total",
-		Help: "ISA-88 Holds issued, by cause (RuntimeLost, ManualFailover).",
+		Help: "ISA-88 Holds issued, by cause (RuntimeLost, ManualFailover, HandOver).",
 	}, []string{"namespace", "unit", "cause"})
 	restarts = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "holdfast_unit_restarts_total",
@@ -66,7 +66,7 @@ var (
 	}, []string{"namespace", "unit"})
 	rebinds = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "holdfast_unit_rebinds_total",
-		Help: "Re-binds of a unit's runtime to a new epoch, by path (automatic, manual).",
+		Help: "Re-binds of a unit's runtime to a new epoch, by path (automatic, manual, handover).",
 	}, []string{"namespace", "unit", "path"})
 	budgetExhausted = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "holdfast_unit_budget_exhausted",

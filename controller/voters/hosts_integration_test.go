@@ -693,8 +693,9 @@ func startWriter(cli *clientv3.Client) *etcdwatch.Writer {
 	return etcdwatch.StartWriter(cli, "/holdfast-writer/", time.Second)
 }
 
-// checkWriter stops the writer and asserts no write failed and no
-// acknowledged write is lost; it returns what the writer saw.
+// checkWriter stops the writer and asserts no write failed, no
+// acknowledged write is lost and its history of puts and gets is
+// linearizable; it returns what the writer saw.
 func checkWriter(t testing.TB, w *etcdwatch.Writer) etcdwatch.Report {
 	t.Helper()
 	r, err := w.Stop(context.Background())
@@ -706,6 +707,9 @@ func checkWriter(t testing.TB, w *etcdwatch.Writer) etcdwatch.Report {
 	}
 	if len(r.Failed) > 0 {
 		t.Errorf("%d writes failed (never acknowledged within 10s)", len(r.Failed))
+	}
+	if r.NotLinearizable != nil {
+		t.Errorf("the writer's history: %v", r.NotLinearizable)
 	}
 	if r.Acked < 20 {
 		t.Errorf("only %d writes acknowledged", r.Acked)

@@ -446,7 +446,9 @@ func wedged(now, outage time.Time, o observation, u *holdfastv1.Unit) string {
 	}
 	hold := time.Duration(o.status.HoldBoundMillis) * time.Millisecond
 	if !o.answered || hold <= 0 {
-		hold = u.Spec.Availability.HoldBound()
+		// The binding's recorded promise, not the spec (L11): a lease
+		// shortened on a live unit leaves its runtime the longer hold.
+		hold = u.PromisedHoldBound()
 	}
 	switch {
 	case o.answered && o.status.RemainingMillis != nil:
@@ -464,10 +466,10 @@ func wedged(now, outage time.Time, o observation, u *holdfastv1.Unit) string {
 		// definition (Ungranted) unless it says otherwise.
 		return ""
 	default:
-		limit := outage.Add(u.Spec.Availability.LeaseDuration() + hold)
+		limit := outage.Add(u.PromisedLease() + hold)
 		if now.After(limit) {
 			return fmt.Sprintf("runtime never answered on its lease port; a whole lease and hold bound (%s) passed since the apiserver went out of reach",
-				u.Spec.Availability.LeaseDuration()+hold)
+				u.PromisedLease()+hold)
 		}
 	}
 	return ""

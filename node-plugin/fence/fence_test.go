@@ -298,3 +298,39 @@ func TestLoopPacesItsPassesOnTheInjectedClock(t *testing.T) {
 	cancel()
 	periodictest.Ended(t, done, "Start")
 }
+
+// L11: a silent runtime is judged by the lease its binding's promise
+// records, not by the Unit's spec. The spec's lease was shortened to 10s on
+// a live unit whose runtime may still hold a 60s lease (hold bound 30s):
+// with the apiserver away, the watchdog leaves it alone past the spec's
+// 10s + 5s, and stops it only past the promised 60s + 30s.
+func TestTheWatchdogWaitsOutThePromisedLease(t *testing.T) {
+	ctx := context.Background()
+	cri := critesting.NewFakeRuntimeService()
+	cri.SetFakeSandboxes([]*critesting.FakePodSandbox{runtimeSandbox("sb1")})
+	cri.SetFakeContainers([]*critesting.FakeContainer{runtimeContainer("sb1", "c1")})
+	u := &holdfastv1.Unit{Spec: holdfastv1.UnitSpec{Availability: holdfastv1.Availability{Mode: holdfastv1.Failover, LeaseDurationSeconds: 10}},
+		Status: holdfastv1.UnitStatus{RuntimeBinding: &holdfastv1.RuntimeBinding{Epoch: 1, Promise: &holdfastv1.RuntimePromise{
+			Mode: holdfastv1.Failover, LeaseDurationSeconds: 60, HoldBoundMillis: 30000, RebindMarginMillis: 35000}}}}
+	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC))
+	agent := &fence.Agent{CRI: cri, Units: units{"plant/u": u}, Lease: &leaseAnswers{}, Clock: clk}
+	agent.APIServerUnreachable(true)
+	pass := func(step time.Duration) int {
+		t.Helper()
+		clk.Step(step)
+		if err := agent.Observe(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := agent.FenceWedged(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return stopCalls(cri)
+	}
+	pass(0)
+	if n := pass(80 * time.Second); n != 0 {
+		t.Fatalf("stopped %d times 80s into the outage: the runtime may hold the promised 60s lease and 30s hold bound", n)
+	}
+	if n := pass(11 * time.Second); n != 1 {
+		t.Fatalf("%d stops 91s into the outage, past the promised lease and hold bound; want 1", n)
+	}
+}

@@ -4,7 +4,6 @@ package app
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -22,6 +21,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	leaseapi "github.com/holdfast-io/holdfast/api/lease"
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/runtime"
 	"github.com/holdfast-io/holdfast/runtime/driver"
@@ -42,8 +42,8 @@ type Options struct {
 	LeasePort      int
 	HealthPort     int
 	MetricsPort    int
-	TLSCertFile    string
-	TLSKeyFile     string
+	LeaseTLSDir    string
+	Insecure       bool
 	Devices        listFlag
 	Outputs        listFlag
 	Inputs         listFlag
@@ -116,8 +116,8 @@ func NewFlagSet(o *Options) *flag.FlagSet {
 	fs.IntVar(&o.LeasePort, "lease-port", envParse(o, "lease-port", holdfastv1.RuntimeEnvLeasePort, 9443, strconv.Atoi), "port of the control lease endpoint (POST/GET /v1/lease; the Unit's spec.runtime.leasePort) (env "+holdfastv1.RuntimeEnvLeasePort+")")
 	fs.IntVar(&o.HealthPort, "health-port", envParse(o, "health-port", holdfastv1.RuntimeEnvHealthPort, 9440, strconv.Atoi), "port of the gRPC health server with the services "+holdfastv1.HealthServiceReadiness+" and "+holdfastv1.HealthServiceLiveness+" (the Unit's spec.runtime.healthPort) (env "+holdfastv1.RuntimeEnvHealthPort+")")
 	fs.IntVar(&o.MetricsPort, "metrics-port", envParse(o, "metrics-port", holdfastv1.RuntimeEnvMetricsPort, 9441, strconv.Atoi), "port of the Prometheus /metrics endpoint; 0 disables it (the Unit's spec.runtime.metricsPort) (env "+holdfastv1.RuntimeEnvMetricsPort+")")
-	fs.StringVar(&o.TLSCertFile, "tls-cert-file", "", "certificate for the lease endpoint; with --tls-key-file the endpoint serves HTTPS and HTTP/2, otherwise HTTP/1.1 and h2c")
-	fs.StringVar(&o.TLSKeyFile, "tls-key-file", "", "private key of --tls-cert-file")
+	fs.StringVar(&o.LeaseTLSDir, "lease-tls-dir", os.Getenv(holdfastv1.RuntimeEnvLeaseTLSDir), "directory of the lease endpoint's credentials, read again whenever they change: "+leaseapi.CredentialsFile+" (this runtime's private key, then its certificate chain) and "+leaseapi.TrustBundleFile+" (the lease CA bundle). The endpoint speaks mutual TLS (HTTP/2) and takes a grant only from a client certificate of that CA naming "+leaseapi.GrantorIdentity+"; a status read (GET) needs none. The runtime pod mounts them from the lease signer and a ClusterTrustBundle (env "+holdfastv1.RuntimeEnvLeaseTLSDir+"); required unless --insecure-plaintext-lease")
+	fs.BoolVar(&o.Insecure, "insecure-plaintext-lease", envParse(o, "insecure-plaintext-lease", holdfastv1.RuntimeEnvInsecurePlaintextLease, false, strconv.ParseBool), "UNSAFE: serve the lease endpoint over plain HTTP and take grants from anyone who reaches the port. Any process on the network can then keep this runtime writing after the controller declared its lease expired, so two runtimes write at once. Only for a lab whose controller runs with --insecure-plaintext-lease too (env "+holdfastv1.RuntimeEnvInsecurePlaintextLease+")")
 	fs.Var(&o.Devices, "device", "a field device, NAME=URL, repeatable: modbus://HOST:PORT[?unit=1&timeout=5s&epochRegister=N|none&probe=N] (Modbus TCP; epochRegister is the device's owner-epoch block, which carries the epoch on every write) or sim://[?connectDelay=300ms] (in-process simulation)")
 	fs.Var(&o.Outputs, "output", "an output, NAME=DEVICE:REGISTER[,step=N][,hold=V], repeatable: each scan commands its operating point plus step; at the lease deadline it is driven to hold=V (without hold it keeps its last value)")
 	fs.Var(&o.Inputs, "input", "an input read every scan, NAME=DEVICE:REGISTER, repeatable")
@@ -141,7 +141,8 @@ func Usage(w io.Writer, fs, klogFlags *flag.FlagSet) {
 
 The reference holdfast unit runtime: drives one unit's field devices under
 the control lease (docs/design.md §3). In Failover mode it starts fenced, is
-granted by the holdfast grantor over POST /v1/lease, dates its lease from
+granted by the holdfast grantor over POST /v1/lease (mutual TLS: only the
+grantor's certificate from the lease CA is taken), dates its lease from
 the acknowledged age each grant carries, and when renewals stop holds its
 outputs for clamp(lease/2, 5s, 30s) and then fences: output writes stop,
 reads go on, drivers stay connected. Start-up never waits on a broker or a
@@ -149,6 +150,7 @@ device dial.
 
 Example:
   unit-runtime --unit plant/kiln-1 --epoch 3 --mode Failover \
+    --lease-tls-dir /var/run/holdfast/lease-tls \
     --device coupler-1='modbus://10.10.20.51:502?epochRegister=9000' \
     --output counter=coupler-1:100,step=1 --output valve=coupler-1:101,hold=0 \
     --state-dir /var/lib/holdfast/kiln-1
@@ -227,8 +229,11 @@ func (o *Options) Config(log klog.Logger) (runtime.Config, error) {
 	if o.LeasePort != 0 && (o.LeasePort == o.HealthPort || o.LeasePort == o.MetricsPort) || o.HealthPort != 0 && o.HealthPort == o.MetricsPort {
 		bad("lease-port", strconv.Itoa(o.LeasePort), "the lease, health and metrics ports must differ")
 	}
-	if (o.TLSCertFile == "") != (o.TLSKeyFile == "") {
-		bad("tls-cert-file", o.TLSCertFile, "must be given together with --tls-key-file")
+	switch {
+	case o.LeaseTLSDir == "" && !o.Insecure:
+		bad("lease-tls-dir", "", "required: the lease endpoint takes grants only over mutual TLS (the runtime pod sets "+holdfastv1.RuntimeEnvLeaseTLSDir+"); --insecure-plaintext-lease serves plain HTTP to anyone, unsafe")
+	case o.LeaseTLSDir != "" && o.Insecure:
+		bad("insecure-plaintext-lease", "true", "must not be given with --lease-tls-dir")
 	}
 	if o.ScanInterval <= 0 {
 		bad("scan-interval", o.ScanInterval.String(), "must be positive")
@@ -290,15 +295,6 @@ func (o *Options) Config(log klog.Logger) (runtime.Config, error) {
 		inputs = append(inputs, runtime.Input{Name: name, Device: dev, Register: reg})
 	}
 
-	var tlsConfig *tls.Config
-	if o.TLSCertFile != "" && o.TLSKeyFile != "" {
-		cert, err := tls.LoadX509KeyPair(o.TLSCertFile, o.TLSKeyFile)
-		if err != nil {
-			bad("tls-cert-file", o.TLSCertFile, err.Error())
-		} else {
-			tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
-		}
-	}
 	var tel *telemetry.Client
 	if o.MQTTBroker != "" {
 		clientID := o.MQTTClientID
@@ -342,19 +338,20 @@ func (o *Options) Config(log klog.Logger) (runtime.Config, error) {
 	return runtime.Config{
 		Lease: lease.Config{Unit: o.Unit, Epoch: o.Epoch, Mode: mode, LeaseDuration: o.LeaseDuration,
 			Incarnation: holdfastv1.RuntimeIncarnation{PodUID: o.PodUID, RestartCount: restarts}},
-		LeaseAddr:      net.JoinHostPort(host, strconv.Itoa(o.LeasePort)),
-		LeaseTLS:       tlsConfig,
-		HealthAddr:     net.JoinHostPort(host, strconv.Itoa(o.HealthPort)),
-		MetricsAddr:    metricsAddr(host, o.MetricsPort),
-		Drivers:        drivers,
-		Outputs:        outputs,
-		Inputs:         inputs,
-		Program:        runtime.StepProgram(outputs, steps),
-		ScanInterval:   o.ScanInterval,
-		DriverGrace:    o.DriverGrace,
-		HealthInterval: o.HealthInterval,
-		StateDir:       o.StateDir,
-		Telemetry:      tel,
+		LeaseAddr:              net.JoinHostPort(host, strconv.Itoa(o.LeasePort)),
+		LeaseTLSDir:            o.LeaseTLSDir,
+		InsecurePlaintextLease: o.Insecure,
+		HealthAddr:             net.JoinHostPort(host, strconv.Itoa(o.HealthPort)),
+		MetricsAddr:            metricsAddr(host, o.MetricsPort),
+		Drivers:                drivers,
+		Outputs:                outputs,
+		Inputs:                 inputs,
+		Program:                runtime.StepProgram(outputs, steps),
+		ScanInterval:           o.ScanInterval,
+		DriverGrace:            o.DriverGrace,
+		HealthInterval:         o.HealthInterval,
+		StateDir:               o.StateDir,
+		Telemetry:              tel,
 	}, nil
 }
 

@@ -2,19 +2,10 @@ package app
 
 import (
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"flag"
-	"math/big"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"k8s.io/klog/v2/ktesting"
 
@@ -57,7 +48,7 @@ func TestHelpDocumentsEveryFlag(t *testing.T) {
 func TestBadFlagsNameTheFlagAndTheReason(t *testing.T) {
 	_, _, err := Parse([]string{
 		"--unit", "a/b/c", "--epoch", "-1", "--mode", "Hot", "--lease-duration", "5s",
-		"--lease-port", "9440", "--health-port", "9440", "--tls-cert-file", "x.pem",
+		"--lease-port", "9440", "--health-port", "9440", "--lease-tls-dir", "/run/lease", "--insecure-plaintext-lease",
 		"--device", "c1=modbus://127.0.0.1:502?unit=300", "--device", "c2=ftp://x:1", "--device", "nameless",
 		"--device", "c3=sim://", "--output", "o=c9:1", "--output", "p=c3:70000", "--output", "q=c3:1,ramp=2", "--input", "i=c3:1,step=1",
 		"--scan-interval", "0s", "--mqtt-queue-size", "-1", "--restart-count", "-2",
@@ -71,7 +62,7 @@ func TestBadFlagsNameTheFlagAndTheReason(t *testing.T) {
 		"--mode=Hot: must be Failover or Autonomy",
 		"--lease-duration=5s: must be between 10s and 600s",
 		"--lease-port=9440: the lease, health and metrics ports must differ",
-		"--tls-cert-file=x.pem: must be given together with --tls-key-file",
+		"--insecure-plaintext-lease=true: must not be given with --lease-tls-dir",
 		"--device=c1=modbus://127.0.0.1:502?unit=300: device c1: unit:",
 		`--device=c2=ftp://x:1: scheme "ftp": must be modbus or sim`,
 		"--device=nameless: must be NAME=URL",
@@ -94,7 +85,8 @@ func TestFlagsBuildTheConfig(t *testing.T) {
 	dir := t.TempDir()
 	args := []string{"--unit", "plant/kiln-1", "--epoch", "4", "--mode", "Failover", "--bind-address", "127.0.0.1",
 		"--device", "c1=modbus://127.0.0.1:5020?epochRegister=9000", "--device", "s=sim://?connectDelay=300ms",
-		"--output", "counter=c1:100,step=2", "--output", "valve=c1:101,hold=7", "--input", "level=s:3", "--state-dir", dir}
+		"--output", "counter=c1:100,step=2", "--output", "valve=c1:101,hold=7", "--input", "level=s:3", "--state-dir", dir,
+		"--lease-tls-dir", "/run/lease"}
 	for want := int32(0); want < 3; want++ {
 		cfg, o, err := Parse(args, &bytes.Buffer{}, ktesting.NewLogger(t, ktesting.NewConfig()))
 		if err != nil {
@@ -105,7 +97,8 @@ func TestFlagsBuildTheConfig(t *testing.T) {
 		}
 		if cfg.Lease.Mode != holdfastv1.Failover || cfg.Lease.Epoch != 4 || cfg.LeaseAddr != "127.0.0.1:9443" ||
 			cfg.HealthAddr != "127.0.0.1:9440" || cfg.MetricsAddr != "127.0.0.1:9441" || len(cfg.Drivers) != 2 ||
-			len(cfg.Outputs) != 2 || *cfg.Outputs[1].Hold != 7 || cfg.Outputs[0].Hold != nil || len(cfg.Inputs) != 1 || o.Unit != "plant/kiln-1" {
+			len(cfg.Outputs) != 2 || *cfg.Outputs[1].Hold != 7 || cfg.Outputs[0].Hold != nil || len(cfg.Inputs) != 1 || o.Unit != "plant/kiln-1" ||
+			cfg.LeaseTLSDir != "/run/lease" || cfg.InsecurePlaintextLease {
 			t.Fatalf("config %+v", cfg)
 		}
 		next := cfg.Program.Scan(map[string]uint16{"counter": 10, "valve": 3}, nil)
@@ -125,7 +118,7 @@ func TestFlagsBuildTheConfig(t *testing.T) {
 func TestEachEpochHasItsOwnMQTTClientID(t *testing.T) {
 	ids := map[string]bool{}
 	for _, extra := range [][]string{{"--epoch", "1"}, {"--epoch", "2"}, {"--epoch", "2", "--pod-name", "kiln-1-runtime-e2"}} {
-		args := append([]string{"--unit", "plant/kiln-1", "--mqtt-broker", "mqtt://127.0.0.1:1883"}, extra...)
+		args := append([]string{"--unit", "plant/kiln-1", "--mqtt-broker", "mqtt://127.0.0.1:1883", "--lease-tls-dir", "/run/lease"}, extra...)
 		cfg, _, err := Parse(args, &bytes.Buffer{}, ktesting.NewLogger(t, ktesting.NewConfig()))
 		if err != nil {
 			t.Fatal(err)
@@ -148,6 +141,7 @@ func TestTheRuntimePodsEnvironmentIsTheDefault(t *testing.T) {
 		holdfastv1.RuntimeEnvMode: "Failover", holdfastv1.RuntimeEnvLeaseDuration: "45s", holdfastv1.RuntimeEnvLeasePort: "19443",
 		holdfastv1.RuntimeEnvHealthPort: "19440", holdfastv1.RuntimeEnvPodUID: "uid-9", holdfastv1.RuntimeEnvPodName: "kiln-1-runtime-e12",
 		holdfastv1.RuntimeEnvStateDir: t.TempDir(), holdfastv1.RuntimeEnvMetricsPort: "19441",
+		holdfastv1.RuntimeEnvLeaseTLSDir: "/var/run/holdfast/lease-tls",
 	} {
 		t.Setenv(k, v)
 	}
@@ -160,7 +154,8 @@ func TestTheRuntimePodsEnvironmentIsTheDefault(t *testing.T) {
 	}
 	if cfg.Lease.Unit != "plant/kiln-1" || cfg.Lease.Epoch != 12 || cfg.Lease.Mode != holdfastv1.Failover ||
 		cfg.Lease.LeaseDuration.String() != "45s" || cfg.LeaseAddr != ":19443" || cfg.HealthAddr != ":19440" || cfg.MetricsAddr != ":19441" ||
-		cfg.Lease.Incarnation.PodUID != "uid-9" || cfg.Lease.Incarnation.RestartCount != 2 || o.PodName != "kiln-1-runtime-e12" {
+		cfg.Lease.Incarnation.PodUID != "uid-9" || cfg.Lease.Incarnation.RestartCount != 2 || o.PodName != "kiln-1-runtime-e12" ||
+		cfg.LeaseTLSDir != "/var/run/holdfast/lease-tls" {
 		t.Fatalf("config from the environment: %+v", cfg.Lease)
 	}
 	t.Setenv(holdfastv1.RuntimeEnvLeaseDuration, "thirty")
@@ -179,29 +174,32 @@ func TestTheRuntimePodsEnvironmentIsTheDefault(t *testing.T) {
 	}
 }
 
-func TestTLSFlagsLoadTheLeaseEndpointsCertificate(t *testing.T) {
-	dir := t.TempDir()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "runtime"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, _ := x509.MarshalECPrivateKey(key)
-	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	_ = os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
-	_ = os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600)
+// L12: the lease endpoint is mutual TLS unless the unsafe flag says
+// otherwise; without either the runtime does not start, and says which flag
+// and why.
+func TestTheLeaseChannelIsMutualTLSUnlessSaidUnsafe(t *testing.T) {
+	log := ktesting.NewLogger(t, ktesting.NewConfig())
 	base := []string{"--unit", "plant/kiln-1", "--epoch", "1", "--restart-count", "0"}
-	cfg, _, err := Parse(append(base, "--tls-cert-file", certFile, "--tls-key-file", keyFile), &bytes.Buffer{}, ktesting.NewLogger(t, ktesting.NewConfig()))
-	if err != nil || cfg.LeaseTLS == nil || len(cfg.LeaseTLS.Certificates) != 1 {
-		t.Fatalf("TLS flags: %v, %+v", err, cfg.LeaseTLS)
+	_, _, err := Parse(base, &bytes.Buffer{}, log)
+	if err == nil || !strings.Contains(err.Error(), "--lease-tls-dir=: required") || !strings.Contains(err.Error(), holdfastv1.RuntimeEnvLeaseTLSDir) ||
+		!strings.Contains(err.Error(), "--insecure-plaintext-lease") {
+		t.Fatalf("no lease credentials: %v, want --lease-tls-dir required, naming the environment and the unsafe way", err)
 	}
-	_, _, err = Parse(append(base, "--tls-cert-file", keyFile, "--tls-key-file", certFile), &bytes.Buffer{}, ktesting.NewLogger(t, ktesting.NewConfig()))
-	if err == nil || !strings.Contains(err.Error(), "--tls-cert-file="+keyFile) {
-		t.Fatalf("swapped certificate and key: %v, want an error naming --tls-cert-file", err)
+	cfg, _, err := Parse(append(base, "--insecure-plaintext-lease"), &bytes.Buffer{}, log)
+	if err != nil || !cfg.InsecurePlaintextLease || cfg.LeaseTLSDir != "" {
+		t.Fatalf("--insecure-plaintext-lease: %+v %v", cfg, err)
+	}
+	t.Setenv(holdfastv1.RuntimeEnvInsecurePlaintextLease, "true")
+	if cfg, _, err = Parse(base, &bytes.Buffer{}, log); err != nil || !cfg.InsecurePlaintextLease {
+		t.Fatalf("%s=true: %+v %v", holdfastv1.RuntimeEnvInsecurePlaintextLease, cfg, err)
+	}
+	t.Setenv(holdfastv1.RuntimeEnvInsecurePlaintextLease, "yes please")
+	if _, _, err = Parse(base, &bytes.Buffer{}, log); err == nil || !strings.Contains(err.Error(), "--insecure-plaintext-lease (from "+holdfastv1.RuntimeEnvInsecurePlaintextLease) {
+		t.Fatalf("an unparseable %s: %v", holdfastv1.RuntimeEnvInsecurePlaintextLease, err)
+	}
+	var help bytes.Buffer
+	_, _, _ = Parse([]string{"--help"}, &help, log)
+	if !strings.Contains(help.String(), "UNSAFE") {
+		t.Fatalf("--help does not say --insecure-plaintext-lease is unsafe:\n%s", help.String())
 	}
 }

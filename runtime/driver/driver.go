@@ -57,6 +57,26 @@ var (
 	ErrStaleEpoch = errors.New("device refused the write: it has seen a higher epoch")
 )
 
+// LaterOwnerError is the runtime's own refusal to write (docs/design.md §3
+// L13): the device's owner-epoch block, read before the first write on a
+// connection, holds a later epoch than the permit's. Nothing was sent, not
+// even the epoch: a real device accepts every write, so this read is what
+// keeps a runtime whose epoch is behind the device's from writing under it.
+// It matches ErrStaleEpoch.
+type LaterOwnerError struct {
+	Device     string
+	Address    string
+	OwnerEpoch int64
+	Epoch      int64
+}
+
+func (e *LaterOwnerError) Error() string {
+	return fmt.Sprintf("device %s at %s holds owner epoch %d, later than this runtime's %d: nothing written", e.Device, e.Address, e.OwnerEpoch, e.Epoch)
+}
+
+// Is makes a LaterOwnerError an ErrStaleEpoch: the connection is healthy.
+func (e *LaterOwnerError) Is(target error) bool { return target == ErrStaleEpoch }
+
 // DeviceError is an answer from the device refusing a request (a Modbus
 // exception, for example). The connection is healthy: the device is there
 // and talking.

@@ -2,17 +2,14 @@ package lease
 
 import (
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/json"
-	"math/big"
-	"net"
 	"net/http"
+	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,17 +17,65 @@ import (
 
 	leaseapi "github.com/holdfast-io/holdfast/api/lease"
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/internal/leasetls"
+	"github.com/holdfast-io/holdfast/internal/leasetls/leasetlstest"
 )
 
-func serve(t *testing.T, k *Keeper, tlsConfig *tls.Config) string {
+// serve runs k's lease endpoint as a runtime does (mutual TLS with a
+// certificate of ca naming the binding, grants only from ca's grantor), and
+// returns its address and the reasons of the grants it refused.
+func serve(t *testing.T, k *Keeper, ca *leasetlstest.CA) (string, *refusals) {
 	t.Helper()
 	log := ktesting.NewLogger(t, ktesting.NewConfig())
-	srv, err := Listen("127.0.0.1:0", NewHandler(k, log), tlsConfig, log)
+	cert := ca.RuntimeCertificate(t, k.cfg.Unit, k.cfg.Epoch)
+	h := NewHandler(k, MutualTLS(func() *x509.CertPool { return ca.Roots }, leaseapi.GrantorIdentity), log)
+	refused := &refusals{}
+	h.OnRefused = refused.add
+	srv, err := Listen("127.0.0.1:0", h, leasetls.ServerConfig(func() *tls.Certificate { return cert }), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Close() })
+	return srv.Addr().String(), refused
+}
+
+// servePlain runs it as a runtime started with --insecure-plaintext-lease.
+func servePlain(t *testing.T, k *Keeper) string {
+	t.Helper()
+	log := ktesting.NewLogger(t, ktesting.NewConfig())
+	srv, err := Listen("127.0.0.1:0", NewHandler(k, InsecurePlaintext, log), nil, log)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = srv.Close() })
 	return srv.Addr().String()
+}
+
+type refusals struct {
+	mu      sync.Mutex
+	reasons []string
+}
+
+func (r *refusals) add(reason string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.reasons = append(r.reasons, reason)
+}
+
+func (r *refusals) get() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.reasons...)
+}
+
+// client speaks to a lease endpoint as a grantor holding cert would, over
+// HTTP/2; it trusts any server (the tests here judge the runtime's side).
+func client(cert *tls.Certificate) *http.Client {
+	cfg := &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS13} //nolint:gosec // the server is the test's own
+	if cert != nil {
+		cfg.Certificates = []tls.Certificate{*cert}
+	}
+	return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg, ForceAttemptHTTP2: true}}
 }
 
 func post(t *testing.T, c *http.Client, url string, body any) (int, []byte) {
@@ -48,8 +93,10 @@ func post(t *testing.T, c *http.Client, url string, body any) (int, []byte) {
 
 func TestLeaseEndpoint(t *testing.T) {
 	k, _ := newKeeper(t, holdfastv1.Failover)
-	url := "http://" + serve(t, k, nil) + leaseapi.Path
-	c := &http.Client{Timeout: 5 * time.Second}
+	ca := leasetlstest.NewCA(t, "lease-ca")
+	addr, _ := serve(t, k, ca)
+	url := "https://" + addr + leaseapi.Path
+	c := client(ca.GrantorCertificate(t))
 
 	t.Run("a grant is answered with the reply", func(t *testing.T) {
 		code, body := post(t, c, url, grant(k, 3, 1, 30*time.Second, age(time.Second)))
@@ -124,13 +171,11 @@ func TestLeaseEndpoint(t *testing.T) {
 	})
 }
 
-func TestLeaseEndpointIsHTTP2WhenTLSIsConfigured(t *testing.T) {
+func TestLeaseEndpointIsHTTP2OverTLS(t *testing.T) {
 	k, _ := newKeeper(t, holdfastv1.Failover)
-	cert, pool := selfSigned(t)
-	addr := serve(t, k, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
-	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
-		TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: "localhost"}, ForceAttemptHTTP2: true}}
-	resp, err := c.Get("https://" + addr + leaseapi.Path)
+	ca := leasetlstest.NewCA(t, "lease-ca")
+	addr, _ := serve(t, k, ca)
+	resp, err := client(ca.GrantorCertificate(t)).Get("https://" + addr + leaseapi.Path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,44 +185,98 @@ func TestLeaseEndpointIsHTTP2WhenTLSIsConfigured(t *testing.T) {
 	}
 }
 
-func TestLeaseEndpointServesH2CAndHTTP1WithoutTLS(t *testing.T) {
+// The status (GET) grants nothing: it is served to any reader, over TLS
+// without a certificate and in plain HTTP/1.1 or h2c on the same port, as
+// the node plugin's watchdog reads it. Without TLS (--insecure-plaintext-
+// lease) everything is plain.
+func TestLeaseEndpointServesItsStatusToAnyReader(t *testing.T) {
 	k, _ := newKeeper(t, holdfastv1.Failover)
-	url := "http://" + serve(t, k, nil) + leaseapi.Path
+	addr, _ := serve(t, k, leasetlstest.NewCA(t, "lease-ca"))
 	h2c := &http.Transport{Protocols: new(http.Protocols)}
 	h2c.Protocols.SetUnencryptedHTTP2(true)
 	for name, tc := range map[string]struct {
-		rt    http.RoundTripper
+		c     *http.Client
+		url   string
 		major int
-	}{"h2c": {h2c, 2}, "http/1.1": {&http.Transport{}, 1}} {
-		resp, err := (&http.Client{Transport: tc.rt, Timeout: 5 * time.Second}).Get(url)
+	}{
+		"tls without a certificate": {client(nil), "https://" + addr, 2},
+		"h2c":                       {&http.Client{Transport: h2c, Timeout: 5 * time.Second}, "http://" + addr, 2},
+		"http/1.1":                  {&http.Client{Transport: &http.Transport{}, Timeout: 5 * time.Second}, "http://" + addr, 1},
+		"plaintext runtime, h2c":    {&http.Client{Transport: h2c, Timeout: 5 * time.Second}, "http://" + servePlain(t, k), 2},
+	} {
+		resp, err := tc.c.Get(tc.url + leaseapi.Path)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
+		var st leaseapi.Status
+		err = json.NewDecoder(resp.Body).Decode(&st)
 		resp.Body.Close()
-		if resp.ProtoMajor != tc.major || resp.StatusCode != http.StatusOK {
-			t.Fatalf("%s: answered %s %d", name, resp.Proto, resp.StatusCode)
+		if resp.ProtoMajor != tc.major || resp.StatusCode != http.StatusOK || err != nil || st.Unit != "plant/kiln-1" {
+			t.Fatalf("%s: answered %s %d %+v %v", name, resp.Proto, resp.StatusCode, st, err)
 		}
 	}
 }
 
-func selfSigned(t *testing.T) (tls.Certificate, *x509.CertPool) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
+// L12 at the endpoint: a grant from anyone but the authorised grantor is
+// answered 403 naming why, before it is read (even one for another epoch
+// learns nothing), extends nothing, and is counted by reason.
+func TestTheLeaseEndpointRefusesEverySenderButTheGrantor(t *testing.T) {
+	ca := leasetlstest.NewCA(t, "lease-ca")
+	other := leasetlstest.NewCA(t, "another-ca")
+	now := time.Now()
+	impostor, _ := url.Parse("holdfast://grantor-impostor")
+	for _, tc := range []struct {
+		name   string
+		client func(addr string) (*http.Client, string)
+		reason string
+		msg    string
+	}{
+		{name: "no client certificate", reason: leasetls.NoCertificate, msg: "no certificate was presented",
+			client: func(addr string) (*http.Client, string) { return client(nil), "https://" + addr }},
+		{name: "a certificate of another CA", reason: leasetls.Untrusted, msg: "unknown authority",
+			client: func(addr string) (*http.Client, string) {
+				return client(other.GrantorCertificate(t)), "https://" + addr
+			}},
+		{name: "the lease CA's, naming another identity", reason: leasetls.WrongIdentity, msg: "does not name holdfast://grantor",
+			client: func(addr string) (*http.Client, string) {
+				return client(ca.ClientCertificate(t, &x509.Certificate{Subject: pkix.Name{CommonName: "impostor"}, URIs: []*url.URL{impostor},
+					NotBefore: now.Add(-time.Minute), NotAfter: now.Add(time.Hour), KeyUsage: x509.KeyUsageDigitalSignature,
+					ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})), "https://" + addr
+			}},
+		{name: "a runtime's serving certificate", reason: leasetls.Untrusted, msg: "incompatible key usage",
+			client: func(addr string) (*http.Client, string) {
+				return client(ca.RuntimeCertificate(t, "plant/kiln-1", 3)), "https://" + addr
+			}},
+		{name: "plain HTTP", reason: leasetls.Plaintext, msg: "over plain HTTP",
+			client: func(addr string) (*http.Client, string) {
+				return &http.Client{Timeout: 5 * time.Second}, "http://" + addr
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			k, _ := newKeeper(t, holdfastv1.Failover)
+			addr, refused := serve(t, k, ca)
+			c, base := tc.client(addr)
+			for _, g := range []*leaseapi.Grant{grant(k, 3, 1, 30*time.Second, age(0)), grant(k, 4, 2, 30*time.Second, age(0))} {
+				code, body := post(t, c, base+leaseapi.Path, g)
+				var e leaseapi.Error
+				if code != http.StatusForbidden || json.Unmarshal(body, &e) != nil || e.Reason != leaseapi.ReasonUnauthenticated || !strings.Contains(e.Message, tc.msg) {
+					t.Fatalf("grant for epoch %d = %d %s, want 403 %s naming %q", g.Epoch, code, body, leaseapi.ReasonUnauthenticated, tc.msg)
+				}
+			}
+			if st := k.Status(); st.State != leaseapi.Ungranted || st.RemainingMillis != nil || st.LastGrantor != "" {
+				t.Fatalf("a refused grant changed the lease: %+v", st)
+			}
+			if got := refused.get(); len(got) != 2 || got[0] != tc.reason || got[1] != tc.reason {
+				t.Fatalf("refusals counted %v, want two of %s", got, tc.reason)
+			}
+		})
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "localhost"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		DNSNames: []string{"localhost"}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaf, _ := x509.ParseCertificate(der)
-	pool := x509.NewCertPool()
-	pool.AddCert(leaf)
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, pool
+	t.Run("the grantor", func(t *testing.T) {
+		k, _ := newKeeper(t, holdfastv1.Failover)
+		addr, refused := serve(t, k, ca)
+		code, body := post(t, client(ca.GrantorCertificate(t)), "https://"+addr+leaseapi.Path, grant(k, 3, 1, 30*time.Second, age(0)))
+		if code != http.StatusOK || k.Status().State != leaseapi.Held || len(refused.get()) != 0 {
+			t.Fatalf("the grantor's grant = %d %s, state %s, refusals %v", code, body, k.Status().State, refused.get())
+		}
+	})
 }

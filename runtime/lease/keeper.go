@@ -589,19 +589,7 @@ func (k *Keeper) Status() leaseapi.Status {
 // runs the hold, reports the fence and notifies.
 func (k *Keeper) Run(ctx context.Context) {
 	for {
-		k.observe(true)
-		k.mu.Lock()
-		var wait time.Duration = -1
-		if k.granted && k.cfg.Mode == holdfastv1.Failover {
-			now := k.clock.Now()
-			switch k.reported {
-			case leaseapi.Held:
-				wait = k.deadline.Sub(now)
-			case leaseapi.Holding:
-				wait = k.deadline.Add(holdfastv1.HoldBound(k.duration)).Sub(now)
-			}
-		}
-		k.mu.Unlock()
+		wait := k.Step()
 		var timer clock.Timer
 		var fire <-chan time.Time
 		if wait >= 0 {
@@ -621,4 +609,26 @@ func (k *Keeper) Run(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// Step makes the transitions due on the clock now and returns the wait
+// until the next one, negative when none is due (nothing granted, Autonomy,
+// fenced). Run calls it at every wake-up; a caller that steps every process
+// from one event loop (test/sim) calls it at the instants it returns and
+// after every grant.
+func (k *Keeper) Step() time.Duration {
+	k.observe(true)
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	var wait time.Duration = -1
+	if k.granted && k.cfg.Mode == holdfastv1.Failover {
+		now := k.clock.Now()
+		switch k.reported {
+		case leaseapi.Held:
+			wait = k.deadline.Sub(now)
+		case leaseapi.Holding:
+			wait = k.deadline.Add(holdfastv1.HoldBound(k.duration)).Sub(now)
+		}
+	}
+	return wait
 }

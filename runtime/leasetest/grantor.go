@@ -25,8 +25,12 @@ import (
 
 // Grantor renews one runtime's lease until its context ends.
 type Grantor struct {
-	// URL of the runtime's lease endpoint (http://host:port/v1/lease).
+	// URL of the runtime's lease endpoint (https://host:port/v1/lease, or
+	// http:// without TLS).
 	URL string
+	// TLS are the grantor's credentials; nil speaks plain HTTP, as a
+	// controller run with --insecure-plaintext-lease.
+	TLS grantor.Credentials
 	// Unit is the unit's namespace/name.
 	Unit     string
 	Epoch    int64
@@ -52,7 +56,7 @@ func (g *Grantor) Run(ctx context.Context) {
 	if name == "" {
 		name = "leasetest"
 	}
-	rg := grantor.New(grantor.Options{Name: name})
+	rg := grantor.New(grantor.Options{Name: name, TLS: g.TLS})
 	g.mu.Lock()
 	g.g = rg
 	g.mu.Unlock()
@@ -67,8 +71,12 @@ func (g *Grantor) Run(ctx context.Context) {
 
 func (g *Grantor) target() (grantor.Target, error) {
 	u, err := url.Parse(g.URL)
-	if err != nil || u.Host == "" || u.Path != leaseapi.Path {
-		return grantor.Target{}, fmt.Errorf("url %q: must be http://host:port%s", g.URL, leaseapi.Path)
+	scheme := "http"
+	if g.TLS != nil {
+		scheme = "https"
+	}
+	if err != nil || u.Host == "" || u.Path != leaseapi.Path || u.Scheme != scheme {
+		return grantor.Target{}, fmt.Errorf("url %q: must be %s://host:port%s", g.URL, scheme, leaseapi.Path)
 	}
 	ns, name, ok := strings.Cut(g.Unit, "/")
 	if !ok {
@@ -101,6 +109,9 @@ func (g *Grantor) LastAck() (time.Time, bool) {
 
 // Acks counts acknowledged renewals.
 func (g *Grantor) Acks() int { return int(g.observe().Acks) }
+
+// Attempts counts renewal attempts, answered or not.
+func (g *Grantor) Attempts() int { return int(g.observe().Attempts) }
 
 // Last is the last acknowledged reply's state and incarnation, and the
 // last attempt's error when it was not acknowledged.

@@ -26,6 +26,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	leaseapi "github.com/holdfast-io/holdfast/api/lease"
+	"github.com/holdfast-io/holdfast/internal/leasetls/leasetlstest"
 )
 
 const pkg = "github.com/holdfast-io/holdfast/cmd/unit-runtime"
@@ -71,6 +72,13 @@ type Options struct {
 	// StateDir default: a new temporary directory.
 	StateDir string
 	PodUID   string // default "uid-e<epoch>"
+	// CA issues the runtime's lease credentials (its --lease-tls-dir, as
+	// the lease signer and the kubelet would); default: a new CA. A
+	// grantor of the same CA (Process.CA.Grantor) is the authorised one.
+	CA *leasetlstest.CA
+	// InsecurePlaintextLease runs the runtime with
+	// --insecure-plaintext-lease instead.
+	InsecurePlaintextLease bool
 	// Extra flags appended as given.
 	Extra []string
 }
@@ -78,13 +86,18 @@ type Options struct {
 // Process is a running unit-runtime.
 type Process struct {
 	Cmd *exec.Cmd
-	// LeaseURL is http://127.0.0.1:PORT/v1/lease.
-	LeaseURL   string
-	LeasePort  int
-	HealthAddr string
-	MetricsURL string
-	StateDir   string
-	LogPath    string
+	// LeaseURL is https://127.0.0.1:PORT/v1/lease (http:// with
+	// InsecurePlaintextLease).
+	LeaseURL string
+	// CA issued the runtime's lease credentials, in LeaseTLSDir (nil with
+	// InsecurePlaintextLease).
+	CA          *leasetlstest.CA
+	LeaseTLSDir string
+	LeasePort   int
+	HealthAddr  string
+	MetricsURL  string
+	StateDir    string
+	LogPath     string
 
 	done chan struct{}
 	err  error
@@ -109,14 +122,20 @@ func FreePorts(t testing.TB, n int) []int {
 	return ports
 }
 
-// Args are the flags Start passes for o and the ports.
-func (o Options) Args(leasePort, healthPort, metricsPort int) []string {
+// Args are the flags Start passes for o, the ports and the lease TLS
+// directory (none with InsecurePlaintextLease).
+func (o Options) Args(leasePort, healthPort, metricsPort int, leaseTLSDir string) []string {
 	args := []string{
 		"--unit", o.Unit, "--epoch", fmt.Sprint(o.Epoch), "--mode", o.Mode,
 		"--lease-duration", o.LeaseDuration.String(), "--bind-address", "127.0.0.1",
 		"--lease-port", fmt.Sprint(leasePort), "--health-port", fmt.Sprint(healthPort), "--metrics-port", fmt.Sprint(metricsPort),
 		"--scan-interval", o.ScanInterval.String(), "--driver-health-interval", "200ms",
 		"--state-dir", o.StateDir, "--pod-uid", o.PodUID,
+	}
+	if o.InsecurePlaintextLease {
+		args = append(args, "--insecure-plaintext-lease")
+	} else {
+		args = append(args, "--lease-tls-dir", leaseTLSDir)
 	}
 	for _, d := range o.Devices {
 		args = append(args, "--device", d)
@@ -152,8 +171,16 @@ func Start(t testing.TB, bin string, o Options) *Process {
 	}
 	ports := FreePorts(t, 3)
 	logDir := t.TempDir()
+	scheme := "http"
+	if !o.InsecurePlaintextLease {
+		scheme = "https"
+		if o.CA == nil {
+			o.CA = leasetlstest.NewCA(t, "runtimetest-lease-ca")
+		}
+	}
 	p := &Process{
-		LeaseURL:   fmt.Sprintf("http://127.0.0.1:%d%s", ports[0], leaseapi.Path),
+		LeaseURL:   fmt.Sprintf("%s://127.0.0.1:%d%s", scheme, ports[0], leaseapi.Path),
+		CA:         o.CA,
 		LeasePort:  ports[0],
 		HealthAddr: fmt.Sprintf("127.0.0.1:%d", ports[1]),
 		MetricsURL: fmt.Sprintf("http://127.0.0.1:%d/metrics", ports[2]),
@@ -165,7 +192,10 @@ func Start(t testing.TB, bin string, o Options) *Process {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.Cmd = exec.Command(bin, o.Args(ports[0], ports[1], ports[2])...)
+	if p.CA != nil {
+		p.LeaseTLSDir = p.CA.RuntimeDir(t, o.Unit, o.Epoch)
+	}
+	p.Cmd = exec.Command(bin, o.Args(ports[0], ports[1], ports[2], p.LeaseTLSDir)...)
 	p.Cmd.Stdout, p.Cmd.Stderr = logf, logf
 	if err := p.Cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -224,11 +254,12 @@ func (p *Process) Exited() (bool, error) {
 	}
 }
 
-// Status is GET /v1/lease.
+// Status is GET /v1/lease, in plain HTTP as the node plugin's watchdog
+// reads it (a status read grants nothing and needs no certificate).
 func (p *Process) Status() (leaseapi.Status, error) {
 	var s leaseapi.Status
 	c := &http.Client{Timeout: 2 * time.Second}
-	resp, err := c.Get(p.LeaseURL)
+	resp, err := c.Get("http://" + strings.TrimPrefix(strings.TrimPrefix(p.LeaseURL, "https://"), "http://"))
 	if err != nil {
 		return s, err
 	}

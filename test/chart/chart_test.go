@@ -8,9 +8,11 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/holdfast-io/holdfast/policy"
 	"github.com/holdfast-io/holdfast/test/testenv"
 )
 
@@ -86,6 +88,80 @@ func TestChartRendersEveryCase(t *testing.T) {
 	}
 }
 
+// containerArgs are the args the chart gives the component's container.
+func containerArgs(t *testing.T, ms []Manifest, component string) []string {
+	t.Helper()
+	for _, m := range ms {
+		if (m.Kind != "Deployment" && m.Kind != "DaemonSet") || !strings.HasPrefix(m.Name, "holdfast-"+component) {
+			continue
+		}
+		spec, _ := m.Object["spec"].(map[string]any)
+		tmpl, _ := spec["template"].(map[string]any)
+		pod, _ := tmpl["spec"].(map[string]any)
+		containers, _ := pod["containers"].([]any)
+		c, _ := containers[0].(map[string]any)
+		var args []string
+		for _, a := range c["args"].([]any) {
+			args = append(args, a.(string))
+		}
+		return args
+	}
+	t.Fatalf("no workload for %s in the chart", component)
+	return nil
+}
+
+// L14: the units role and the webhook are given the grantor's timings from
+// one place, controller.units.grantor, so the webhook's lease floor is the
+// floor of the timings the grantor runs on; the defaults are the binaries'
+// own, and a timing in the units role's extraArgs is refused.
+func TestTheGrantorAndTheWebhookGetTheSameTimings(t *testing.T) {
+	ch, err := Load(repoRoot(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	timings := func(args []string) []string {
+		var out []string
+		for _, a := range args {
+			for _, f := range []string{policy.FlagElectionLeaseDuration, policy.FlagElectionRenewDeadline, policy.FlagElectionRetryPeriod,
+				policy.FlagReadIdleTimeout, policy.FlagPingTimeout} {
+				if strings.HasPrefix(a, "--"+f+"=") {
+					out = append(out, a)
+				}
+			}
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		values string
+		want   policy.GrantorTimings
+	}{
+		{"{}", policy.DefaultGrantorTimings()},
+		{"controller: {units: {grantor: {electionLeaseDuration: 8s, electionRenewDeadline: 5s, electionRetryPeriod: 2s, apiserverReadIdleTimeout: 3s, apiserverPingTimeout: 1s}}}",
+			policy.GrantorTimings{ElectionLeaseDuration: 8 * time.Second, ElectionRenewDeadline: 5 * time.Second, ElectionRetryPeriod: 2 * time.Second,
+				ReadIdleTimeout: 3 * time.Second, PingTimeout: time.Second}},
+	} {
+		var v map[string]any
+		if err := yaml.Unmarshal([]byte(tc.values), &v); err != nil {
+			t.Fatal(err)
+		}
+		ms, _, err := Render(ch, v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		units, webhook := timings(containerArgs(t, ms, "controller-units")), timings(containerArgs(t, ms, "webhook"))
+		if want := tc.want.Args(); !slices.Equal(units, want) || !slices.Equal(webhook, want) {
+			t.Errorf("values %s: the units role gets %v, the webhook %v; want both %v", tc.values, units, webhook, want)
+		}
+	}
+	var v map[string]any
+	if err := yaml.Unmarshal([]byte("controller: {units: {extraArgs: [--v=2, --leader-election-lease-duration=15s]}}"), &v); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := Render(ch, v); err == nil || !strings.Contains(err.Error(), "controller.units.extraArgs: --leader-election-lease-duration=15s: set controller.units.grantor instead") {
+		t.Fatalf("a timing in extraArgs, which the webhook would not see: %v", err)
+	}
+}
+
 // values.schema.json refuses unknown keys and wrong types, naming the path.
 func TestValuesSchemaRefusesUnknownKeysAndWrongTypes(t *testing.T) {
 	root := repoRoot(t)
@@ -103,9 +179,12 @@ func TestValuesSchemaRefusesUnknownKeysAndWrongTypes(t *testing.T) {
 		{"webhook: {tls: {mode: manual}}", []string{"/webhook/tls/mode"}},
 		{"webhook: {swapGroups: []}", []string{"/webhook/swapGroups"}},
 		{"controller: {units: {leaseStandDown: ninety}}", []string{"/controller/units/leaseStandDown"}},
+		{"controller: {units: {grantor: {apiserverPingTimeout: 1500ms}}}", []string{"/controller/units/grantor/apiserverPingTimeout"}},
 		{"node: {hostDir: var/lib/holdfast}", []string{"/node/hostDir"}},
 		{"controller: {voters: {enabled: true, snapshotVolume: {emptyDir: {}, hostPath: {path: /srv/snapshots}}}}", []string{"/controller/voters/snapshotVolume"}},
 		{"metrics: {prometheusRule: {enabled: yes please}}", []string{"/metrics/prometheusRule/enabled", "boolean"}},
+		{"controller: {units: {leaseTLS: {mode: cert-manager}}}", []string{"/controller/units/leaseTLS/mode"}},
+		{"controller: {units: {insecurePlaintextLease: \"no\"}}", []string{"/controller/units/insecurePlaintextLease", "boolean"}},
 	} {
 		var v map[string]any
 		if err := yaml.Unmarshal([]byte(tc.values), &v); err != nil {
@@ -275,5 +354,84 @@ func TestEveryAlertWatchesAMetricTheCodeDefines(t *testing.T) {
 	}
 	if alerts < 4 {
 		t.Fatalf("the PrometheusRule has %d alerts, want at least 4 (lease expired, failover suspended, swap overdue, even voter count)", alerts)
+	}
+}
+
+// L12 in the chart: the lease channel is mutual TLS unless the values say
+// unsafe. By default the lease CA is generated and mounted into the units
+// role (--lease-ca-dir) with the certificates RBAC; mode secret mounts the
+// named Secret and needs its name; insecurePlaintextLease passes the unsafe
+// flag and renders neither the CA nor its RBAC.
+func TestTheLeaseChannelIsOnByDefault(t *testing.T) {
+	ch, err := Load(repoRoot(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	units := func(ms []Manifest) (args []string, secret string) {
+		for _, m := range ms {
+			if m.Kind != "Deployment" || m.Name != "holdfast-controller-units" {
+				continue
+			}
+			spec := m.Object["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
+			for _, a := range spec["containers"].([]any)[0].(map[string]any)["args"].([]any) {
+				args = append(args, a.(string))
+			}
+			vols, _ := spec["volumes"].([]any)
+			for _, v := range vols {
+				if s, ok := v.(map[string]any)["secret"].(map[string]any); ok {
+					secret = s["secretName"].(string)
+				}
+			}
+		}
+		return args, secret
+	}
+	rules := func(ms []Manifest) string {
+		for _, m := range ms {
+			if m.Kind == "ClusterRole" && m.Name == "holdfast-controller" {
+				b, _ := yaml.Marshal(m.Object["rules"])
+				return string(b)
+			}
+		}
+		return ""
+	}
+	has := func(ms []Manifest, kind, name string) bool {
+		return slices.ContainsFunc(ms, func(m Manifest) bool { return m.Kind == kind && m.Name == name })
+	}
+	for _, tc := range []struct {
+		name, values string
+		arg, secret  string
+		rbac         bool
+	}{
+		{name: "defaults", arg: "--lease-ca-dir=/etc/holdfast/lease-ca", secret: "holdfast-lease-ca", rbac: true},
+		{name: "an existing Secret", values: "controller: {units: {leaseTLS: {mode: secret, secretName: plant-lease-ca}}}",
+			arg: "--lease-ca-dir=/etc/holdfast/lease-ca", secret: "plant-lease-ca", rbac: true},
+		{name: "plain HTTP", values: "controller: {units: {insecurePlaintextLease: true}}", arg: "--insecure-plaintext-lease"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var v map[string]any
+			if err := yaml.Unmarshal([]byte(tc.values), &v); err != nil {
+				t.Fatal(err)
+			}
+			ms, _, err := Render(ch, v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			args, secret := units(ms)
+			if !slices.Contains(args, tc.arg) || secret != tc.secret {
+				t.Fatalf("units role args %v, lease CA Secret %q; want %s and %q", args, secret, tc.arg, tc.secret)
+			}
+			if got := has(ms, "Secret", "holdfast-lease-ca"); got != (tc.name == "defaults") {
+				t.Fatalf("renders the generated lease CA: %v", got)
+			}
+			r := rules(ms)
+			if got := strings.Contains(r, "podcertificaterequests") && strings.Contains(r, "holdfast.io/lease") && strings.Contains(r, "clustertrustbundles"); got != tc.rbac {
+				t.Fatalf("certificates RBAC rendered %v, want %v:\n%s", got, tc.rbac, r)
+			}
+		})
+	}
+	var v map[string]any
+	_ = yaml.Unmarshal([]byte("controller: {units: {leaseTLS: {mode: secret}}}"), &v)
+	if _, _, err := Render(ch, v); err == nil || !strings.Contains(err.Error(), "controller.units.leaseTLS.secretName is required") {
+		t.Fatalf("mode secret without a name: %v", err)
 	}
 }

@@ -4,9 +4,12 @@ package chart
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -20,7 +23,10 @@ import (
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	leaseapi "github.com/holdfast-io/holdfast/api/lease"
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/internal/leasetls"
+	"github.com/holdfast-io/holdfast/internal/leasetls/leasetlstest"
 )
 
 // controllerScenario runs holdfast-controller --role=units (the chart's
@@ -54,10 +60,15 @@ func controllerScenario(t *testing.T, bin, kubeconfig string, chartArgs []string
 	// pass its rules.
 	webhook := serveChartWebhook(t, installedVWC, buildBinary(t, repoRoot(t), "./cmd/holdfast-webhook"),
 		serviceAccountKubeconfig(ctx, t, "holdfast-webhook"), containerArgs(t, renderedDefaults, "webhook"))
+	// The lease CA the chart generated, as its Secret mounts it.
+	leaseCADir := t.TempDir()
+	leaseCA := renderedSecret(t, renderedDefaults, "holdfast-lease-ca")
+	leasetlstest.WriteAtomic(t, leaseCADir, leaseCA)
 	proc := startProcess(t, bin, kubeconfig, override(chartArgs, map[string]string{
 		"health-probe-bind-address": "127.0.0.1:0", "metrics-bind-address": "0",
 		"audit-log-path": filepath.Join(t.TempDir(), "audit.log"), "identity": "rb-controller",
-		"kubeconfig": kubeconfig, // in a pod: the in-cluster service account
+		"kubeconfig":   kubeconfig, // in a pod: the in-cluster service account
+		"lease-ca-dir": leaseCADir,
 	}))
 
 	u := &holdfastv1.Unit{
@@ -90,7 +101,12 @@ func controllerScenario(t *testing.T, bin, kubeconfig string, chartArgs []string
 		}
 		return cur.Status.RuntimeBinding.Epoch
 	}
-	poll(t, "the first binding and its runtime pod", func() bool { _, ok := pod(1); return ok && epoch() == 1 })
+	var e1 int64
+	poll(t, "the first binding and its runtime pod", func() bool {
+		e1 = epoch()
+		_, ok := pod(e1)
+		return e1 > 0 && ok
+	})
 
 	annotate := func(kv map[string]string) {
 		// After the webhook is stopped, the apiserver may still call it
@@ -131,13 +147,18 @@ func controllerScenario(t *testing.T, bin, kubeconfig string, chartArgs []string
 	plugin := buildBinary(t, repoRoot(t), "./cmd/kubectl-holdfast")
 	out, err := exec.Command(plugin, "--kubeconfig", env.Kubeconfig, "failover", "-n", ns, u.Name,
 		"--to", "rb-press-standby", "--confirm-fenced", "powered off", "--wait", "--timeout", "1m").CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "re-bound at epoch 2") {
+	m := regexp.MustCompile(`re-bound at epoch (\d+)`).FindStringSubmatch(string(out))
+	if err != nil || m == nil {
 		t.Fatalf("kubectl holdfast failover --wait against the real controller: %v\n%s", err, out)
 	}
-	poll(t, "the re-bind at epoch 2, the old pod deleted", func() bool {
-		_, newPod := pod(2)
-		_, oldPod := pod(1)
-		return epoch() == 2 && newPod && !oldPod && consumed()
+	if e2, _ := strconv.ParseInt(m[1], 10, 64); e2 <= e1 {
+		t.Fatalf("re-bound at epoch %d, not above the first binding's %d:\n%s", e2, e1, out)
+	}
+	e2, _ := strconv.ParseInt(m[1], 10, 64)
+	poll(t, "the re-bind, the old pod deleted", func() bool {
+		_, newPod := pod(e2)
+		_, oldPod := pod(e1)
+		return epoch() == e2 && newPod && !oldPod && consumed()
 	})
 	status, err := exec.Command(plugin, "--kubeconfig", env.Kubeconfig, "status", "-n", ns).CombinedOutput()
 	if err != nil || !strings.Contains(string(status), u.Name) {
@@ -154,6 +175,7 @@ func controllerScenario(t *testing.T, bin, kubeconfig string, chartArgs []string
 		ObjectMeta: metav1.ObjectMeta{Name: installedVWC.Name}}); err != nil {
 		t.Fatal(err)
 	}
+	leaseCredentials(ctx, t, ns, e2, leaseCADir, leaseCA)
 	annotate(map[string]string{holdfastv1.AnnotationRestart: "after lunch"})
 	invalid := func() *eventsv1.Event {
 		var evs eventsv1.EventList
@@ -169,7 +191,7 @@ func controllerScenario(t *testing.T, bin, kubeconfig string, chartArgs []string
 	}
 	poll(t, "the invalid restart request's Event", func() bool { return invalid() != nil })
 	poll(t, "the Event patched into a series", func() bool {
-		p, _ := pod(2)
+		p, _ := pod(e2)
 		patch := fmt.Sprintf(`{"metadata":{"annotations":{"rb.holdfast.io/touch":"%d"}}}`, time.Now().UnixNano())
 		if err := env.Client.Patch(ctx, p, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
 			t.Fatal(err)
@@ -177,5 +199,126 @@ func controllerScenario(t *testing.T, bin, kubeconfig string, chartArgs []string
 		e := invalid()
 		return e.Series != nil && e.Series.Count >= 2
 	})
+	// A switch to Failover is a planned hand-over: the Autonomy runtime's
+	// pod is deleted and read past the cache until it is gone, then the next
+	// epoch.
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur := &holdfastv1.Unit{}
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(u), cur); err != nil {
+			return err
+		}
+		cur.Spec.Availability.Mode = holdfastv1.Failover
+		return env.Client.Update(ctx, cur)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	poll(t, "the hand-over to the next epoch once the Autonomy runtime's pod is gone", func() bool {
+		e3 := epoch()
+		_, next := pod(e3)
+		_, old := pod(e2)
+		return e3 > e2 && next && !old
+	})
 	proc.stop(t)
+}
+
+// leaseCredentials drives the lease channel's certificates (docs/design.md
+// §3 L12) as a cluster would: the runtime pod of the second binding, bound to its node,
+// asks the lease signer for its certificate as its kubelet would, and is
+// issued one naming its binding; the published CA bundle follows a second
+// CA added to the lease CA's Secret.
+func leaseCredentials(ctx context.Context, t *testing.T, ns string, epoch int64, dir string, files map[string][]byte) {
+	t.Helper()
+	pod := &corev1.Pod{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: fmt.Sprintf("rb-press-runtime-e%d", epoch)}, pod); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.SubResource("binding").Create(ctx, pod, &corev1.Binding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: pod.Name},
+		Target:     corev1.ObjectReference{Kind: "Node", Name: "rb-press-standby"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
+		t.Fatal(err)
+	}
+	var node corev1.Node
+	if err := env.Client.Get(ctx, client.ObjectKey{Name: "rb-press-standby"}, &node); err != nil {
+		t.Fatal(err)
+	}
+	var src *corev1.PodCertificateProjection
+	var bundleSrc *corev1.ClusterTrustBundleProjection
+	for _, v := range pod.Spec.Volumes {
+		for _, p := range projections(v) {
+			if p.PodCertificate != nil {
+				src = p.PodCertificate
+			}
+			if p.ClusterTrustBundle != nil {
+				bundleSrc = p.ClusterTrustBundle
+			}
+		}
+	}
+	if src == nil || bundleSrc == nil {
+		t.Fatalf("runtime pod %s projects no lease credentials: %+v", pod.Name, pod.Spec.Volumes)
+	}
+	req, key, err := leasetlstest.RequestPodCertificate(ctx, env.Client, pod, src, node.UID, "sa-uid")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	creds, err := leasetlstest.AwaitPodCertificate(wait, env.Client, req, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bundle, err := leasetlstest.ProjectedTrustBundle(ctx, env.Client, bundleSrc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, err := leasetls.ParseRuntime(creds, bundle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rc.Cert.Leaf.URIs; len(got) != 1 || got[0].String() != leaseapi.RuntimeIdentity(ns+"/rb-press", epoch) {
+		t.Fatalf("the runtime's certificate names %v", got)
+	}
+	second, err := leasetlstest.MakeCA("another-lease-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files[leasetls.CABundleFile] = append(append([]byte{}, files[leasetls.CABundleFile]...), second.CertPEM...)
+	leasetlstest.WriteAtomic(t, dir, files)
+	poll(t, "the CA bundle published again", func() bool {
+		b, err := leasetlstest.ProjectedTrustBundle(ctx, env.Client, bundleSrc)
+		return err == nil && strings.Count(string(b), "BEGIN CERTIFICATE") == 2
+	})
+}
+
+func projections(v corev1.Volume) []corev1.VolumeProjection {
+	if v.Projected == nil {
+		return nil
+	}
+	return v.Projected.Sources
+}
+
+// renderedSecret is the data of the Secret the chart rendered as name.
+func renderedSecret(t *testing.T, ms []Manifest, name string) map[string][]byte {
+	t.Helper()
+	for _, m := range ms {
+		if m.Kind != "Secret" || m.Name != name {
+			continue
+		}
+		out := map[string][]byte{}
+		data, _ := m.Object["data"].(map[string]any)
+		for k, v := range data {
+			b, err := base64.StdEncoding.DecodeString(v.(string))
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[k] = b
+		}
+		return out
+	}
+	t.Fatalf("the chart renders no Secret %s", name)
+	return nil
 }

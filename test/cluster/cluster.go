@@ -139,6 +139,11 @@ type Cluster struct {
 	// The apiserver and its argv, for RestartAPIServer.
 	apiserver     *Process
 	apiserverArgv []string
+
+	// The lease CA directory (LeaseCADir), made once.
+	leaseCAOnce sync.Once
+	leaseCA     string
+	leaseCAErr  error
 }
 
 // FindBinaries locates the built binaries under the repository's bin/.

@@ -6,12 +6,15 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/holdfast-io/holdfast/internal/leasetls/leasetlstest"
 )
 
 // HoldfastNamespace is the release namespace: the components' election
@@ -73,6 +76,21 @@ func (c *Cluster) waitHTTPS(ctx context.Context, p *Process, url string, timeout
 	})
 }
 
+// LeaseCADir is the cluster's lease CA as the chart's Secret holdfast-lease-ca
+// mounts it in the units role (tls.crt, tls.key, ca.crt): made once, shared
+// by every units-role replica, read by each from the directory.
+func (c *Cluster) LeaseCADir() (string, error) {
+	c.leaseCAOnce.Do(func() {
+		dir := filepath.Join(c.Dir, "lease-ca")
+		ca, err := leasetlstest.MakeCA("holdfast-lease-ca")
+		if err == nil {
+			err = leasetlstest.WriteFiles(dir, ca.DirFiles(nil))
+		}
+		c.leaseCA, c.leaseCAErr = dir, err
+	})
+	return c.leaseCA, c.leaseCAErr
+}
+
 // ControllerServiceAccount is the service account holdfast-controller
 // --role role runs as under the chart: the units role keeps
 // holdfast-controller, the voters role has holdfast-controller-voters (the
@@ -112,6 +130,13 @@ func (c *Cluster) StartController(ctx context.Context, role, identity string, ba
 	}
 	ctl := &Controller{Identity: identity, Health: fmt.Sprintf("http://127.0.0.1:%d", base),
 		Metrics: fmt.Sprintf("http://127.0.0.1:%d", base+1), Audit: filepath.Join(c.Dir, "logs", identity+".audit.jsonl")}
+	if role == "units" && !slices.Contains(extra, "--insecure-plaintext-lease") {
+		dir, err := c.LeaseCADir()
+		if err != nil {
+			return nil, err
+		}
+		extra = append([]string{"--lease-ca-dir", dir}, extra...)
+	}
 	args := append([]string{bin, "--role", role, "--kubeconfig", kc, "--identity", identity,
 		"--leader-election-namespace", holdfastNS,
 		"--health-probe-bind-address", fmt.Sprintf("127.0.0.1:%d", base),

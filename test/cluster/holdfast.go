@@ -92,10 +92,11 @@ func (c *Cluster) StartPlant(ctx context.Context, name string, index int) (*Plan
 	})
 }
 
-// StartWebhook starts holdfast-webhook in the hub and registers it with the
-// apiserver, with the rules of webhook/config (the chart renders the same),
-// reached by URL rather than through a Service (there is no kube-proxy).
-func (c *Cluster) StartWebhook(ctx context.Context) (*Process, error) {
+// StartWebhook starts holdfast-webhook in the hub, with extra flags, and
+// registers it with the apiserver, with the rules of webhook/config (the
+// chart renders the same), reached by URL rather than through a Service
+// (there is no kube-proxy).
+func (c *Cluster) StartWebhook(ctx context.Context, extra ...string) (*Process, error) {
 	bin, err := c.Binary("cmd/holdfast-webhook")
 	if err != nil {
 		return nil, err
@@ -121,12 +122,12 @@ func (c *Cluster) StartWebhook(ctx context.Context) (*Process, error) {
 	if err != nil {
 		return nil, err
 	}
-	p, err := c.StartInHub("holdfast-webhook", []string{"KUBECONFIG=" + kc}, bin,
+	p, err := c.StartInHub("holdfast-webhook", []string{"KUBECONFIG=" + kc}, append([]string{bin,
 		"--host", HubIP, "--port", fmt.Sprint(WebhookPort), "--cert-dir", certDir,
 		"--health-probe-bind-address", "127.0.0.1:8181", "--metrics-bind-address", "127.0.0.1:8180",
 		// The chart's split: each controller role under its own account.
-		"--controller-service-account", holdfastNS+"/"+ControllerServiceAccount("units"),
-		"--voters-service-account", holdfastNS+"/"+ControllerServiceAccount("voters"))
+		"--controller-service-account", holdfastNS + "/" + ControllerServiceAccount("units"),
+		"--voters-service-account", holdfastNS + "/" + ControllerServiceAccount("voters")}, extra...)...)
 	if err != nil {
 		return nil, err
 	}

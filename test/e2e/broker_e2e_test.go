@@ -17,32 +17,31 @@ import (
 )
 
 // TestBrokerAwayDuringRebindDoesNotDelayTheNewHolder: the unit's runtimes
-// publish their status and values to a real MQTT broker on the hub. Epoch 1
-// is seen there, then the broker is made unreachable from every standby
+// publish their status and values to a real MQTT broker on the hub. The
+// first binding is seen there, then the broker is made unreachable from every standby
 // (nftables in each standby's own netns drops what it sends to the
 // broker's port, so a connect hangs rather than being refused) and the
 // primary's link is cut. Start-up never waits on the network (L8): the
-// standby's runtime takes its lease at epoch 2 and drives the device while
+// standby's runtime takes its lease at the next epoch and drives the device while
 // its broker connects go unanswered, the whole failover holding as in the
 // cut drill (one writer, the Events, the old runtime fenced and stopped).
 // Readiness (L9) answers to the lease and the drivers, not the broker: the
-// epoch 2 pod is Ready with the broker away, its publishes waiting in its
+// new pod is Ready with the broker away, its publishes waiting in its
 // queue, and not one of them has reached the broker. When the broker is
 // reachable again the runtime connects and the broker receives its status
-// (epoch 2, Held, not fenced) and its values, and the queue drains.
+// (the new epoch, Held, not fenced) and its values, and the queue drains.
 func TestBrokerAwayDuringRebindDoesNotDelayTheNewHolder(t *testing.T) {
 	broker, err := world.StartBroker()
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = broker.Close() })
-	d := newDrillWith(t, "broker-away", 10, func(o *scenario.UnitOptions) { o.MQTTBroker = broker.URL })
-	e1, e2 := d.u.RuntimeClientID(1), d.u.RuntimeClientID(2)
+	d := newDrillWith(t, "broker-away", 0, func(o *scenario.UnitOptions) { o.MQTTBroker = broker.URL })
 
 	// The broker is reachable and used before the fault, or its absence
 	// would prove nothing.
-	d.held(1)
-	d.brokerStatus(broker, e1, 1)
+	b1 := d.held(1)
+	d.brokerStatus(broker, d.u.RuntimeClientID(b1.Epoch), b1.Epoch)
 
 	standbys := world.NodeNames[1:]
 	awayAt := time.Now()
@@ -66,33 +65,34 @@ func TestBrokerAwayDuringRebindDoesNotDelayTheNewHolder(t *testing.T) {
 	t.Cleanup(heal)
 
 	_, b2 := d.failsOverAcross(func(n *cluster.Node) error { return n.Cut() }, func(n *cluster.Node) error { return n.Mend() })
-	t.Logf("epoch 2 held on %s and writing with the broker away since %v", b2.Node, time.Since(awayAt).Round(time.Millisecond))
+	e2 := d.u.RuntimeClientID(b2.Epoch)
+	t.Logf("epoch %d held on %s and writing with the broker away since %v", b2.Epoch, b2.Node, time.Since(awayAt).Round(time.Millisecond))
 
-	// Still away: the epoch 2 runtime is Ready, has queued its publishes,
-	// and none reached the broker.
-	d.podReady(2)
+	// Still away: the new runtime is Ready, has queued its publishes, and
+	// none reached the broker.
+	d.podReady(b2.Epoch)
 	metrics := fmt.Sprintf("http://%s:9441/metrics", world.Nodes[b2.Node].IP)
 	depth, err := scrape(world.HTTPClient(), metrics, "holdfast_runtime_telemetry_queue_depth", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if depth == 0 {
-		t.Fatalf("the epoch 2 runtime has no publishes queued with its broker away")
+		t.Fatalf("the epoch %d runtime has no publishes queued with its broker away", b2.Epoch)
 	}
 	if got := broker.From(e2); len(got) > 0 {
 		t.Fatalf("the broker, unreachable from %s, received %d messages from %s, the first on %s", b2.Node, len(got), e2, got[0].Topic)
 	}
 	st, err := leaseStatus(world.HTTPClient(), fmt.Sprintf("http://%s:9443%s", world.Nodes[b2.Node].IP, lease.Path))
-	if err != nil || st.Epoch != 2 || st.State != lease.Held || st.Fenced {
-		t.Fatalf("the epoch 2 runtime's own view with the broker away: %+v (%v)", st, err)
+	if err != nil || st.Epoch != b2.Epoch || st.State != lease.Held || st.Fenced {
+		t.Fatalf("the epoch %d runtime's own view with the broker away: %+v (%v)", b2.Epoch, st, err)
 	}
-	t.Logf("broker away %v: epoch 2 Held, pod Ready, %v publishes queued, none received",
-		time.Since(awayAt).Round(time.Millisecond), depth)
+	t.Logf("broker away %v: epoch %d Held, pod Ready, %v publishes queued, none received",
+		time.Since(awayAt).Round(time.Millisecond), b2.Epoch, depth)
 
-	// Back: the runtime connects and publishes as epoch 2.
+	// Back: the runtime connects and publishes as the new epoch.
 	backAt := time.Now()
 	heal()
-	d.brokerStatus(broker, e2, 2)
+	d.brokerStatus(broker, e2, b2.Epoch)
 	if err := poll(d.ctx, time.Minute, func() bool {
 		return slices.ContainsFunc(broker.From(e2), func(m scenario.Message) bool { return m.Topic == telemetryValuesTopic(d) })
 	}); err != nil {
@@ -102,12 +102,12 @@ func TestBrokerAwayDuringRebindDoesNotDelayTheNewHolder(t *testing.T) {
 		v, err := scrape(world.HTTPClient(), metrics, "holdfast_runtime_telemetry_queue_depth", nil)
 		return err == nil && v == 0
 	}); err != nil {
-		t.Fatalf("the epoch 2 runtime's telemetry queue never drained after the broker came back")
+		t.Fatalf("the epoch %d runtime's telemetry queue never drained after the broker came back", b2.Epoch)
 	}
-	t.Logf("broker reachable again: epoch 2's status and values received within %v", time.Since(backAt).Round(time.Millisecond))
+	t.Logf("broker reachable again: epoch %d's status and values received within %v", b2.Epoch, time.Since(backAt).Round(time.Millisecond))
 	// A SCADA client subscribing now is told the current holder: the retained
-	// status is epoch 2's Held, never epoch 1's (runtime/README, the status
-	// topic).
+	// status is the new epoch's Held, never the first's (runtime/README, the
+	// status topic).
 	var retained telemetry.Status
 	if err := poll(d.ctx, time.Minute, func() bool {
 		st, ok, err := broker.Retained(telemetry.DefaultTopicPrefix + "/" + d.u.Key.String() + "/status")
@@ -115,11 +115,11 @@ func TestBrokerAwayDuringRebindDoesNotDelayTheNewHolder(t *testing.T) {
 			t.Fatal(err)
 		}
 		retained = st
-		return ok && st.Epoch == 2 && st.State == string(lease.Held) && !st.Fenced
+		return ok && st.Epoch == b2.Epoch && st.State == string(lease.Held) && !st.Fenced
 	}); err != nil {
-		t.Fatalf("the broker's retained status for %s is not epoch 2 Held: %+v", d.u.Key, retained)
+		t.Fatalf("the broker's retained status for %s is not epoch %d Held: %+v", d.u.Key, b2.Epoch, retained)
 	}
-	d.oneHolder(2, b2.Node)
+	d.oneHolder(b2.Epoch, b2.Node)
 }
 
 // brokerStatus waits until the broker has received from client a status of

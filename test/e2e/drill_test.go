@@ -36,6 +36,8 @@ type drill struct {
 	u   *scenario.Unit
 }
 
+// newDrill creates the drill's unit with a lease of leaseSeconds, 0 for the
+// installed grantor's floor (the least the webhook admits).
 func newDrill(t *testing.T, name string, leaseSeconds int32) *drill {
 	t.Helper()
 	return newDrillWith(t, name, leaseSeconds, func(*scenario.UnitOptions) {})
@@ -95,25 +97,44 @@ func (d *drill) dump() {
 	d.t.Logf("holdfast-scheduler (%d restarts) log tail:\n%s", world.SchedulerRestarts(), world.SchedulerLog(30))
 }
 
-func (d *drill) held(epoch int64) *holdfastv1.RuntimeBinding {
+// held waits until the unit's n-th binding (1 for the first) holds its
+// lease and its runtime writes, and returns the binding.
+func (d *drill) held(n int) *holdfastv1.RuntimeBinding {
 	d.t.Helper()
-	b, err := d.u.WaitHeld(d.ctx, epoch, 3*time.Minute)
+	b, err := d.u.WaitHeld(d.ctx, n, 3*time.Minute)
 	if err != nil {
 		d.t.Fatal(err)
 	}
-	if err := d.u.WaitWrites(d.ctx, epoch, 5, time.Minute); err != nil {
+	return d.writing(b)
+}
+
+// heldAt is held for the binding at epoch.
+func (d *drill) heldAt(epoch int64) *holdfastv1.RuntimeBinding {
+	d.t.Helper()
+	b, err := d.u.WaitHeldAt(d.ctx, epoch, 3*time.Minute)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	return d.writing(b)
+}
+
+// writing waits until the binding's runtime has written to its device.
+func (d *drill) writing(b *holdfastv1.RuntimeBinding) *holdfastv1.RuntimeBinding {
+	d.t.Helper()
+	if err := d.u.WaitWrites(d.ctx, b.Epoch, 5, time.Minute); err != nil {
 		d.t.Fatal(err)
 	}
 	return b
 }
 
-// failsOverAcross holds epoch 1 on the primary, breaks its node, and
-// asserts the automatic failover from the outside: epoch 2 holds on a
-// target (never the broken node) with the expiry verdict SelfFenced, the
-// Events LeaseEstablished, LeaseExpired, Hold, Rebound, LeaseReestablished
-// in that order, the rebind and expiry metrics; once mended, the old
-// runtime is fenced then stopped (L7) and the device saw one writer at a
-// time, epoch 2 first writing at least the margin after epoch 1's last.
+// failsOverAcross holds the first binding on the primary, breaks its node,
+// and asserts the automatic failover from the outside: the second binding
+// holds on a target (never the broken node) with the expiry verdict
+// SelfFenced, the Events LeaseEstablished, LeaseExpired, Hold, Rebound,
+// LeaseReestablished in that order, the rebind and expiry metrics; once
+// mended, the old runtime is fenced then stopped (L7) and the device saw one
+// writer at a time, the second epoch first writing at least the margin
+// after the first's last.
 func (d *drill) failsOverAcross(breakNode, mendNode func(*cluster.Node) error) (b1, b2 *holdfastv1.RuntimeBinding) {
 	d.t.Helper()
 	b1 = d.held(1)
@@ -135,30 +156,30 @@ func (d *drill) failsOverAcross(breakNode, mendNode func(*cluster.Node) error) (
 	b2 = d.held(2)
 	d.failoverTime(brokeAt, b2)
 	if b2.Node == b1.Node {
-		d.t.Fatalf("epoch 2 bound to the broken node %s", b2.Node)
+		d.t.Fatalf("epoch %d bound to the broken node %s", b2.Epoch, b2.Node)
 	}
 	if !slices.Contains(world.NodeNames[1:], b2.Node) {
-		d.t.Fatalf("epoch 2 bound to %s, not a target", b2.Node)
+		d.t.Fatalf("epoch %d bound to %s, not a target", b2.Epoch, b2.Node)
 	}
-	if b2.Expiry == nil || b2.Expiry.Epoch != 1 || b2.Expiry.Verdict != holdfastv1.VerdictSelfFenced {
+	if b2.Expiry == nil || b2.Expiry.Epoch != b1.Epoch || b2.Expiry.Verdict != holdfastv1.VerdictSelfFenced {
 		d.t.Fatalf("expiry record after the re-bind: %+v", b2.Expiry)
 	}
 	d.events(evLeaseEstablished, evLeaseExpired, evHold, evRebound, evLeaseReestablished)
-	d.scheduledBy(2, b2.Node)
+	d.scheduledBy(b2.Epoch, b2.Node)
 	d.metric("holdfast_unit_rebinds_total", map[string]string{"namespace": d.u.Key.Namespace, "unit": d.u.Key.Name, "path": "automatic"}, 1)
 	d.metric("holdfast_unit_lease_expiries_total", map[string]string{"namespace": d.u.Key.Namespace, "unit": d.u.Key.Name, "verdict": "SelfFenced"}, 1)
 
 	// Mended: the old runtime reconnects to its device fenced.
 	mend()
-	d.oldRuntimeFenced(b1.Node, 1)
-	d.staleRuntimeStopped(b1.Node, 1)
-	d.staleRuntimeQuiet(b1.Node, 1, 2)
-	d.oneWriter(1, 2)
+	d.oldRuntimeFenced(b1.Node, b1.Epoch)
+	d.staleRuntimeStopped(b1.Node, b1.Epoch)
+	d.staleRuntimeQuiet(b1.Node, b1.Epoch, b2.Epoch)
+	d.oneWriter(b1.Epoch, b2.Epoch)
 	return b1, b2
 }
 
-// failoverTime logs how long after the fault epoch 2 was seen holding and
-// writing (held's polls included), against lease + hold bound. A figure for
+// failoverTime logs how long after the fault the new binding was seen
+// holding and writing (held's polls included), against lease + hold bound. A figure for
 // the report, never asserted: docs/benchmarks.md has the distribution.
 func (d *drill) failoverTime(faultAt time.Time, b2 *holdfastv1.RuntimeBinding) {
 	u, err := d.u.Get(d.ctx)
@@ -166,8 +187,8 @@ func (d *drill) failoverTime(faultAt time.Time, b2 *holdfastv1.RuntimeBinding) {
 		return
 	}
 	a := u.Spec.Availability
-	d.t.Logf("failover: epoch 2 holding and writing on %s %v after the fault (lease %v + hold bound %v = %v)",
-		b2.Node, time.Since(faultAt).Round(100*time.Millisecond), a.LeaseDuration(), a.HoldBound(), a.LeaseDuration()+a.HoldBound())
+	d.t.Logf("failover: epoch %d holding and writing on %s %v after the fault (lease %v + hold bound %v = %v)",
+		b2.Epoch, b2.Node, time.Since(faultAt).Round(100*time.Millisecond), a.LeaseDuration(), a.HoldBound(), a.LeaseDuration()+a.HoldBound())
 }
 
 // scheduledBy waits for holdfast-scheduler's Scheduled Event placing the
@@ -175,7 +196,7 @@ func (d *drill) failoverTime(faultAt time.Time, b2 *holdfastv1.RuntimeBinding) {
 // chose the node.
 func (d *drill) scheduledBy(epoch int64, node string) {
 	d.t.Helper()
-	pod := fmt.Sprintf("%s-runtime-e%d", d.u.Key.Name, epoch)
+	pod := holdfastv1.RuntimePodName(d.u.Key.Name, epoch)
 	var seen []string
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
@@ -234,7 +255,7 @@ func (d *drill) oneWriter(old, new int64) {
 func (d *drill) staleRuntimeStopped(node string, epoch int64) {
 	d.t.Helper()
 	var last []fence.Action
-	pod := d.u.Key.Name + fmt.Sprintf("-runtime-e%d", epoch)
+	pod := holdfastv1.RuntimePodName(d.u.Key.Name, epoch)
 	deadline := time.Now().Add(time.Minute)
 	for time.Now().Before(deadline) {
 		acts, err := world.FenceActions(node)

@@ -27,7 +27,7 @@ import (
 // deadline and its hold, it is fenced by its own clock before its next scan
 // and writes nothing.
 func TestRuntimeSIGSTOPFencesBeforeTheStandbyWrites(t *testing.T) {
-	d := newDrill(t, "sigstop", 10)
+	d := newDrill(t, "sigstop", 0)
 	b1 := d.held(1)
 	node := world.Nodes[b1.Node]
 	pid, err := node.ContainerPID(d.ctx, d.u.Key.Namespace, b1.Pod, "runtime")
@@ -49,13 +49,13 @@ func TestRuntimeSIGSTOPFencesBeforeTheStandbyWrites(t *testing.T) {
 	b2 := d.held(2)
 	d.failoverTime(stoppedAt, b2)
 	if b2.Node == b1.Node {
-		t.Fatalf("epoch 2 bound to the node being left, %s", b2.Node)
+		t.Fatalf("epoch %d bound to the node being left, %s", b2.Epoch, b2.Node)
 	}
 	d.events(evLeaseEstablished, evLeaseExpired, evHold, evRebound, evLeaseReestablished)
 	cont()
-	d.oldRuntimeFenced(b1.Node, 1)
-	d.staleRuntimeQuiet(b1.Node, 1, 2)
-	d.oneWriter(1, 2)
+	d.oldRuntimeFenced(b1.Node, b1.Epoch)
+	d.staleRuntimeQuiet(b1.Node, b1.Epoch, b2.Epoch)
+	d.oneWriter(b1.Epoch, b2.Epoch)
 }
 
 // watchHeld fails the drill if, for the next d, the binding leaves epoch
@@ -116,13 +116,14 @@ func (d *drill) writesSince(epoch int64, t time.Time) {
 
 // TestKubeletStoppedKeepsTheLease: the primary's kubelet stops; its
 // runtime keeps running and the grantor reaches it over the node's network.
-// A stopped kubelet is no lost lease: the binding stays at epoch 1 and Held
-// for three lease durations, the runtime never holds or fences, and the
+// A stopped kubelet is no lost lease: the binding stays at its epoch and
+// Held for three lease durations, the runtime never holds or fences, and the
 // device keeps taking its writes. The kubelet starts again and the same
 // runtime goes on.
 func TestKubeletStoppedKeepsTheLease(t *testing.T) {
-	d := newDrill(t, "kubelet-stopped", 10)
+	d := newDrill(t, "kubelet-stopped", 0)
 	b1 := d.held(1)
+	lease := time.Duration(world.LeaseFloor()) * time.Second
 	node := world.Nodes[b1.Node]
 	stoppedAt := time.Now()
 	node.StopKubelet()
@@ -136,11 +137,11 @@ func TestKubeletStoppedKeepsTheLease(t *testing.T) {
 		}
 	}
 	t.Cleanup(restart)
-	st := d.watchHeld(1, b1.Node, 30*time.Second)
+	st := d.watchHeld(b1.Epoch, b1.Node, 3*lease)
 	d.noFailoverEvents()
-	d.writesSince(1, stoppedAt.Add(20*time.Second))
+	d.writesSince(b1.Epoch, stoppedAt.Add(2*lease))
 	restart()
-	after := d.watchHeld(1, b1.Node, 10*time.Second)
+	after := d.watchHeld(b1.Epoch, b1.Node, lease)
 	if after.Incarnation != st.Incarnation {
 		t.Fatalf("the kubelet's return replaced the runtime: %+v, was %+v", after, st)
 	}

@@ -31,13 +31,13 @@ import (
 //     grows (L1: the runtime dates its lease from that age, never from the
 //     arrival, and fences no later than the grantor declares Expired).
 //
-// Either way the lease expires, the Hold is recorded, epoch 2 holds on a
-// standby after the margin, and when the direction is restored the old
+// Either way the lease expires, the Hold is recorded, the next epoch holds
+// on a standby after the margin, and when the direction is restored the old
 // runtime is fenced and stopped and the device saw one writer at a time.
 func TestAsymmetricPartitionFailsOverWithOneWriter(t *testing.T) {
 	for _, dir := range []cluster.Direction{cluster.Inbound, cluster.Outbound} {
 		t.Run(string(dir)+"-dropped", func(t *testing.T) {
-			d := newDrill(t, "partition-"+string(dir), 10)
+			d := newDrill(t, "partition-"+string(dir), 0)
 			d.failsOverAcross(func(n *cluster.Node) error { return n.Drop(dir) }, func(n *cluster.Node) error { return n.Heal() })
 		})
 	}
@@ -84,15 +84,16 @@ func (d *drill) oneHolder(epoch int64, node string) {
 }
 
 // TestAPIServerRestartWhileHoldingFencesNothing: the kube-apiserver stops
-// (SIGTERM), stays down 5s and is started again while epoch 1 holds; on
+// (SIGTERM), stays down 5s and is started again while the first binding
+// holds; on
 // this machine it answers again about a minute after the stop. The grantor
 // loses its election (its Lease cannot be renewed) and, by L6, keeps
 // renewing what it holds through its stand-down (the shipped 90s, set for
 // this drill; the other drills run 20s), so the
 // runtime, watched directly at its node throughout, never leaves Held or
-// fences, the same incarnation goes on, the binding is epoch 1 Held
-// afterwards with no lost-lease Event, the device kept taking epoch 1's
-// writes, and only that runtime holds a lease.
+// fences, the same incarnation goes on, the binding is the same epoch Held
+// afterwards with no lost-lease Event, the device kept taking its writes,
+// and only that runtime holds a lease.
 func TestAPIServerRestartWhileHoldingFencesNothing(t *testing.T) {
 	if err := world.SetLeaseStandDown(context.Background(), leadership.DefaultLeaseStandDown); err != nil {
 		t.Fatal(err)
@@ -102,15 +103,15 @@ func TestAPIServerRestartWhileHoldingFencesNothing(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	d := newDrill(t, "apiserver-holding", 10)
+	d := newDrill(t, "apiserver-holding", 0)
 	b1 := d.held(1)
-	before := d.runtimeView(b1.Node, 1, time.Second)
+	before := d.runtimeView(b1.Node, b1.Epoch, time.Second)
 	restarted := make(chan error, 1)
 	stoppedAt := time.Now()
 	go func() { restarted <- world.RestartAPIServer(d.ctx, 5*time.Second) }()
 	var err error
 	for back := false; !back; {
-		d.runtimeView(b1.Node, 1, time.Second)
+		d.runtimeView(b1.Node, b1.Epoch, time.Second)
 		select {
 		case err = <-restarted:
 			back = true
@@ -122,30 +123,30 @@ func TestAPIServerRestartWhileHoldingFencesNothing(t *testing.T) {
 	}
 	backAt := time.Now()
 	t.Logf("kube-apiserver back after %v; holdfast-scheduler restarts so far: %d", backAt.Sub(stoppedAt).Round(time.Millisecond), world.SchedulerRestarts())
-	after := d.runtimeView(b1.Node, 1, 15*time.Second)
+	after := d.runtimeView(b1.Node, b1.Epoch, 15*time.Second)
 	if after.Incarnation != before.Incarnation {
 		t.Fatalf("the runtime was replaced across the restart: %+v, was %+v", after, before)
 	}
-	d.watchHeld(1, b1.Node, 5*time.Second)
+	d.watchHeld(b1.Epoch, b1.Node, 5*time.Second)
 	d.noFailoverEvents()
-	d.writesSince(1, backAt)
+	d.writesSince(b1.Epoch, backAt)
 	d.oneWriterSoFar()
-	d.oneHolder(1, b1.Node)
+	d.oneHolder(b1.Epoch, b1.Node)
 }
 
 // TestAPIServerRestartDuringARebindEndsWithOneHolder: the primary's link is
-// cut; as soon as the controller has re-bound the unit to epoch 2 the
+// cut; as soon as the controller has re-bound the unit to a new epoch the
 // kube-apiserver stops, stays down 5s and is started again (about a minute
 // away in all here). holdfast-scheduler, which exits on losing its election,
 // is started again as its Deployment would be. The re-bind completes: the
 // unit ends held at one epoch on a standby (a replacement whose start-up
 // grace ran out while nobody could grant it may be judged StartupFailed, a
 // verdict and never a fence, design L4), the device saw one writer at a
-// time with the new epoch writing at least the margin after epoch 1's last,
+// time with the new epoch writing at least the margin after the first's last,
 // and once the link is mended exactly one runtime in the cluster holds a
 // lease.
 func TestAPIServerRestartDuringARebindEndsWithOneHolder(t *testing.T) {
-	d := newDrill(t, "apiserver-rebind", 10)
+	d := newDrill(t, "apiserver-rebind", 0)
 	b1 := d.held(1)
 	node := world.Nodes[b1.Node]
 	if err := node.Cut(); err != nil {
@@ -157,14 +158,14 @@ func TestAPIServerRestartDuringARebindEndsWithOneHolder(t *testing.T) {
 			_ = node.Mend()
 		}
 	})
-	if _, err := d.u.WaitEpoch(d.ctx, 2, 4*time.Minute); err != nil {
+	if _, err := d.u.WaitBinding(d.ctx, 2, 4*time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	stoppedAt := time.Now()
 	if err := world.RestartAPIServer(d.ctx, 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("epoch 2 authorised; kube-apiserver restarted, back after %v", time.Since(stoppedAt).Round(time.Millisecond))
+	t.Logf("epoch %d authorised; kube-apiserver restarted, back after %v", d.u.Epoch(2), time.Since(stoppedAt).Round(time.Millisecond))
 	var bn *holdfastv1.RuntimeBinding
 	if err := poll(d.ctx, 5*time.Minute, func() bool {
 		u, err := d.u.Get(d.ctx)
@@ -172,9 +173,9 @@ func TestAPIServerRestartDuringARebindEndsWithOneHolder(t *testing.T) {
 			return false
 		}
 		bn = u.Status.RuntimeBinding
-		return bn != nil && bn.Epoch >= 2 && bn.LeaseState == holdfastv1.LeaseHeld && bn.LeaseStateEpoch == bn.Epoch
+		return bn != nil && bn.Epoch > b1.Epoch && bn.LeaseState == holdfastv1.LeaseHeld && bn.LeaseStateEpoch == bn.Epoch
 	}); err != nil {
-		t.Fatalf("no epoch after 1 holds its lease: %+v", bn)
+		t.Fatalf("no epoch after %d holds its lease: %+v", b1.Epoch, bn)
 	}
 	t.Logf("epoch %d holds on %s; holdfast-scheduler restarts so far: %d", bn.Epoch, bn.Node, world.SchedulerRestarts())
 	if bn.Node == b1.Node || !contains(world.NodeNames[1:], bn.Node) {
@@ -189,10 +190,10 @@ func TestAPIServerRestartDuringARebindEndsWithOneHolder(t *testing.T) {
 	if err := node.Mend(); err != nil {
 		t.Fatal(err)
 	}
-	d.oldRuntimeFenced(b1.Node, 1)
-	d.staleRuntimeStopped(b1.Node, 1)
-	d.staleRuntimeQuiet(b1.Node, 1, bn.Epoch)
-	d.oneWriter(1, bn.Epoch)
+	d.oldRuntimeFenced(b1.Node, b1.Epoch)
+	d.staleRuntimeStopped(b1.Node, b1.Epoch)
+	d.staleRuntimeQuiet(b1.Node, b1.Epoch, bn.Epoch)
+	d.oneWriter(b1.Epoch, bn.Epoch)
 	d.oneHolder(bn.Epoch, bn.Node)
 }
 
@@ -201,13 +202,14 @@ func TestAPIServerRestartDuringARebindEndsWithOneHolder(t *testing.T) {
 // lease port dropped inbound). Each is tried once and misses its start-up
 // grace (StartupFailed, never a fence); with every free standby tried the
 // controller suspends (L5): FailoverSuspended True (AllTargetsTried), a
-// BudgetExhausted Event, holdfast_unit_budget_exhausted 1, and no epoch 4.
-// No writer touches the device after epoch 1's fence, not even when the
+// BudgetExhausted Event, holdfast_unit_budget_exhausted 1, and no fourth
+// binding. No writer touches the device after the first binding's fence,
+// not even when the
 // primary's link comes back. Suspension never stops recovery: once the
 // standbys are reachable the current runtime's first acknowledged renewal
 // clears it.
 func TestEveryStandbyFailingSuspendsFailover(t *testing.T) {
-	d := newDrill(t, "suspension", 10)
+	d := newDrill(t, "suspension", 0)
 	b1 := d.held(1)
 	standbys := world.NodeNames[1:]
 	for _, n := range standbys {
@@ -234,7 +236,6 @@ func TestEveryStandbyFailingSuspendsFailover(t *testing.T) {
 		}
 	})
 
-	last := int64(len(standbys) + 1)
 	u, err := d.u.WaitCondition(d.ctx, holdfastv1.ConditionFailoverSuspended, 5*time.Minute)
 	if err != nil {
 		t.Fatal(err)
@@ -244,8 +245,9 @@ func TestEveryStandbyFailingSuspendsFailover(t *testing.T) {
 		t.Fatalf("FailoverSuspended: %+v", c)
 	}
 	bd := u.Status.RuntimeBinding
-	if bd.Epoch != last {
-		t.Fatalf("suspended at epoch %d, want %d (each of %v tried once): %+v", bd.Epoch, last, standbys, bd)
+	last := bd.Epoch
+	if last <= b1.Epoch {
+		t.Fatalf("suspended at epoch %d, not above the first binding's %d: %+v", last, b1.Epoch, bd)
 	}
 	for _, n := range standbys {
 		if !contains(bd.UnsettledRebinds, n) {
@@ -257,21 +259,21 @@ func TestEveryStandbyFailingSuspendsFailover(t *testing.T) {
 	d.metric("holdfast_unit_budget_exhaustions_total", map[string]string{"namespace": d.u.Key.Namespace, "unit": d.u.Key.Name}, 1)
 	d.metric("holdfast_unit_lease_expiries_total", map[string]string{"namespace": d.u.Key.Namespace, "unit": d.u.Key.Name, "verdict": "StartupFailed"}, float64(len(standbys)))
 
-	// Suspended, nothing more is re-bound; the fenced epoch 1 runtime
-	// comes back to its device and must not write.
+	// Suspended, nothing more is re-bound; the fenced first runtime comes
+	// back to its device and must not write.
 	mended = true
 	if err := primary.Mend(); err != nil {
 		t.Fatal(err)
 	}
-	d.oldRuntimeFenced(b1.Node, 1)
-	d.staleRuntimeQuiet(b1.Node, 1, 0)
+	d.oldRuntimeFenced(b1.Node, b1.Epoch)
+	d.staleRuntimeQuiet(b1.Node, b1.Epoch, 0)
 	if u, err = d.u.Get(d.ctx); err != nil {
 		t.Fatal(err)
 	}
 	if u.Status.RuntimeBinding.Epoch != last {
 		t.Fatalf("re-bound while suspended: %+v", u.Status.RuntimeBinding)
 	}
-	fence := b1ExpiryFence(t, d, last)
+	fence := b1ExpiryFence(t, d, b1.Epoch)
 	log, err := d.u.Writes(d.ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -280,18 +282,18 @@ func TestEveryStandbyFailingSuspendsFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Suspended, no higher epoch ever wrote, so the device's owner-epoch
-	// block would take whatever epoch 1 sent. Its runtime reset every
+	// block would take whatever the first epoch sent. Its runtime reset every
 	// device connection with an unanswered write when it fenced (runtime
 	// L3), and its link was down from the cut until long after the fence
 	// (segments in the neighbour queue are dropped within
-	// NeighbourQueueWindow): not one epoch 1 request may reach the device
-	// after the fence, accepted or not.
+	// NeighbourQueueWindow): not one request of the first epoch may reach
+	// the device after the fence, accepted or not.
 	for _, w := range log {
-		if w.Epoch == 1 && w.Time.After(fence) {
-			t.Fatalf("epoch 1 sent register %d value %d (accepted %v) at %s from %s after its fence (%s): a fenced runtime's request reached the device",
-				w.Register, w.Value, w.Accepted, w.Time.Format(time.RFC3339Nano), w.Peer, fence.Format(time.RFC3339Nano))
+		if w.Epoch == b1.Epoch && w.Time.After(fence) {
+			t.Fatalf("epoch %d sent register %d value %d (accepted %v) at %s from %s after its fence (%s): a fenced runtime's request reached the device",
+				w.Epoch, w.Register, w.Value, w.Accepted, w.Time.Format(time.RFC3339Nano), w.Peer, fence.Format(time.RFC3339Nano))
 		}
-		if w.Accepted && w.Epoch != 1 {
+		if w.Accepted && w.Epoch != b1.Epoch {
 			t.Fatalf("the device took a write of epoch %d while the unit was suspended: register %d at %s", w.Epoch, w.Register, w.Time.Format(time.RFC3339Nano))
 		}
 	}
@@ -299,7 +301,7 @@ func TestEveryStandbyFailingSuspendsFailover(t *testing.T) {
 	// Recovery: the standbys become reachable; the current pod's first
 	// acknowledged renewal lifts the suspension.
 	healStandbys()
-	d.held(last)
+	d.heldAt(last)
 	if u, err = d.u.Get(d.ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -307,10 +309,10 @@ func TestEveryStandbyFailingSuspendsFailover(t *testing.T) {
 		t.Fatalf("FailoverSuspended after the runtime took its lease: %+v", c)
 	}
 	d.metric("holdfast_unit_lease_established_total", map[string]string{"namespace": d.u.Key.Namespace, "unit": d.u.Key.Name}, 2)
-	d.oneWriter(1, last)
+	d.oneWriter(b1.Epoch, last)
 }
 
-// b1ExpiryFence is when epoch 1's runtime had certainly fenced: its
+// b1ExpiryFence is when the runtime at epoch had certainly fenced: its
 // lease's expiry as the grantor recorded it plus the hold bound (L1, L3).
 func b1ExpiryFence(t *testing.T, d *drill, epoch int64) time.Time {
 	t.Helper()
@@ -320,13 +322,13 @@ func b1ExpiryFence(t *testing.T, d *drill, epoch int64) time.Time {
 		t.Fatal(err)
 	}
 	for _, e := range evs {
-		if e.Reason == evLeaseExpired && strings.Contains(e.Note, "epoch 1 ") {
+		if e.Reason == evLeaseExpired && strings.Contains(e.Note, fmt.Sprintf("epoch %d ", epoch)) {
 			lost = scenario.EventTime(e)
 			break
 		}
 	}
 	if lost.IsZero() {
-		t.Fatalf("no LeaseExpired Event for epoch 1")
+		t.Fatalf("no LeaseExpired Event for epoch %d", epoch)
 	}
 	u, err := d.u.Get(d.ctx)
 	if err != nil {
@@ -349,7 +351,7 @@ func contains(s []string, v string) bool {
 // `kubectl holdfast failover` (kubectl finding the plugin on its PATH):
 // without --confirm-fenced it is refused (exit 1) with the webhook's reason
 // and the Unit is unchanged; with --confirm-fenced and --wait it proceeds
-// (exit 0): epoch 2 on the named node, origin Manual, a ManualRebind Event,
+// (exit 0): a new epoch on the named node, origin Manual, a ManualRebind Event,
 // the manual re-bind metric. The link is mended only after the old
 // runtime's own lease and hold have run out (a confirmed fence stays a
 // fence), and the device saw one writer at a time.
@@ -391,7 +393,7 @@ func TestManualFailoverThroughKubectlHoldfast(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := u.Annotations[holdfastv1.AnnotationFailoverTo]; ok || u.Status.RuntimeBinding.Epoch != 1 {
+	if _, ok := u.Annotations[holdfastv1.AnnotationFailoverTo]; ok || u.Status.RuntimeBinding.Epoch != b1.Epoch {
 		t.Fatalf("the refused request changed the unit: annotations %v, binding %+v", u.Annotations, u.Status.RuntimeBinding)
 	}
 
@@ -406,7 +408,7 @@ func TestManualFailoverThroughKubectlHoldfast(t *testing.T) {
 	}
 	b2 := d.held(2)
 	if b2.Node != target || b2.Origin != holdfastv1.OriginManual {
-		t.Fatalf("binding after the manual failover: %+v, want epoch 2 on %s, origin Manual", b2, target)
+		t.Fatalf("binding after the manual failover: %+v, want the next epoch on %s, origin Manual", b2, target)
 	}
 	d.events(evLeaseEstablished, "ManualRebind")
 	d.metric("holdfast_unit_rebinds_total", map[string]string{"namespace": ns, "unit": d.u.Key.Name, "path": "manual"}, 1)
@@ -421,9 +423,9 @@ func TestManualFailoverThroughKubectlHoldfast(t *testing.T) {
 	if err := primary.Mend(); err != nil {
 		t.Fatal(err)
 	}
-	d.oldRuntimeFenced(b1.Node, 1)
-	d.staleRuntimeStopped(b1.Node, 1)
-	d.staleRuntimeQuiet(b1.Node, 1, 2)
+	d.oldRuntimeFenced(b1.Node, b1.Epoch)
+	d.staleRuntimeStopped(b1.Node, b1.Epoch)
+	d.staleRuntimeQuiet(b1.Node, b1.Epoch, b2.Epoch)
 	log, err := d.u.Writes(d.ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -431,36 +433,37 @@ func TestManualFailoverThroughKubectlHoldfast(t *testing.T) {
 	if err := scenario.CheckNoTwoWriters(log); err != nil {
 		t.Fatalf("two writers on the device: %v", err)
 	}
-	if by := devicesim.ByEpoch(log); len(by[2]) == 0 {
-		t.Fatalf("epoch 2 never wrote: %v", devicesim.Epochs(log))
+	if by := devicesim.ByEpoch(log); len(by[b2.Epoch]) == 0 {
+		t.Fatalf("epoch %d never wrote: %v", b2.Epoch, devicesim.Epochs(log))
 	}
-	d.oneHolder(2, target)
+	d.oneHolder(b2.Epoch, target)
 }
 
 // TestCouplerUnreachableAtStartupHoldsTheLeaseAndWritesLater: the unit's
 // device (its Modbus coupler) is down when the runtime starts. Start-up
 // never waits on the network (L8): the runtime opens its lease endpoint and
-// takes its lease at epoch 1 all the same, and holds it, never fencing, while
-// the device stays away; nothing is written anywhere. When the device comes
-// up the failed dial, still watched, is retried and epoch 1 drives it; no
+// takes its lease at its first epoch all the same, and holds it, never
+// fencing, while the device stays away; nothing is written anywhere. When the
+// device comes up the failed dial, still watched, is retried and the runtime
+// drives it; no
 // lease was lost on the way and the device saw one writer.
 func TestCouplerUnreachableAtStartupHoldsTheLeaseAndWritesLater(t *testing.T) {
-	d := newDrillWith(t, "coupler-down", 10, func(o *scenario.UnitOptions) { o.DeviceDown = true })
+	d := newDrillWith(t, "coupler-down", 0, func(o *scenario.UnitOptions) { o.DeviceDown = true })
 	b1, err := d.u.WaitHeld(d.ctx, 1, 3*time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.runtimeView(b1.Node, 1, 20*time.Second)
-	d.watchHeld(1, b1.Node, 3*time.Second)
+	d.runtimeView(b1.Node, b1.Epoch, 20*time.Second)
+	d.watchHeld(b1.Epoch, b1.Node, 3*time.Second)
 	startedAt := time.Now()
 	if err := d.u.StartDevice(d.ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.u.WaitWrites(d.ctx, 1, 5, 2*time.Minute); err != nil {
+	if err := d.u.WaitWrites(d.ctx, b1.Epoch, 5, 2*time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("epoch 1 drove the device %v after it came up", time.Since(startedAt).Round(time.Millisecond))
-	d.watchHeld(1, b1.Node, 3*time.Second)
+	t.Logf("epoch %d drove the device %v after it came up", b1.Epoch, time.Since(startedAt).Round(time.Millisecond))
+	d.watchHeld(b1.Epoch, b1.Node, 3*time.Second)
 	d.noFailoverEvents()
 	d.oneWriterSoFar()
 }

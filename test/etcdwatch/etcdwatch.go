@@ -7,6 +7,7 @@ package etcdwatch
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -39,7 +40,9 @@ func Members(ctx context.Context, cli *clientv3.Client) (voters, learners []stri
 // Writer is the client the voter drills watch: it puts a key every
 // 50 ms and reads it back, retrying a write until it is acknowledged; it
 // records every failed attempt, the writes never acknowledged within 10 s,
-// and the longest a write took to be acknowledged and read back (the stall).
+// the longest a write took to be acknowledged and read back (the stall),
+// and its whole history of puts and gets, which Stop checks for
+// linearizability (Linearizable).
 type Writer struct {
 	cli     *clientv3.Client
 	prefix  string
@@ -54,6 +57,8 @@ type Writer struct {
 	longest   time.Duration
 	longestAt time.Time
 	stalls    []Stall
+	started   time.Time
+	history   History
 }
 
 // Stall is one write (put and read back) that took over StallOver, from At.
@@ -72,7 +77,7 @@ func StartWriter(cli *clientv3.Client, prefix string, attempt time.Duration) *Wr
 	if attempt == 0 {
 		attempt = 2 * time.Second
 	}
-	w := &Writer{cli: cli, prefix: prefix, attempt: attempt, stop: make(chan struct{}), done: make(chan struct{})}
+	w := &Writer{cli: cli, prefix: prefix, attempt: attempt, stop: make(chan struct{}), done: make(chan struct{}), started: time.Now()}
 	go w.run()
 	return w
 }
@@ -92,10 +97,20 @@ func (w *Writer) run() {
 		ok := false
 		for time.Since(start) < 10*time.Second {
 			ctx, cancel := context.WithTimeout(context.Background(), w.attempt)
+			call := time.Since(w.started)
 			_, err := w.cli.Put(ctx, k, v)
+			w.record(Op{Put: true, Key: k, Value: v, Unknown: err != nil, Call: call, Return: time.Since(w.started)})
 			if err == nil {
 				var resp *clientv3.GetResponse
+				call = time.Since(w.started)
 				resp, err = w.cli.Get(ctx, k)
+				if err == nil {
+					got := Op{Key: k, Call: call, Return: time.Since(w.started)}
+					if len(resp.Kvs) > 0 {
+						got.Found, got.Value = true, string(resp.Kvs[0].Value)
+					}
+					w.record(got)
+				}
 				if err == nil && (len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != v) {
 					err = fmt.Errorf("read back %v", resp.Kvs)
 				}
@@ -127,6 +142,12 @@ func (w *Writer) run() {
 	}
 }
 
+func (w *Writer) record(o Op) {
+	w.mu.Lock()
+	w.history = append(w.history, o)
+	w.mu.Unlock()
+}
+
 // Report is what the writer saw.
 type Report struct {
 	Acked int
@@ -139,37 +160,65 @@ type Report struct {
 	LongestAt      time.Time
 	// Stalls are the writes that took over StallOver.
 	Stalls []Stall
+	// History is every put and get, the final read of every key included;
+	// NotLinearizable says why it is not linearizable, nil when it is.
+	History         History
+	NotLinearizable error
 }
 
 func (r Report) String() string {
-	return fmt.Sprintf("%d writes acknowledged, %d failed, %d lost, %d failed attempts (retried); longest stall %v at %s",
-		r.Acked, len(r.Failed), len(r.Lost), len(r.FailedAttempts), r.Longest.Round(time.Millisecond), r.LongestAt.UTC().Format("15:04:05.000"))
+	lin := "linearizable"
+	if r.NotLinearizable != nil {
+		lin = "NOT linearizable"
+	}
+	return fmt.Sprintf("%d writes acknowledged, %d failed, %d lost, %d failed attempts (retried); longest stall %v at %s; history of %d operations %s",
+		r.Acked, len(r.Failed), len(r.Lost), len(r.FailedAttempts), r.Longest.Round(time.Millisecond), r.LongestAt.UTC().Format("15:04:05.000"),
+		len(r.History), lin)
 }
 
-// Stop stops the writer and reads every key back.
+// Stop stops the writer, reads every key back, and checks the history
+// with that final read for linearizability.
 func (w *Writer) Stop(ctx context.Context) (Report, error) {
 	close(w.stop)
 	<-w.done
 	w.mu.Lock()
 	r := Report{Acked: len(w.acked), Failed: slices.Clone(w.failed), FailedAttempts: slices.Clone(w.attempts),
-		Longest: w.longest, LongestAt: w.longestAt, Stalls: slices.Clone(w.stalls)}
+		Longest: w.longest, LongestAt: w.longestAt, Stalls: slices.Clone(w.stalls), History: slices.Clone(w.history)}
 	acked := slices.Clone(w.acked)
 	w.mu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	resp, err := w.cli.Get(ctx, w.prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	call := time.Since(w.started)
+	resp, err := w.cli.Get(ctx, w.prefix, clientv3.WithPrefix())
 	if err != nil {
 		return r, err
 	}
-	have := map[string]bool{}
+	ret := time.Since(w.started)
+	have := map[string]string{}
 	for _, kv := range resp.Kvs {
-		have[string(kv.Key)] = true
+		have[string(kv.Key)] = string(kv.Value)
 	}
 	for _, k := range acked {
-		if !have[k] {
+		if _, ok := have[k]; !ok {
 			r.Lost = append(r.Lost, k)
 		}
 	}
+	// The final read is one get of every key the writer ever put, all at
+	// the same instant.
+	read := map[string]bool{}
+	for _, o := range slices.Clone(r.History) {
+		if o.Put && !read[o.Key] {
+			read[o.Key] = true
+			v, ok := have[o.Key]
+			r.History = append(r.History, Op{Key: o.Key, Value: v, Found: ok, Call: call, Return: ret})
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(have)) {
+		if !read[k] {
+			r.History = append(r.History, Op{Key: k, Value: have[k], Found: true, Call: call, Return: ret})
+		}
+	}
+	r.NotLinearizable = Linearizable(r.History)
 	return r, nil
 }
 

@@ -92,3 +92,28 @@ spec:
       {{- include "holdfast.selectorLabels" . | nindent 6 }}
 {{- end }}
 {{- end -}}
+
+{{/* The grantor's timings as flags (docs/design.md §3 L14): the units role runs on them and holdfast-webhook derives the lease floor from them, so both are rendered from controller.units.grantor alone. */}}
+{{- define "holdfast.grantorArgs" -}}
+{{- $g := .Values.controller.units.grantor -}}
+- --leader-election-lease-duration={{ $g.electionLeaseDuration }}
+- --leader-election-renew-deadline={{ $g.electionRenewDeadline }}
+- --leader-election-retry-period={{ $g.electionRetryPeriod }}
+- --apiserver-read-idle-timeout={{ $g.apiserverReadIdleTimeout }}
+- --apiserver-ping-timeout={{ $g.apiserverPingTimeout }}
+{{- range .Values.controller.units.extraArgs }}
+{{- if regexMatch "^--(leader-election-(lease-duration|renew-deadline|retry-period)|apiserver-(read-idle|ping)-timeout)(=|$)" . }}
+{{- fail (printf "controller.units.extraArgs: %s: set controller.units.grantor instead, so holdfast-webhook enforces the lease floor of the timings the grantor runs on" .) }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* holdfast.leaseCASecret: the Secret holding the lease CA the units role mounts. */}}
+{{- define "holdfast.leaseCASecret" -}}
+{{- $t := .Values.controller.units.leaseTLS -}}
+{{- if eq $t.mode "secret" -}}
+{{ required "controller.units.leaseTLS.secretName is required when controller.units.leaseTLS.mode is secret" $t.secretName }}
+{{- else -}}
+holdfast-lease-ca
+{{- end -}}
+{{- end -}}

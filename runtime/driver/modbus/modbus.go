@@ -2,11 +2,16 @@
 //
 // Epoch on the wire: a device that can check the writer's epoch exposes an
 // owner-epoch block of four holding registers (a big-endian uint64). Before
-// its first write on a connection the driver writes its permit's epoch
-// there; the device refuses a lower epoch than the highest it has seen, and
-// refuses every later write on a connection whose epoch is behind. The
-// driver reads the block back after a refused write to tell a stale epoch
-// (ErrStaleEpoch) from any other refusal.
+// its first write on a connection the driver reads the block: a later epoch
+// there than its permit's means another binding took the device (or the
+// unit's epochs restarted), and the driver writes nothing at all
+// (driver.LaterOwnerError, docs/design.md §3 L13). A real Modbus device
+// accepts every write, so this read is the runtime's own check. Otherwise it
+// writes its permit's epoch there; a device that checks refuses a lower
+// epoch than the highest it has seen, and refuses every later write on a
+// connection whose epoch is behind. The driver reads the block back after a
+// refused write to tell a stale epoch (ErrStaleEpoch) from any other
+// refusal.
 //
 // Nothing late (L3): a write the device has not answered is never left in
 // the kernel. A write that fails on the transport (a timeout on a cut link)
@@ -282,12 +287,33 @@ func (d *Driver) WriteRegisters(_ context.Context, p *lease.Permit, addr uint16,
 	d.setWriting(true)
 	defer d.setWriting(false)
 	if d.cfg.EpochRegister != nil && d.declared != p.Epoch() {
+		if err := d.checkOwner(p.Epoch()); err != nil {
+			return err
+		}
 		if err := d.send(p, "declare epoch", *d.cfg.EpochRegister, EncodeEpoch(p.Epoch())); err != nil {
 			return err
 		}
 		d.declared = p.Epoch()
 	}
 	return d.send(p, "write", addr, values)
+}
+
+// checkOwner reads the owner-epoch block before the first write on a
+// connection and refuses, sending nothing, when it holds a later epoch
+// than epoch, or cannot be read: a block the runtime cannot read is an
+// owner it cannot rule out. Callers hold mu.
+func (d *Driver) checkOwner(epoch int64) error {
+	words, err := d.client.ReadRegisters(*d.cfg.EpochRegister, 4, mb.HOLDING_REGISTER)
+	if err != nil {
+		if isTransport(err) {
+			d.abortLocked()
+		}
+		return wrap("read the owner epoch", err)
+	}
+	if owner := DecodeEpoch(words); owner > epoch {
+		return &driver.LaterOwnerError{Device: d.cfg.Name, Address: d.cfg.Address, OwnerEpoch: owner, Epoch: epoch}
+	}
+	return nil
 }
 
 // send puts one write request on the wire if the permit still holds, and

@@ -82,6 +82,43 @@ func TestModbusWritesCarryTheEpochAndAStaleEpochIsRefused(t *testing.T) {
 	}
 }
 
+// L13: the driver reads the owner-epoch block before its first write on a
+// connection and, finding a later epoch, sends nothing, not even its own
+// epoch: the device's log stays empty (a real device would take both).
+func TestModbusWritesNothingToADeviceHoldingALaterEpoch(t *testing.T) {
+	sim, err := devicesim.Start(devicesim.Config{Address: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sim.Close()
+	ctx := context.Background()
+	later, old := connect(t, sim.Addr()), connect(t, sim.Addr())
+	// The later owner declares and writes, then the device forgets nothing.
+	if err := later.WriteRegisters(ctx, testutil.Permit(t, 9), 100, []uint16{4}); err != nil {
+		t.Fatal(err)
+	}
+	before := len(sim.Writes())
+	err = old.WriteRegisters(ctx, testutil.Permit(t, 5), 100, []uint16{1})
+	var lo *driver.LaterOwnerError
+	if !errors.As(err, &lo) || lo.OwnerEpoch != 9 || lo.Epoch != 5 || lo.Device != "coupler-1" || lo.Address != sim.Addr() ||
+		!errors.Is(err, driver.ErrStaleEpoch) || driver.IsTransportError(err) {
+		t.Fatalf("a write at epoch 5 to a device owned at 9 = %v, want a LaterOwnerError", err)
+	}
+	if log := sim.Writes(); len(log) != before {
+		t.Fatalf("the device saw %+v from the runtime behind its owner", log[before:])
+	}
+	if got := sim.Registers(100, 1); got[0] != 4 {
+		t.Fatalf("register 100 = %d", got[0])
+	}
+	// An owner no later than the permit's is written over.
+	if err := old.WriteRegisters(ctx, testutil.Permit(t, 10), 100, []uint16{2}); err != nil {
+		t.Fatal(err)
+	}
+	if sim.HighestEpoch() != 10 {
+		t.Fatalf("owner epoch %d after epoch 10 wrote", sim.HighestEpoch())
+	}
+}
+
 func TestModbusADeviceThatDoesNotAnswerFailsTheDial(t *testing.T) {
 	sim, err := devicesim.Start(devicesim.Config{Address: "127.0.0.1:0"})
 	if err != nil {

@@ -86,20 +86,29 @@ func run() error {
 func failover(ctx context.Context, w *scenario.World, logf func(string, ...any)) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
-	u, err := w.CreateUnit(ctx, scenario.UnitOptions{Namespace: "demo", Name: "kiln", LeaseSeconds: 10,
+	// The least lease the installed grantor keeps through a leader change
+	// (the webhook refuses a shorter one).
+	lease := w.LeaseFloor()
+	u, err := w.CreateUnit(ctx, scenario.UnitOptions{Namespace: "demo", Name: "kiln", LeaseSeconds: lease,
 		Primary: w.NodeNames[0], Targets: demoStandbys})
 	if err != nil {
 		return err
 	}
-	logf("created Failover unit demo/kiln (lease 10s), primary %s, standbys %v", w.NodeNames[0], demoStandbys)
+	logf("created Failover unit demo/kiln (lease %ds, the grantor's floor), primary %s, standbys %v", lease, w.NodeNames[0], demoStandbys)
 	b1, err := u.WaitHeld(ctx, 1, 3*time.Minute)
 	if err != nil {
 		return err
 	}
-	if err := u.WaitWrites(ctx, 1, 5, time.Minute); err != nil {
+	if err := u.WaitWrites(ctx, b1.Epoch, 5, time.Minute); err != nil {
 		return err
 	}
-	logf("epoch 1 holds its lease on %s and drives the device", b1.Node)
+	logf("epoch %d holds its lease on %s and drives the device", b1.Epoch, b1.Node)
+	// The lease channel is mutual TLS: the runtime took its
+	// certificate from the holdfast.io/lease signer, and takes grants only
+	// from the grantor's.
+	if code, answer, err := u.BystanderGrant(ctx, b1.Node, b1.Epoch); err == nil {
+		logf("a bystander's grant to epoch %d's lease port in plain HTTP: %d %s", b1.Epoch, code, answer)
+	}
 	node := w.Nodes[b1.Node]
 	if err := node.Cut(); err != nil {
 		return err
@@ -111,13 +120,14 @@ func failover(ctx context.Context, w *scenario.World, logf func(string, ...any))
 		_ = node.Mend()
 		return err
 	}
-	logf("epoch 2 holds its lease on %s", b2.Node)
+	logf("epoch %d holds its lease on %s", b2.Epoch, b2.Node)
 	if err := node.Mend(); err != nil {
 		return err
 	}
 	mendAt := time.Now()
 	logf("mended the link of %s", b1.Node)
-	// Give the node plugin time to hear of epoch 2 and stop the stale runtime.
+	// Give the node plugin time to hear of the new epoch and stop the stale
+	// runtime.
 	deadline := time.Now().Add(time.Minute)
 	for time.Now().Before(deadline) {
 		acts, _ := w.FenceActions(b1.Node)
@@ -140,14 +150,14 @@ func failover(ctx context.Context, w *scenario.World, logf func(string, ...any))
 		return err
 	}
 	by := devicesim.ByEpoch(log)
-	for _, ep := range []int64{1, 2} {
+	for _, ep := range []int64{b1.Epoch, b2.Epoch} {
 		ws := by[ep]
 		if len(ws) == 0 {
 			continue
 		}
 		tl = append(tl, entry{ws[0].Time, fmt.Sprintf("device: first write of epoch %d (from %s)", ep, ws[0].Peer)})
-		if ep == 1 {
-			tl = append(tl, entry{ws[len(ws)-1].Time, "device: last accepted write of epoch 1"})
+		if ep == b1.Epoch {
+			tl = append(tl, entry{ws[len(ws)-1].Time, fmt.Sprintf("device: last accepted write of epoch %d", ep)})
 		}
 	}
 	for _, wr := range log {
@@ -164,7 +174,7 @@ func failover(ctx context.Context, w *scenario.World, logf func(string, ...any))
 	}
 	sort.SliceStable(tl, func(i, j int) bool { return tl[i].at.Before(tl[j].at) })
 	fmt.Println()
-	fmt.Printf("Timeline of the failover (seconds from the cut; lease 10s, hold bound %v):\n", holdfastv1.HoldBound(10*time.Second))
+	fmt.Printf("Timeline of the failover (seconds from the cut; lease %ds, hold bound %v):\n", lease, holdfastv1.HoldBound(time.Duration(lease)*time.Second))
 	for _, e := range tl {
 		fmt.Printf("  %+7.2fs  %s\n", e.at.Sub(cutAt).Seconds(), e.what)
 	}

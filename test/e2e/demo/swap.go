@@ -85,8 +85,8 @@ func swap(ctx context.Context, w *scenario.World, out, in string, logf func(stri
 	if s.Status.Phase != holdfastv1.SwapSucceeded {
 		return fmt.Errorf("swap %s", s.Status.Phase)
 	}
-	if len(r.Lost) > 0 || len(r.Failed) > 0 || len(bad) > 0 || id != clusterID {
-		return fmt.Errorf("lost %v, failed %v, samples without a voter leader %d, cluster %x", r.Lost, r.Failed, len(bad), id)
+	if len(r.Lost) > 0 || len(r.Failed) > 0 || len(bad) > 0 || id != clusterID || r.NotLinearizable != nil {
+		return fmt.Errorf("lost %v, failed %v, samples without a voter leader %d, cluster %x, history: %v", r.Lost, r.Failed, len(bad), id, r.NotLinearizable)
 	}
 	return nil
 }

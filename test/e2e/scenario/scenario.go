@@ -16,6 +16,7 @@ import (
 	"time"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/policy"
 	"github.com/holdfast-io/holdfast/test/cluster"
 )
 
@@ -32,6 +33,10 @@ type Options struct {
 	// unit's lease + its margin after acquiring, so a drill right after
 	// start-up waits that long for its Hold.
 	LeaseStandDown time.Duration
+	// Grantor are the units role's timings, given to the webhook too, as
+	// the chart renders controller.units.grantor into both (default: the
+	// chart's, policy.DefaultGrantorTimings). The lease floor follows.
+	Grantor *policy.GrantorTimings
 	// EtcdMembers of the control plane (default 1).
 	EtcdMembers int
 	// Voters, when set, puts the control plane's etcd on nodes and runs
@@ -61,6 +66,7 @@ type World struct {
 	logf             func(string, ...any)
 	plants           int
 	standDown        time.Duration
+	grantor          policy.GrantorTimings
 
 	mu                 sync.Mutex
 	schedulerRestarts  int
@@ -103,6 +109,13 @@ func Up(ctx context.Context, o Options) (w *World, err error) {
 	if o.LeaseStandDown == 0 {
 		o.LeaseStandDown = DefaultLeaseStandDown
 	}
+	grantor := policy.DefaultGrantorTimings()
+	if o.Grantor != nil {
+		grantor = *o.Grantor
+	}
+	if err := grantor.Validate(); err != nil {
+		return nil, err
+	}
 	var specs []cluster.NodeSpec
 	for _, n := range o.Nodes {
 		specs = append(specs, cluster.NodeSpec{Name: n, Etcd: o.Voters.etcdRole(n)})
@@ -112,7 +125,7 @@ func Up(ctx context.Context, o Options) (w *World, err error) {
 	if err != nil {
 		return nil, err
 	}
-	w = &World{Cluster: c, logf: o.Logf, standDown: o.LeaseStandDown, ctlBusy: map[int]bool{}}
+	w = &World{Cluster: c, logf: o.Logf, standDown: o.LeaseStandDown, grantor: grantor, ctlBusy: map[int]bool{}}
 	w.supervision, w.stopSupervising = context.WithCancel(context.Background())
 	defer func() {
 		if err != nil {
@@ -123,7 +136,7 @@ func Up(ctx context.Context, o Options) (w *World, err error) {
 		}
 	}()
 	o.Logf("starting holdfast-webhook")
-	if w.Webhook, err = c.StartWebhook(ctx); err != nil {
+	if w.Webhook, err = c.StartWebhook(ctx, grantor.Args()...); err != nil {
 		return w, fmt.Errorf("holdfast-webhook: %w", err)
 	}
 	o.Logf("starting holdfast-node on every node")
@@ -213,7 +226,15 @@ func (w *World) RestartController(ctx context.Context, i int) error {
 // startUnitsReplica starts the i-th units-role replica: its ports by its
 // index, the World's lease stand-down.
 func (w *World) startUnitsReplica(ctx context.Context, i int, id string) (*cluster.Controller, error) {
-	return w.StartController(ctx, "units", id, 8200+10*i, "--lease-stand-down="+w.standDown.String())
+	return w.StartController(ctx, "units", id, 8200+10*i, append([]string{"--lease-stand-down=" + w.standDown.String()}, w.grantor.Args()...)...)
+}
+
+// LeaseFloor is the shortest lease the installed grantor keeps through a
+// leader change, which the webhook enforces (docs/design.md §3 L14), in
+// seconds.
+func (w *World) LeaseFloor() int32 {
+	floor, _ := w.grantor.LeaseFloor()
+	return int32(floor / time.Second)
 }
 
 // startControllerAgain starts the i-th replica in old's place. A replica

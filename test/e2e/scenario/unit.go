@@ -1,8 +1,12 @@
 package scenario
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"sort"
 	"strings"
 	"time"
@@ -15,6 +19,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/holdfast-io/holdfast/api/lease"
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/test/cluster"
 	"github.com/holdfast-io/holdfast/test/devicesim"
@@ -30,14 +35,19 @@ type Unit struct {
 	// plantName and plantIndex start its device again (StartDevice).
 	plantName  string
 	plantIndex int
+	// epochs are its bindings' epochs in order, as WaitBinding saw them:
+	// the controller draws them from its clock and the cluster's epoch
+	// record (docs/design.md §3 L13), so a drill names a binding by its
+	// place, 1 for the first.
+	epochs []int64
 }
 
 // UnitOptions describe a unit.
 type UnitOptions struct {
 	Namespace, Name string
-	// LeaseSeconds is the control lease (default 10, the least the API
-	// admits); the start-up grace is the lease but at least 30s, and the
-	// margin the hold bound.
+	// LeaseSeconds is the control lease (default: the installed grantor's
+	// floor, the least the webhook admits, World.LeaseFloor); the start-up
+	// grace is the lease but at least 30s, and the margin the hold bound.
 	LeaseSeconds int32
 	// Primary is the node the runtime starts on (labelled for the unit's
 	// nodeSelector); Targets are the standbys.
@@ -59,11 +69,14 @@ const startupGraceSeconds = 30
 // outputRegister is the register every runtime writes its counter to.
 const outputRegister = 100
 
+// leasePort is every unit's lease port.
+const leasePort = 9443
+
 // CreateUnit starts the unit's device, labels its primary and creates the
 // Unit.
 func (w *World) CreateUnit(ctx context.Context, o UnitOptions) (*Unit, error) {
 	if o.LeaseSeconds == 0 {
-		o.LeaseSeconds = 10
+		o.LeaseSeconds = w.LeaseFloor()
 	}
 	if err := w.EnsureNamespace(ctx, o.Namespace); err != nil {
 		return nil, err
@@ -95,7 +108,7 @@ func (w *World) CreateUnit(ctx context.Context, o UnitOptions) (*Unit, error) {
 		ObjectMeta: metav1.ObjectMeta{Namespace: o.Namespace, Name: o.Name},
 		Spec: holdfastv1.UnitSpec{
 			Runtime: holdfastv1.UnitRuntime{
-				Image: RuntimeImage, ImagePullPolicy: corev1.PullNever, HealthPort: 9440, LeasePort: 9443,
+				Image: RuntimeImage, ImagePullPolicy: corev1.PullNever, HealthPort: 9440, LeasePort: leasePort,
 				Args: args,
 			},
 			NodeSelector: sel,
@@ -136,21 +149,52 @@ func (u *Unit) Get(ctx context.Context) (*holdfastv1.Unit, error) {
 	return &got, u.w.Client.Get(ctx, u.Key, &got)
 }
 
-// WaitHeld waits until the binding at epoch holds its lease and returns it.
-func (u *Unit) WaitHeld(ctx context.Context, epoch int64, timeout time.Duration) (*holdfastv1.RuntimeBinding, error) {
+// Epoch is the epoch of the unit's n-th binding (1 for the first), zero
+// until WaitBinding saw it.
+func (u *Unit) Epoch(n int) int64 {
+	if n < 1 || n > len(u.epochs) {
+		return 0
+	}
+	return u.epochs[n-1]
+}
+
+// WaitBinding waits until the unit has its n-th binding (authorised, not
+// necessarily placed or held), the first binding seen after the (n-1)-th,
+// and returns it; a binding seen later than the n-th counts as the n-th.
+func (u *Unit) WaitBinding(ctx context.Context, n int, timeout time.Duration) (*holdfastv1.RuntimeBinding, error) {
+	if n < 1 || n > len(u.epochs)+1 {
+		return nil, fmt.Errorf("unit %s: binding %d asked before binding %d was seen", u.Key, n, len(u.epochs)+1)
+	}
+	after := u.Epoch(n - 1)
+	got, err := u.waitUnit(ctx, timeout, fmt.Sprintf("binding %d (an epoch above %d)", n, after), func(b *holdfastv1.Unit) bool {
+		r := b.Status.RuntimeBinding
+		return r != nil && r.Epoch > after
+	})
+	if err != nil {
+		return binding(got), err
+	}
+	if n > len(u.epochs) {
+		u.epochs = append(u.epochs, got.Status.RuntimeBinding.Epoch)
+	}
+	return binding(got), nil
+}
+
+// WaitHeld waits until the unit's n-th binding holds its lease and returns
+// it.
+func (u *Unit) WaitHeld(ctx context.Context, n int, timeout time.Duration) (*holdfastv1.RuntimeBinding, error) {
+	start := time.Now()
+	if _, err := u.WaitBinding(ctx, n, timeout); err != nil {
+		return nil, err
+	}
+	return u.WaitHeldAt(ctx, u.Epoch(n), timeout-time.Since(start))
+}
+
+// WaitHeldAt waits until the binding at epoch holds its lease and returns
+// it.
+func (u *Unit) WaitHeldAt(ctx context.Context, epoch int64, timeout time.Duration) (*holdfastv1.RuntimeBinding, error) {
 	got, err := u.waitUnit(ctx, timeout, fmt.Sprintf("lease Held at epoch %d", epoch), func(b *holdfastv1.Unit) bool {
 		r := b.Status.RuntimeBinding
 		return r != nil && r.Epoch == epoch && r.LeaseState == holdfastv1.LeaseHeld && r.LeaseStateEpoch == epoch
-	})
-	return binding(got), err
-}
-
-// WaitEpoch waits until the binding has reached epoch (authorised, not
-// necessarily placed or held) and returns it.
-func (u *Unit) WaitEpoch(ctx context.Context, epoch int64, timeout time.Duration) (*holdfastv1.RuntimeBinding, error) {
-	got, err := u.waitUnit(ctx, timeout, fmt.Sprintf("epoch %d", epoch), func(b *holdfastv1.Unit) bool {
-		r := b.Status.RuntimeBinding
-		return r != nil && r.Epoch >= epoch
 	})
 	return binding(got), err
 }
@@ -161,6 +205,32 @@ func (u *Unit) WaitCondition(ctx context.Context, condType string, timeout time.
 	return u.waitUnit(ctx, timeout, "condition "+condType+" True", func(b *holdfastv1.Unit) bool {
 		return meta.IsStatusConditionTrue(b.Status.Conditions, condType)
 	})
+}
+
+// BystanderGrant is what any process on the network could send: a
+// well-formed grant for the unit's binding at epoch, acknowledged age and
+// all, POSTed in plain HTTP to its runtime's lease port on node. It returns
+// the runtime's answer (403 Unauthenticated: only the grantor, over mutual
+// TLS, may grant).
+func (u *Unit) BystanderGrant(ctx context.Context, node string, epoch int64) (int, string, error) {
+	ack := int64(0)
+	body, err := json.Marshal(lease.Grant{Unit: u.Key.String(), Epoch: epoch, DurationMillis: 600000, AckAgeMillis: &ack,
+		Grantor: "bystander", Seq: uint64(time.Now().UnixNano())})
+	if err != nil {
+		return 0, "", err
+	}
+	url := fmt.Sprintf("http://%s:%d%s", u.w.Nodes[node].IP, leasePort, lease.Path)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return 0, "", err
+	}
+	resp, err := u.w.HTTPClient().Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, strings.TrimSpace(string(b)), nil
 }
 
 // Writes is the unit's device write log.
@@ -318,7 +388,7 @@ func (u *Unit) EventReasons(ctx context.Context) ([]string, error) {
 // RuntimePod is the runtime pod of epoch, or nil.
 func (u *Unit) RuntimePod(ctx context.Context, epoch int64) (*corev1.Pod, error) {
 	var pod corev1.Pod
-	err := u.w.Client.Get(ctx, types.NamespacedName{Namespace: u.Key.Namespace, Name: fmt.Sprintf("%s-runtime-e%d", u.Key.Name, epoch)}, &pod)
+	err := u.w.Client.Get(ctx, types.NamespacedName{Namespace: u.Key.Namespace, Name: holdfastv1.RuntimePodName(u.Key.Name, epoch)}, &pod)
 	if err != nil {
 		return nil, client.IgnoreNotFound(err)
 	}

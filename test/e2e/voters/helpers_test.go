@@ -73,7 +73,8 @@ func watch(cli *clientv3.Client, prefix string) *watched {
 }
 
 // check stops both and asserts: no write failed, no acknowledged write
-// lost, a voter leader at every sample. It returns the writer's report.
+// lost, the writer's history linearizable, a voter leader at every sample.
+// It returns the writer's report.
 func (x *watched) check(t *testing.T) etcdwatch.Report {
 	t.Helper()
 	n, bad := x.q.Stop()
@@ -88,6 +89,9 @@ func (x *watched) check(t *testing.T) etcdwatch.Report {
 	}
 	if len(r.Failed) > 0 {
 		t.Errorf("writes never acknowledged within 10s: %v; failed attempts:\n%s", r.Failed, strings.Join(r.FailedAttempts, "\n"))
+	}
+	if r.NotLinearizable != nil {
+		t.Errorf("the writer's history: %v", r.NotLinearizable)
 	}
 	if r.Acked < 20 {
 		t.Errorf("only %d writes acknowledged", r.Acked)

@@ -1,0 +1,244 @@
+package units
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/policy"
+)
+
+// Events of a planned hand-over (docs/design.md §3 L11).
+const (
+	EventHandOver          = "HandOver"
+	EventHandedOver        = "HandedOver"
+	EventHandOverCancelled = "HandOverCancelled"
+)
+
+var handOvers = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	Name: "holdfast_unit_handover_in_progress",
+	Help: "1 while a unit's binding is handed over to a new runtime process (a change of mode or spec.runtime): the unit is held and its old runtime is being stopped.",
+}, []string{"namespace", "unit"})
+
+func init() { metrics.Registry.MustRegister(handOvers) }
+
+// terms are what every decision about the current binding reads: its
+// recorded promise, never the Unit's spec alone (L11).
+type terms struct {
+	mode             holdfastv1.AvailabilityMode
+	lease, holdBound time.Duration
+	margin           time.Duration
+	// grace is the start-up grace of L4, never below the recorded lease.
+	grace time.Duration
+}
+
+func termsOf(u *holdfastv1.Unit, b *holdfastv1.RuntimeBinding) terms {
+	pr := b.Promise
+	if pr == nil {
+		np := policy.NewPromise(u)
+		pr = &np
+	}
+	return terms{mode: pr.Mode, lease: pr.LeaseDuration(), holdBound: pr.HoldBound(), margin: pr.RebindMargin(),
+		grace: max(u.Spec.Availability.StartupGrace(), pr.LeaseDuration())}
+}
+
+// notePromise records the binding's promise when it has none (a binding
+// made before promises were: its runtime runs in the mode its pod's
+// environment says), then moves it toward the Unit's availability as
+// policy.NextPromise allows, and sets the pass's terms from it.
+func notePromise(p *Plan, in *Inputs) {
+	u := in.Unit
+	b := p.Status.RuntimeBinding
+	if b.Promise == nil {
+		pr := policy.NewPromise(u)
+		if m := podEnv(in.Pod, holdfastv1.RuntimeEnvMode); m != "" {
+			pr.Mode = holdfastv1.AvailabilityMode(m)
+		}
+		b.Promise = &pr
+	}
+	var granting time.Duration
+	if in.Obs != nil {
+		granting = in.Obs.Target.Duration
+	}
+	next, wake := policy.NextPromise(*b.Promise, u, policy.PromiseInputs{Now: in.Now, HoldOffUntil: in.HoldOffUntil, Granting: granting})
+	b.Promise = &next
+	if !wake.IsZero() {
+		p.at(in, wake)
+	}
+	p.terms = termsOf(u, b)
+}
+
+func podEnv(pod *corev1.Pod, name string) string {
+	if pod == nil {
+		return ""
+	}
+	for _, c := range pod.Spec.Containers {
+		if c.Name != RuntimeContainer {
+			continue
+		}
+		for _, e := range c.Env {
+			if e.Name == name {
+				return e.Value
+			}
+		}
+	}
+	return ""
+}
+
+// neverGranted: no renewal was ever acknowledged at the binding, by this
+// process or, as recorded, by another, so no grant at it extended anything
+// (L1: a grant extends only with an acknowledged age).
+func neverGranted(b *holdfastv1.RuntimeBinding, in *Inputs) bool {
+	acked := in.Obs != nil && in.Obs.Acked()
+	return b.LeaseEstablishedBy == nil && !acked && (b.LeaseState != holdfastv1.LeaseHeld || b.LeaseStateCarried())
+}
+
+// handOver carries out a planned hand-over (L11): a Unit that asks for
+// another mode or another spec.runtime needs another runtime process, and
+// the new one starts at a new epoch on the same node only once the old one
+// has provably stopped writing. A Failover runtime is sent no grant from
+// the start and fences by its own lease (the recorded lease and margin
+// after the start, or its recorded expiry plus the margin, and never
+// before the leadership hold-off); an Autonomy runtime never fences, so its
+// pod is deleted and the new epoch waits for the apiserver to confirm it
+// gone. The unit is held from the start; a person's restart clears the
+// Hold once the new runtime is ready. It reports whether the pass produced
+// a record or waits on the hand-over.
+func handOver(p *Plan, in *Inputs) bool {
+	u := in.Unit
+	b := p.Status.RuntimeBinding
+	t := p.terms
+	why := strings.Join(policy.HandOverReasons(u, b.Promise), "; ")
+	h := b.HandOver
+	switch {
+	case h == nil && why == "":
+		return false
+	case h == nil:
+		startHandOver(p, in, why)
+		return true
+	case why == "" && t.mode == holdfastv1.Failover && !ownExpiry(b) && !in.PodGone:
+		// Edited back before the runtime stopped: it goes on.
+		b.HandOver = nil
+		msg := fmt.Sprintf("The Unit asks again for the runtime at epoch %d on node %s as it runs: the hand-over is cancelled and granting resumes; the Hold stays until a person restarts the unit",
+			b.Epoch, nodeOrUnknown(b.Node))
+		setCondition(&p.Status, metav1.Condition{Type: holdfastv1.ConditionRuntimeHandOver, Status: metav1.ConditionFalse,
+			Reason: holdfastv1.ReasonHandOverCancelled, Message: msg}, in.Now)
+		r := normal(EventHandOverCancelled)
+		r.Message, r.Epoch, r.Node = msg, b.Epoch, b.Node
+		r.count = func() { handOvers.WithLabelValues(u.Namespace, u.Name).Set(0) }
+		p.Record = r
+		p.RequeueAfter = time.Millisecond
+		return true
+	case why != "":
+		h.Reason = why
+	}
+
+	var evidence string
+	switch {
+	case in.PodGone:
+		evidence = fmt.Sprintf("its pod %s is confirmed gone", b.Pod)
+	case t.mode != holdfastv1.Failover:
+		p.DeletePod = true
+		msg := fmt.Sprintf("Hand-over of epoch %d (%s): pod %s is being deleted; an Autonomy runtime never fences itself, so epoch %d starts on node %s only once the apiserver confirms the pod gone (the kubelet stopped it; for a node that is powered off, kubectl delete pod --force certifies it)",
+			b.Epoch, h.Reason, b.Pod, b.Epoch+1, nodeOrUnknown(b.Node))
+		setCondition(&p.Status, metav1.Condition{Type: holdfastv1.ConditionRuntimeHandOver, Status: metav1.ConditionTrue,
+			Reason: holdfastv1.ReasonAwaitingPodGone, Message: msg}, in.Now)
+		p.at(in, in.Now.Add(5*time.Second))
+		return true
+	default:
+		due, fence := fenceDue(b, t, in)
+		if in.Now.Before(due) {
+			msg := fmt.Sprintf("Hand-over of epoch %d (%s): no grant sent since %s; %s; epoch %d starts on node %s at %s",
+				b.Epoch, h.Reason, h.Since.UTC().Format(time.RFC3339), fence, b.Epoch+1, nodeOrUnknown(b.Node), due.UTC().Format(time.RFC3339))
+			setCondition(&p.Status, metav1.Condition{Type: holdfastv1.ConditionRuntimeHandOver, Status: metav1.ConditionTrue,
+				Reason: holdfastv1.ReasonAwaitingFence, Message: msg}, in.Now)
+			p.at(in, due)
+			return true
+		}
+		evidence = fence
+	}
+
+	rb := &Rebind{Origin: holdfastv1.OriginHandOver, Node: b.Node}
+	p.Rebind = rb
+	r := warning(EventHandedOver)
+	r.Message = fmt.Sprintf("Handed over from epoch %d to epoch %d on node %s (%s): the old runtime stopped writing (%s); the new runtime starts held until a person restarts the unit",
+		b.Epoch, b.Epoch+1, nodeOrUnknown(b.Node), h.Reason, evidence)
+	r.count = func() {
+		rebinds.WithLabelValues(u.Namespace, u.Name, "handover").Inc()
+		handOvers.WithLabelValues(u.Namespace, u.Name).Set(0)
+	}
+	p.Record = r
+	applyRebind(p, in, rb)
+	setCondition(&p.Status, metav1.Condition{Type: holdfastv1.ConditionRuntimeHandOver, Status: metav1.ConditionFalse,
+		Reason: holdfastv1.ReasonHandedOver, Message: r.Message}, in.Now)
+	return true
+}
+
+// fenceDue is when a Failover runtime handed over has certainly stopped
+// writing, and the evidence: every grant it may hold went out before the
+// hand-over started (the reconciler paused the loop first), so it writes no
+// later than since plus the recorded lease and hold bound, which the margin
+// covers; an expiry already recorded at the binding brings that earlier; a
+// runtime never granted anything writes nothing. A predecessor grantor may
+// renew until this leader's hold-off ends (L6).
+func fenceDue(b *holdfastv1.RuntimeBinding, t terms, in *Inputs) (time.Time, string) {
+	since := b.HandOver.Since.Time
+	due := since.Add(t.lease + t.margin)
+	why := fmt.Sprintf("it fences by its own lease (%v) and the margin (%v) after that", t.lease, t.margin)
+	switch {
+	case neverGranted(b, in):
+		due, why = since, "no renewal was ever acknowledged at this binding, so it holds no lease"
+	case ownExpiry(b) && b.Expiry.At.Add(t.margin).Before(due):
+		due = b.Expiry.At.Add(t.margin)
+		why = fmt.Sprintf("its lease expired at %s (%s) and the margin (%v) has passed", b.Expiry.At.UTC().Format(time.RFC3339), b.Expiry.Verdict, t.margin)
+	}
+	if in.HoldOffUntil.After(due) {
+		due = in.HoldOffUntil
+		why += ", and this controller's leadership hold-off has ended"
+	}
+	return due, why
+}
+
+// startHandOver holds the unit and stops the old runtime: the grants stop
+// (StopGranting) or its pod is deleted (DeletePod).
+func startHandOver(p *Plan, in *Inputs, why string) {
+	u := in.Unit
+	b := p.Status.RuntimeBinding
+	t := p.terms
+	b.HandOver = &holdfastv1.HandOver{Reason: why, Since: metav1.NewTime(policy.CeilSecond(in.Now))}
+	msg := fmt.Sprintf("Hand-over of epoch %d on node %s to a new runtime process: %s. ", b.Epoch, nodeOrUnknown(b.Node), why)
+	reason := holdfastv1.ReasonAwaitingFence
+	if t.mode == holdfastv1.Failover {
+		p.StopGranting = true
+		msg += fmt.Sprintf("No grant is sent from now: the runtime holds its outputs and fences by its own lease (%v, hold bound %v), and epoch %d starts on the same node after the margin (%v)",
+			t.lease, t.holdBound, b.Epoch+1, t.margin)
+	} else {
+		p.DeletePod = true
+		reason = holdfastv1.ReasonAwaitingPodGone
+		msg += fmt.Sprintf("An Autonomy runtime never fences itself: its pod %s is deleted, and epoch %d starts on the same node once the pod is confirmed gone",
+			b.Pod, b.Epoch+1)
+	}
+	msg += "; the unit is held until a person restarts it"
+	setCondition(&p.Status, metav1.Condition{Type: holdfastv1.ConditionRuntimeHandOver, Status: metav1.ConditionTrue, Reason: reason, Message: msg}, in.Now)
+	newlyHeld := !meta.IsStatusConditionTrue(p.Status.Conditions, holdfastv1.ConditionHeld)
+	if newlyHeld {
+		setCondition(&p.Status, metav1.Condition{Type: holdfastv1.ConditionHeld, Status: metav1.ConditionTrue, Reason: holdfastv1.ReasonHandOver, Message: msg}, in.Now)
+	}
+	r := warning(EventHandOver)
+	r.Message, r.Epoch, r.Node = msg, b.Epoch, b.Node
+	r.count = func() {
+		handOvers.WithLabelValues(u.Namespace, u.Name).Set(1)
+		if newlyHeld {
+			holds.WithLabelValues(u.Namespace, u.Name, holdfastv1.ReasonHandOver).Inc()
+		}
+	}
+	p.Record = r
+	p.RequeueAfter = time.Millisecond
+}

@@ -1,0 +1,151 @@
+package sim
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+)
+
+// operator is a plant operator at kubectl, a cluster admin: every request
+// goes through the apiserver and the real webhook, and a refused one
+// changes nothing.
+type operator struct {
+	s    *Sim
+	p    *proc
+	spec holdfastv1.UnitSpec
+	reqs int
+}
+
+var admin = user{name: "plant-operator", groups: []string{"system:masters"}}
+
+func (o *operator) say(format string, args ...any) {
+	o.s.log(o.p.host, unitKey_, kFault, "operator: "+format, args...)
+}
+
+// create creates the unit with spec.
+func (o *operator) create(spec holdfastv1.UnitSpec) {
+	o.spec = spec
+	u := &holdfastv1.Unit{ObjectMeta: metav1.ObjectMeta{Namespace: unitNS, Name: unitName}, Spec: spec}
+	o.s.call(o.p, func(a *apiserver) (client.Object, error) { return a.create(admin, u) }, func(r apiResult) {
+		if r.err != nil {
+			o.say("create refused: %v", short(r.err))
+			return
+		}
+		o.say("created unit %s (%s)", unitKey_, describe(spec.Availability))
+	})
+}
+
+// edit reads the unit, changes it with change (false: nothing to do) and
+// writes it back conditioned on what it read, once more on a conflict.
+func (o *operator) edit(what string, change func(u *holdfastv1.Unit) bool) {
+	o.editTry(what, change, 2)
+}
+
+func (o *operator) editTry(what string, change func(u *holdfastv1.Unit) bool, tries int) {
+	s := o.s
+	s.call(o.p, func(a *apiserver) (client.Object, error) {
+		cur, ok := a.st.get("Unit", unitNS, unitName)
+		if !ok {
+			return nil, notFound("Unit", unitName)
+		}
+		return cur, nil
+	}, func(r apiResult) {
+		if r.err != nil {
+			o.say("%s: could not read the unit: %v", what, short(r.err))
+			return
+		}
+		u := r.obj.(*holdfastv1.Unit)
+		if !change(u) {
+			o.say("%s: nothing to do", what)
+			return
+		}
+		s.call(o.p, func(a *apiserver) (client.Object, error) { return a.update(admin, u, "") }, func(r apiResult) {
+			switch {
+			case r.err == nil:
+				o.say("%s: done", what)
+			case apierrors.IsConflict(r.err) && tries > 1:
+				o.editTry(what, change, tries-1)
+			default:
+				o.say("%s: refused: %v", what, short(r.err))
+			}
+		})
+	})
+}
+
+// remove deletes the unit.
+func (o *operator) remove() {
+	o.s.call(o.p, func(a *apiserver) (client.Object, error) {
+		cur, ok := a.st.get("Unit", unitNS, unitName)
+		if !ok {
+			return nil, notFound("Unit", unitName)
+		}
+		return nil, a.remove(cur, false)
+	}, func(r apiResult) {
+		if r.err != nil {
+			o.say("delete failed: %v", short(r.err))
+			return
+		}
+		o.say("deleted unit %s", unitKey_)
+	})
+}
+
+// failover asks for a manual failover to target, with a fence confirmation
+// when confirm is not empty.
+func (o *operator) failover(target, confirm string) {
+	o.reqs++
+	id := fmt.Sprintf("req-%d", o.reqs)
+	what := fmt.Sprintf("failover to %s", target)
+	if confirm != "" {
+		what += " (confirmed fenced: " + confirm + ")"
+	}
+	o.edit(what, func(u *holdfastv1.Unit) bool {
+		if u.Annotations == nil {
+			u.Annotations = map[string]string{}
+		}
+		u.Annotations[holdfastv1.AnnotationFailoverTo] = target
+		u.Annotations[holdfastv1.AnnotationRequestID] = id
+		if confirm != "" {
+			u.Annotations[holdfastv1.AnnotationFailoverConfirmFenced] = confirm
+		} else {
+			delete(u.Annotations, holdfastv1.AnnotationFailoverConfirmFenced)
+		}
+		return true
+	})
+}
+
+// restart asks for a restart of the Hold, now by the operator's clock.
+func (o *operator) restart() {
+	at := o.p.clock().Now().UTC().Truncate(time.Second).Add(time.Second).Format(time.RFC3339)
+	o.edit("restart at "+at, func(u *holdfastv1.Unit) bool {
+		if u.Annotations == nil {
+			u.Annotations = map[string]string{}
+		}
+		u.Annotations[holdfastv1.AnnotationRestart] = at
+		return true
+	})
+}
+
+func describe(a holdfastv1.Availability) string {
+	m := "default"
+	if a.RebindMarginSeconds != nil {
+		m = fmt.Sprintf("%ds", *a.RebindMarginSeconds)
+	}
+	return fmt.Sprintf("mode %s, lease %ds, grace %ds, margin %s", a.Mode, a.LeaseDurationSeconds, a.RuntimeStartupGraceSeconds, m)
+}
+
+func short(err error) string {
+	s := err.Error()
+	if i := strings.Index(s, "\n"); i > 0 {
+		s = s[:i]
+	}
+	if len(s) > 300 {
+		s = s[:300] + "..."
+	}
+	return s
+}
