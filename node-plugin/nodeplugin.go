@@ -48,8 +48,11 @@ type Options struct {
 	HostDir       string
 	SystemdDir    string
 	MemberDataDir string
-	ServerUnit    string
-	AgentUnit     string
+	// ServerTombstone is the server's own tombstone file (empty: under the
+	// member data directory, as k3s writes it).
+	ServerTombstone string
+	ServerUnit      string
+	AgentUnit       string
 	// EtcdLocal is the local member's client URL; EtcdCA, EtcdCert and
 	// EtcdKey are host files for TLS to the members (all empty: plain).
 	EtcdLocal                 string
@@ -72,6 +75,8 @@ func ParseFlags(args []string) (Options, error) {
 	fs.StringVar(&o.HostDir, "host-dir", hoststate.DefaultDir, "the host directory for the role file, join target, member record and tombstone")
 	fs.StringVar(&o.SystemdDir, "systemd-dir", actuator.DefaultSystemdDir, "where the server unit's drop-ins are written")
 	fs.StringVar(&o.MemberDataDir, "member-data-dir", "", "the etcd member's data directory (default: the VoterPolicy's spec.host.memberDataDir)")
+	fs.StringVar(&o.ServerTombstone, "server-tombstone", "", "the file the server writes when its member is removed (default: the VoterPolicy's spec.host.serverTombstone, else "+
+		hoststate.DefaultServerTombstone+" under the member data directory, k3s's)")
 	fs.StringVar(&o.ServerUnit, "server-unit", "", "the server unit (default: the VoterPolicy's spec.host.serverUnit)")
 	fs.StringVar(&o.AgentUnit, "agent-unit", "", "the agent unit (default: the VoterPolicy's spec.host.agentUnit)")
 	fs.StringVar(&o.EtcdLocal, "etcd-local-endpoint", "https://127.0.0.1:2379", "the local etcd member's client URL")
@@ -134,6 +139,7 @@ func hostSettings(ctx context.Context, r client.Reader, o *Options) error {
 		{&o.ServerUnit, h.ServerUnit, "k3s.service"},
 		{&o.AgentUnit, h.AgentUnit, "k3s-agent.service"},
 		{&o.MemberDataDir, h.MemberDataDir, "/var/lib/rancher/k3s/server/db"},
+		{&o.ServerTombstone, h.ServerTombstone, ""},
 	} {
 		if *f.dst == "" {
 			*f.dst = f.src
@@ -161,7 +167,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	if err := hostSettings(ctx, mgr.GetAPIReader(), &o); err != nil {
 		return fmt.Errorf("reading VoterPolicy %s: %w", holdfastv1.VoterPolicyName, err)
 	}
-	state := hoststate.State{Dir: o.HostDir, MemberDataDir: o.MemberDataDir}
+	state := hoststate.State{Dir: o.HostDir, MemberDataDir: o.MemberDataDir, ServerTombstone: o.ServerTombstone}
 	var sd *actuator.DBusSystemd
 	if o.SystemdBus != "" {
 		sd, err = actuator.NewDBusSystemdAt(o.SystemdBus)
@@ -173,10 +179,6 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	}
 	defer sd.Conn.Close()
 	act := actuator.New(sd, actuator.Config{ServerUnit: o.ServerUnit, AgentUnit: o.AgentUnit, SystemdDir: o.SystemdDir, State: state})
-	if err := (&role.Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), NodeName: o.NodeName,
-		Actuator: act, State: state}).SetupWithManager(mgr); err != nil {
-		return err
-	}
 	tlsCfg, err := etcdTLS(o)
 	if err != nil {
 		return err
@@ -189,7 +191,12 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		}
 		return vp.Spec.Etcd.Endpoints, nil
 	}}
-	if err := mgr.Add(&tombstone.Watcher{State: state, Clock: clock.RealClock{}, Every: 5 * time.Second, Etcd: etcd}); err != nil {
+	watcher := &tombstone.Watcher{State: state, Clock: clock.RealClock{}, Every: 5 * time.Second, Etcd: etcd}
+	if err := mgr.Add(watcher); err != nil {
+		return err
+	}
+	if err := (&role.Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), NodeName: o.NodeName,
+		Actuator: act, State: state, Removal: watcher.Check}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	if err := mgr.Add(&report.Reporter{Client: mgr.GetClient(), NodeName: o.NodeName, Units: act, State: state,

@@ -13,6 +13,8 @@ const (
 	AuditConfirmFenced  = "ConfirmFenced"
 	AuditManualSwap     = "ManualSwap"
 	AuditRestart        = "Restart"
+	// AuditReportRepair: a person removed a node plugin's report (break-glass).
+	AuditReportRepair = "ReportRepair"
 )
 
 // AuditRecord is the one JSON line written for each allowed manual failover,

@@ -79,6 +79,8 @@ var oos = corev1.Taint{Key: corev1.TaintNodeOutOfService, Value: "nodeshutdown",
 func TestNodeRules(t *testing.T) {
 	o := testOptions()
 	ctl := "only the holdfast voter controller (system:serviceaccount:holdfast-system:holdfast-controller) may change it"
+	reportOnly := "only the node plugin on node n1 writes it (its report of the host), and only the voter controller (system:serviceaccount:holdfast-system:holdfast-controller) clears it; " +
+		"to repair one, a member of [system:masters] removes it with a reason in holdfast.io/report-repair (docs/voter-swap.md, break-glass)"
 	for _, tc := range []struct {
 		name     string
 		r        requester
@@ -128,6 +130,35 @@ func TestNodeRules(t *testing.T) {
 			[]string{"metadata: Forbidden: the node plugin must use a pod-bound service account token (user extra authentication.kubernetes.io/node-name names its node)"}},
 		{"node plugin setting desired-role on its own node", pluginOn("n1"), nodeWith("n1", nil, nil), nodeWith("n1", map[string]string{holdfastv1.LabelDesiredRole: "server"}, nil), nodeFacts{},
 			[]string{"metadata.labels[holdfast.io/desired-role]: Forbidden: " + ctl + ": the voter controller sets the desired role during a swap; create a VoterSwap instead"}},
+		{"a report written by an admin", admin, nodeWith("n1", nil, nil),
+			nodeWith("n1", map[string]string{holdfastv1.LabelRole: "server"}, map[string]string{holdfastv1.AnnotationActuator: `{"step":"step-down","phase":"done"}`}), nodeFacts{},
+			[]string{
+				"metadata.labels[holdfast.io/role]: Forbidden: " + reportOnly,
+				"metadata.annotations[holdfast.io/actuator]: Forbidden: " + reportOnly,
+			}},
+		{"a stale report re-applied", admin, nodeWith("n1", nil, map[string]string{holdfastv1.AnnotationProvisioned: "false"}),
+			nodeWith("n1", nil, map[string]string{holdfastv1.AnnotationProvisioned: "true"}), nodeFacts{},
+			[]string{"metadata.annotations[holdfast.io/provisioned]: Forbidden: " + reportOnly}},
+		{"a Node registered with a report", admin, nil, nodeWith("n1", nil, map[string]string{holdfastv1.AnnotationFitness: "{}"}), nodeFacts{},
+			[]string{"metadata.annotations[holdfast.io/fitness]: Forbidden: " + reportOnly}},
+		{"a report written by the controller", controller, nodeWith("n1", nil, nil), nodeWith("n1", nil, map[string]string{holdfastv1.AnnotationTombstone: "{}"}), nodeFacts{},
+			[]string{"metadata.annotations[holdfast.io/tombstone]: Forbidden: " + reportOnly}},
+		{"reports cleared by the controller", controller,
+			nodeWith("n1", map[string]string{holdfastv1.LabelRole: "agent"}, map[string]string{holdfastv1.AnnotationTombstone: "{}", holdfastv1.AnnotationActuator: "{}"}),
+			nodeWith("n1", nil, nil), nodeFacts{}, nil},
+		{"a report cleared by an admin without a reason", admin, nodeWith("n1", nil, map[string]string{holdfastv1.AnnotationTombstone: "{}"}), nodeWith("n1", nil, nil), nodeFacts{},
+			[]string{"metadata.annotations[holdfast.io/tombstone]: Forbidden: node n1's plugin reports it; a repair removes it only with the reason in holdfast.io/report-repair set in the same request (docs/voter-swap.md, break-glass)"}},
+		{"a report cleared by an admin with a reason (break-glass)", admin, nodeWith("n1", nil, map[string]string{holdfastv1.AnnotationTombstone: "{}"}),
+			nodeWith("n1", nil, map[string]string{holdfastv1.AnnotationReportRepair: "host rebuilt, INC-42"}), nodeFacts{}, nil},
+		{"a report rewritten by an admin with a reason", admin, nodeWith("n1", nil, map[string]string{holdfastv1.AnnotationTombstone: "{}"}),
+			nodeWith("n1", nil, map[string]string{holdfastv1.AnnotationReportRepair: "host rebuilt", holdfastv1.AnnotationTombstone: `{"member":"x"}`}), nodeFacts{},
+			[]string{"metadata.annotations[holdfast.io/tombstone]: Forbidden: " + reportOnly}},
+		{"a report cleared with a reason outside the repair groups", operator, nodeWith("n1", nil, map[string]string{holdfastv1.AnnotationFitness: "{}"}),
+			nodeWith("n1", nil, map[string]string{holdfastv1.AnnotationReportRepair: "why not"}), nodeFacts{},
+			[]string{
+				"metadata.annotations[holdfast.io/report-repair]: Forbidden: user olivia (groups plant-operators, system:authenticated) may not repair a node report: requires membership in one of the groups [system:masters]",
+				"metadata.annotations[holdfast.io/fitness]: Forbidden: " + reportOnly,
+			}},
 		{"out-of-service on a swap node", admin, nodeWith("cp-3", nil, nil), nodeWith("cp-3", nil, nil, corev1.Taint{Key: "x", Effect: corev1.TaintEffectNoSchedule}, oos),
 			nodeFacts{SwapLease: heldLease("cp-3,edge-7"), Now: t0},
 			[]string{"spec.taints[1]: Forbidden: node cp-3 is in voter swap s1 (swap Lease kube-system/holdfast-voter-swap held by ctl until 2026-11-29T20:00:50Z); taint it out of service after the swap finishes or the Lease expires"}},
@@ -141,7 +172,8 @@ func TestNodeRules(t *testing.T) {
 		{"out-of-service on another node", admin, nodeWith("cp-1", nil, nil), nodeWith("cp-1", nil, nil, oos), nodeFacts{SwapLease: heldLease("cp-3"), Now: t0}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			expect(t, checkNode(o, tc.r, tc.old, tc.new, tc.facts), tc.want...)
+			v, _ := checkNode(o, tc.r, tc.old, tc.new, tc.facts)
+			expect(t, v, tc.want...)
 		})
 	}
 }
@@ -577,7 +609,7 @@ func TestVotersServiceAccountFlag(t *testing.T) {
 	// The voters rights are the voters account's alone.
 	units := requester{User: o.Controller}
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{holdfastv1.LabelDesiredRole: holdfastv1.RoleServer}}}
-	if v := checkNode(&o, units, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, n, nodeFacts{}); v.allowed() {
+	if v, _ := checkNode(&o, units, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, n, nodeFacts{}); v.allowed() {
 		t.Fatal("the controller account set a desired role with a voters account configured")
 	}
 	for _, bad := range []string{"--voters-service-account=hf-voters", "--voters-service-account=Plant/hf", "--voters-service-account=plant/"} {

@@ -94,8 +94,8 @@ func oldTaints(n *corev1.Node) []corev1.Taint {
 
 // checkNode applies the Node rules of docs/design.md §7 to a create (old nil) or an
 // update.
-func checkNode(o *Options, r requester, old, newN *corev1.Node, f nodeFacts) verdict {
-	var v verdict
+func checkNode(o *Options, r requester, old, newN *corev1.Node, f nodeFacts) (verdict, []AuditRecord) {
+	v, audits := checkNodeReports(o, r, old, newN)
 	var oldLabels, oldAnn map[string]string
 	if old != nil {
 		oldLabels, oldAnn = old.Labels, old.Annotations
@@ -177,7 +177,71 @@ func checkNode(o *Options, r requester, old, newN *corev1.Node, f nodeFacts) ver
 			newN.Name, f.SwapLease.Annotations[holdfastv1.AnnotationSwapID], holdfastv1.SwapLeaseNamespace, holdfastv1.SwapLeaseName,
 			policy.SwapLeaseHolder(f.SwapLease), until)))
 	}
-	return v
+	return v, audits
+}
+
+// checkNodeReports keeps a node plugin's reports of its host (the role
+// label; the actuator, provisioned, tombstone and fitness annotations) its
+// own: the voter controller trusts them to step a member down, remove it
+// and finish its demotion, so a forged or stale one (an admin, a GitOps
+// tool re-applying old annotations) could have it remove a member whose
+// host never stepped down. Only that node's plugin writes them (the node
+// plugin's own-Node rule is checkNode's); the voter controller may clear
+// them; a person in the report-repair groups may clear them too, giving a
+// reason in holdfast.io/report-repair (break-glass, audited); anyone else
+// is refused.
+func checkNodeReports(o *Options, r requester, old, newN *corev1.Node) (verdict, []AuditRecord) {
+	var v verdict
+	var oldLabels, oldAnn map[string]string
+	if old != nil {
+		oldLabels, oldAnn = old.Labels, old.Annotations
+	}
+	labelPath := field.NewPath("metadata", "labels")
+	annPath := field.NewPath("metadata", "annotations")
+	type change struct {
+		path    *field.Path
+		removed bool
+	}
+	var changes []change
+	for _, k := range changedKeys(oldLabels, newN.Labels, func(k string) bool { return holdfastv1.IsNodeReport(k, true) }) {
+		_, has := newN.Labels[k]
+		changes = append(changes, change{labelPath.Key(k), !has})
+	}
+	for _, k := range changedKeys(oldAnn, newN.Annotations, func(k string) bool { return holdfastv1.IsNodeReport(k, false) }) {
+		_, has := newN.Annotations[k]
+		changes = append(changes, change{annPath.Key(k), !has})
+	}
+	reason := newN.Annotations[holdfastv1.AnnotationReportRepair]
+	reasonSet := reason != "" && reason != oldAnn[holdfastv1.AnnotationReportRepair]
+	repairer := inAnyGroup(r.Groups, o.ReportRepairGroups)
+	if containsKey(changedKeys(oldAnn, newN.Annotations, holdfastKey), holdfastv1.AnnotationReportRepair) && !repairer && r.User != o.VotersUser() {
+		v.forbid(field.Forbidden(annPath.Key(holdfastv1.AnnotationReportRepair), groupsNeeded("repair a node report", r, o.ReportRepairGroups)))
+	}
+	if r.User == o.NodePlugin {
+		return v, nil
+	}
+	var repaired []string
+	for _, c := range changes {
+		switch {
+		case c.removed && r.User == o.VotersUser():
+		case c.removed && repairer && reasonSet:
+			repaired = append(repaired, c.path.String())
+		case c.removed && repairer:
+			v.forbid(field.Forbidden(c.path, fmt.Sprintf(
+				"node %s's plugin reports it; a repair removes it only with the reason in %s set in the same request (docs/voter-swap.md, break-glass)",
+				newN.Name, holdfastv1.AnnotationReportRepair)))
+		default:
+			v.forbid(field.Forbidden(c.path, fmt.Sprintf(
+				"only the node plugin on node %s writes it (its report of the host), and only the voter controller (%s) clears it; "+
+					"to repair one, a member of [%s] removes it with a reason in %s (docs/voter-swap.md, break-glass)",
+				newN.Name, o.VotersUser(), strings.Join(o.ReportRepairGroups, ", "), holdfastv1.AnnotationReportRepair)))
+		}
+	}
+	if len(repaired) == 0 || !v.allowed() {
+		return v, nil
+	}
+	return v, []AuditRecord{{Audit: AuditReportRepair, Object: AuditRef{Kind: "Node", Name: newN.Name},
+		Reason: reason + " (removed " + strings.Join(repaired, ", ") + ")"}}
 }
 
 func containsKey(keys []string, k string) bool {
@@ -193,6 +257,7 @@ func containsKey(keys []string, k string) bool {
 // taint on Nodes.
 type NodeValidator struct {
 	Options *Options
+	Audit   *auditLog
 	// Reader reads the apiserver directly: a cached view could miss a swap
 	// that just started.
 	Reader client.Reader
@@ -221,8 +286,11 @@ func (nv *NodeValidator) validate(ctx context.Context, old, n *corev1.Node) (adm
 	if err != nil {
 		return nil, readFailed("reading what the change depends on", err)
 	}
-	v := checkNode(nv.Options, r, old, n, f)
-	return nil, v.err(nodeGVR, nodeGK, n.Name)
+	v, audits := checkNode(nv.Options, r, old, n, f)
+	if err := v.err(nodeGVR, nodeGK, n.Name); err != nil {
+		return nil, err
+	}
+	return nil, nv.Audit.record(r, audits, nv.Options.Now())
 }
 
 func (nv *NodeValidator) facts(ctx context.Context, need nodeNeeds, node string) (nodeFacts, error) {

@@ -11,21 +11,48 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apiserver/pkg/authentication/serviceaccount"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/test/testenv"
+	"github.com/holdfast-io/holdfast/webhook"
 )
 
 // makeNode creates a Node (Ready unless said otherwise) and removes it after
-// the test. No kubelet runs: the test is the kubelet.
+// the test. No kubelet runs: the test is the kubelet. Node reports among
+// labels and annotations are written by the Node's own node plugin, as the
+// webhook requires.
 func makeNode(t testing.TB, name string, labels, annotations map[string]string, ready bool) *corev1.Node {
 	t.Helper()
 	ctx := context.Background()
-	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels, Annotations: annotations}}
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{}, Annotations: map[string]string{}}}
+	reports := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{}, Annotations: map[string]string{}}}
+	for k, v := range labels {
+		if holdfastv1.IsNodeReport(k, true) {
+			reports.Labels[k] = v
+		} else {
+			n.Labels[k] = v
+		}
+	}
+	for k, v := range annotations {
+		if holdfastv1.IsNodeReport(k, false) {
+			reports.Annotations[k] = v
+		} else {
+			n.Annotations[k] = v
+		}
+	}
 	if err := clientAs(t, votersUser, nil).Create(ctx, n); err != nil {
 		t.Fatalf("creating node %s: %v", name, err)
+	}
+	if len(reports.Labels)+len(reports.Annotations) > 0 {
+		if err := clientAs(t, nodePluginUser, map[string][]string{serviceaccount.NodeNameKey: {name}}).Patch(ctx, reports, client.Merge); err != nil {
+			t.Fatalf("node %s's plugin writing its reports: %v", name, err)
+		}
+		if err := env.Client.Get(ctx, client.ObjectKey{Name: name}, n); err != nil {
+			t.Fatal(err)
+		}
 	}
 	t.Cleanup(func() {
 		_ = env.Client.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}})
@@ -225,4 +252,62 @@ func TestOutOfServiceTaintLeavesSwapNodesAlone(t *testing.T) {
 	clock.Set(epoch0.Add(51 * time.Second))
 	t.Cleanup(func() { clock.Set(epoch0) })
 	allowed(t, k.Run(t, "", "taint", "node", "cp-3", taint))
+}
+
+// TestNodeReportsAreWrittenOnlyByTheirNodesPlugin: a node plugin's reports
+// of its host (the holdfast.io/role label; the actuator, provisioned,
+// tombstone and fitness annotations) are written only by that node's
+// plugin. An admin, a GitOps tool re-applying stale annotations, the voter
+// controller or another node's plugin is refused with the reason and
+// changes nothing: a forged step-down report would have the controller
+// remove a member whose host never stepped down. The voter controller
+// clears them; a member of the report-repair groups removes one with a
+// reason in holdfast.io/report-repair (break-glass, audited), never
+// writes one.
+func TestNodeReportsAreWrittenOnlyByTheirNodesPlugin(t *testing.T) {
+	makeNode(t, "rp-1", nil, nil, true)
+	makeNode(t, "rp-2", nil, nil, true)
+	k := env.Kubectl()
+	forged := `holdfast.io/actuator={"step":"step-down","phase":"done"}`
+	reportOnly := "only the node plugin on node rp-1 writes it (its report of the host)"
+
+	refusal(t, "node-report-by-admin", k.Run(t, "", "annotate", "node", "rp-1", forged), "metadata.annotations[holdfast.io/actuator]: Forbidden: "+reportOnly)
+	for _, kv := range []string{"holdfast.io/provisioned=true", "holdfast.io/tombstone={}", `holdfast.io/fitness={"fsyncP99Millis":1}`} {
+		refusal(t, "", k.Run(t, "", "annotate", "node", "rp-1", kv), reportOnly)
+	}
+	refusal(t, "", k.Run(t, "", "label", "node", "rp-1", "holdfast.io/role=server"), "metadata.labels[holdfast.io/role]: Forbidden: "+reportOnly)
+	refusal(t, "", kubectlAs(t, votersUser, "annotate", "node", "rp-1", forged), reportOnly)
+	refusal(t, "", k.Run(t, "", "annotate", "node", "rp-1", "--as="+nodePluginUser,
+		"--as-user-extra=authentication.kubernetes.io/node-name=rp-2", forged), "the node plugin on node rp-2 may write holdfast annotations only on its own Node, not on rp-1")
+	if n := getNode(t, "rp-1"); n.Annotations[holdfastv1.AnnotationActuator] != "" || n.Labels[holdfastv1.LabelRole] != "" {
+		t.Fatalf("a refused report reached the Node: %v %v", n.Labels, n.Annotations)
+	}
+
+	// Its own plugin writes them.
+	asPlugin := func(args ...string) testenv.Result {
+		return k.Run(t, "", append([]string{"--as=" + nodePluginUser, "--as-user-extra=authentication.kubernetes.io/node-name=rp-1"}, args...)...)
+	}
+	allowed(t, asPlugin("annotate", "node", "rp-1", `holdfast.io/actuator={"step":"promote","phase":"done"}`, "holdfast.io/tombstone={}", "holdfast.io/provisioned=true"))
+	allowed(t, asPlugin("label", "node", "rp-1", "holdfast.io/role=server"))
+	// A stale copy re-applied over it (a GitOps tool) is refused.
+	refusal(t, "", k.Run(t, "", "annotate", "node", "rp-1", "--overwrite", forged), reportOnly)
+	refusal(t, "", k.Run(t, "", "annotate", "node", "rp-1", "--overwrite", "holdfast.io/provisioned=false"), reportOnly)
+
+	// The voter controller clears one; nobody else does without break-glass.
+	allowed(t, kubectlAs(t, votersUser, "annotate", "node", "rp-1", "holdfast.io/actuator-"))
+	refusal(t, "node-report-cleared-without-reason", k.Run(t, "", "annotate", "node", "rp-1", "holdfast.io/tombstone-"),
+		"a repair removes it only with the reason in holdfast.io/report-repair set in the same request")
+	refusal(t, "", k.Run(t, "", "annotate", "node", "rp-1", "--as=olivia", "--as-group=plant-operators", "holdfast.io/tombstone-", "holdfast.io/report-repair=why not"),
+		"may not repair a node report: requires membership in one of the groups [system:masters]")
+	// Break-glass: a cluster admin removes it, giving the reason; audited.
+	allowed(t, k.Run(t, "", "annotate", "node", "rp-1", "holdfast.io/tombstone-", "holdfast.io/report-repair=host rebuilt from scratch, INC-42"))
+	n := getNode(t, "rp-1")
+	if _, ok := n.Annotations[holdfastv1.AnnotationTombstone]; ok || n.Annotations[holdfastv1.AnnotationProvisioned] != "true" || n.Labels[holdfastv1.LabelRole] != "server" {
+		t.Fatalf("after the break-glass removal: labels %v annotations %v, want only the tombstone gone", n.Labels, n.Annotations)
+	}
+	if rec := lastAudit(t, webhook.AuditReportRepair); rec.Object.Name != "rp-1" || rec.Reason != "host rebuilt from scratch, INC-42 (removed metadata.annotations[holdfast.io/tombstone])" {
+		t.Errorf("the break-glass removal's audit record %+v: want rp-1 with the reason and what was removed", rec)
+	}
+	// Break-glass never writes one.
+	refusal(t, "", k.Run(t, "", "annotate", "node", "rp-1", "--overwrite", "holdfast.io/provisioned=false", "holdfast.io/report-repair=another reason"), reportOnly)
 }

@@ -52,6 +52,9 @@ type Options struct {
 	ConfirmFencedGroups []string
 	FailoverGroups      []string
 	SwapGroups          []string
+	// ReportRepairGroups may remove a node report (break-glass), with a
+	// reason in holdfast.io/report-repair; they may never write one.
+	ReportRepairGroups []string
 	// Audit receives one JSON line per allowed manual failover, fence
 	// confirmation and manual swap.
 	Audit io.Writer
@@ -74,6 +77,7 @@ func DefaultOptions() Options {
 		ConfirmFencedGroups: []string{ClusterAdminGroup},
 		FailoverGroups:      []string{ClusterAdminGroup},
 		SwapGroups:          []string{ClusterAdminGroup},
+		ReportRepairGroups:  []string{ClusterAdminGroup},
 		Audit:               os.Stdout,
 		Now:                 time.Now,
 		Grantor:             policy.DefaultGrantorTimings(),
@@ -93,6 +97,8 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.Var(groupsFlag{&o.ConfirmFencedGroups}, "confirm-fenced-groups", "groups that may set holdfast.io/failover-confirm-fenced (comma separated)")
 	fs.Var(groupsFlag{&o.FailoverGroups}, "failover-groups", "groups that may set holdfast.io/failover-to (comma separated)")
 	fs.Var(groupsFlag{&o.SwapGroups}, "swap-groups", "groups that may create a manual VoterSwap (comma separated)")
+	fs.Var(groupsFlag{&o.ReportRepairGroups}, "report-repair-groups", "groups that may remove a node report (holdfast.io/actuator, provisioned, "+
+		"role, fitness, tombstone) with a reason in holdfast.io/report-repair, audited; never write one (comma separated)")
 	o.Grantor.AddFlags(fs, func(name string) string {
 		return "the installed grantor's --" + name + " (holdfast-controller --role=units is given the same value): " +
 			"a Failover unit's lease may not be below the floor the grantor's timings make (docs/design.md §3 L14)"

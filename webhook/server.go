@@ -46,7 +46,7 @@ func NewScheme() (*runtime.Scheme, error) {
 func Handlers(scheme *runtime.Scheme, reader client.Reader, opts *Options) map[string]*admission.Webhook {
 	audit := &auditLog{out: opts.Audit}
 	return map[string]*admission.Webhook{
-		PathNode:       admission.WithValidator[*corev1.Node](scheme, &NodeValidator{Options: opts, Reader: reader}),
+		PathNode:       admission.WithValidator[*corev1.Node](scheme, &NodeValidator{Options: opts, Reader: reader, Audit: audit}),
 		PathLease:      admission.WithValidator[*coordinationv1.Lease](scheme, &LeaseValidator{Options: opts}),
 		PathUnit:       admission.WithValidator[*holdfastv1.Unit](scheme, &UnitValidator{Options: opts, Reader: reader, Audit: audit}),
 		PathVoterSwap:  admission.WithValidator[*holdfastv1.VoterSwap](scheme, &VoterSwapValidator{Options: opts, Reader: reader, Audit: audit}),

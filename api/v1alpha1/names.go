@@ -16,6 +16,10 @@ const (
 	// holdfast guards.
 	LabelEtcdRole         = "node-role.kubernetes.io/etcd"
 	LabelControlPlaneRole = "node-role.kubernetes.io/control-plane"
+	// LabelMasterRole is the older role label k3s still sets on its servers;
+	// the voter controller removes it with the others from a removed
+	// member's Node.
+	LabelMasterRole = "node-role.kubernetes.io/master"
 )
 
 // Role values of LabelDesiredRole and LabelRole.
@@ -43,11 +47,32 @@ const (
 	AnnotationTombstone = "holdfast.io/tombstone"
 	// AnnotationFitness carries the node's fitness probe results.
 	AnnotationFitness = "holdfast.io/fitness"
+	// AnnotationReportRepair carries, in the person's words, why a member of
+	// the report-repair groups removes a node report (break-glass; the
+	// webhook audits it). Only removals are allowed this way.
+	AnnotationReportRepair = "holdfast.io/report-repair"
 	// AnnotationEtcdPeerURL is the peer URL the node's etcd member listens
 	// on once promoted (set by whoever provisions the server unit). Without
 	// it the voter controller uses https://<InternalIP>:2380.
 	AnnotationEtcdPeerURL = "holdfast.io/etcd-peer-url"
 )
+
+// IsNodeReport says whether a Node label (label true) or annotation key is
+// one of a node plugin's reports of its own host: its observed role, its
+// actuator report, provisioned, tombstone and fitness. Only that node's
+// plugin writes them; only the voter controller clears them (or a person in
+// the webhook's report-repair groups, with a reason in
+// AnnotationReportRepair).
+func IsNodeReport(key string, label bool) bool {
+	if label {
+		return key == LabelRole
+	}
+	switch key {
+	case AnnotationActuator, AnnotationProvisioned, AnnotationTombstone, AnnotationFitness:
+		return true
+	}
+	return false
+}
 
 // TaintVoterSwap marks, with the swap ID as its value (effect NoSchedule), a
 // node the voter controller cordoned for a swap: it uncordons only the nodes

@@ -18,6 +18,8 @@ const (
 	SwapReasonLeaseHeldElsewhere = "LeaseHeldElsewhere"
 	// SwapReasonLeaseTaken: the controller took the swap Lease for this swap.
 	SwapReasonLeaseTaken = "LeaseTaken"
+	// SwapReasonLeaseLapsed: the swap Lease this controller held for the swap expired without a renewal (passes slower than the Lease, or renewals refused); taken again.
+	SwapReasonLeaseLapsed = "LeaseLapsed"
 	// SwapReasonSnapshotTaken: a verified snapshot was taken from a voter that stays.
 	SwapReasonSnapshotTaken = "SnapshotTaken"
 	// SwapReasonSnapshotFailed: no verified snapshot (yet, or within the operation timeout: abandoned).
@@ -72,6 +74,8 @@ const (
 	SwapReasonPromoted = "Promoted"
 	// SwapReasonNotVoterByDeadline: the candidate is not a voter by the learner stall time plus the operation timeout; the swap rolls back.
 	SwapReasonNotVoterByDeadline = "NotVoterByDeadline"
+	// SwapReasonNotReadyByDeadline: the promoted voter's Node was not Ready after its server's start within the operation timeout of its promotion; it is stepped back (its member removed while the others are healthy) so the count returns to odd.
+	SwapReasonNotReadyByDeadline = "NotReadyByDeadline"
 	// SwapReasonLabelled: the new voter's Node was labelled node-role.kubernetes.io/etcd.
 	SwapReasonLabelled = "Labelled"
 	// SwapReasonRegateFailed: waiting: the gates with one more voter do not hold yet.
@@ -88,7 +92,7 @@ const (
 	SwapReasonOutgoingPending = "OutgoingPending"
 	// SwapReasonNodeGone: the outgoing node's Node object is gone after its member was removed.
 	SwapReasonNodeGone = "NodeGone"
-	// SwapReasonLabelsCleared: the etcd and control-plane role labels and k3s's etcd annotations were removed from a node whose member is gone.
+	// SwapReasonLabelsCleared: the etcd, control-plane and master role labels and k3s's etcd annotations were removed from a node whose member is gone.
 	SwapReasonLabelsCleared = "LabelsCleared"
 	// SwapReasonRoleStepCleared: a role step its host carried out was removed from its Node.
 	SwapReasonRoleStepCleared = "RoleStepCleared"

@@ -121,6 +121,12 @@ type HostRoleSettings struct {
 	// +kubebuilder:default="/var/lib/rancher/k3s/server/db"
 	// +kubebuilder:validation:Pattern=`^/`
 	MemberDataDir string `json:"memberDataDir,omitempty"`
+	// serverTombstone is the file the server writes itself when its member
+	// is removed; a host where it exists never starts its server. Empty:
+	// etcd/tombstone under memberDataDir (k3s's server/db/etcd/tombstone).
+	// +optional
+	// +kubebuilder:validation:Pattern=`^/`
+	ServerTombstone string `json:"serverTombstone,omitempty"`
 }
 
 // ProposedSwap is an automatic swap the controller would carry out.

@@ -52,7 +52,7 @@ const (
 	// RemoveMember removes a member.
 	RemoveMember Kind = "RemoveMember"
 	// SetEtcdLabel labels a new voter node-role.kubernetes.io/etcd;
-	// ClearRoleLabels removes the etcd and control-plane labels (and k3s's
+	// ClearRoleLabels removes the etcd, control-plane and master labels (and k3s's
 	// etcd annotations) from a node whose member is gone.
 	SetEtcdLabel    Kind = "SetEtcdLabel"
 	ClearRoleLabels Kind = "ClearRoleLabels"

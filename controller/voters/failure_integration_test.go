@@ -153,12 +153,16 @@ func TestRemovalCompletesWithTheOutgoingVoterPaused(t *testing.T) {
 		t.Errorf("p1's role step %q: want finish-demote kept for its return", n1.Annotations[holdfastv1.AnnotationRoleStep])
 	}
 
-	// p1 comes back: its removed member never serves again.
+	// p1 comes back: its removed member never serves again, and its host
+	// finishes its demotion (TestAHostDownForItsWholeSwapFinishesOnReturn
+	// checks the whole host).
 	h1.resume(t)
-	eventually(t, time.Minute, "p1's tombstone reported and its server stopped", func() (bool, string) {
+	eventually(t, 2*time.Minute, "p1 finished its demotion with its server stopped", func() (bool, string) {
 		n := getNode(t, "p1")
 		st := h1.sd.ActiveState(serverUnit)
-		return n.Annotations[holdfastv1.AnnotationTombstone] != "" && st != "active", st
+		rep := holdfastv1.ActuatorReportOf(n.Annotations)
+		done := rep != nil && rep.Step == holdfastv1.RoleStepFinishDemote && rep.Phase == holdfastv1.ActuatorDone
+		return done && st != "active", "server " + st + ", report " + n.Annotations[holdfastv1.AnnotationActuator]
 	})
 	v, learners, id := etcdMembers(t, cli)
 	if !slices.Equal(v, []string{"p2", "p3", "p4"}) || len(learners) > 0 || id != clusterID {
@@ -463,4 +467,45 @@ func keepUnfit(t testing.TB, node string, fsyncMicros int64, what string, cond f
 		shifted.Advance(25 * time.Second)
 	}
 	t.Fatalf("%s: not within 90s of %s reported unfit; last: %s", what, node, last)
+}
+
+// TestAPromotedVoterNotReadyInTimeIsSteppedBack: the candidate is promoted
+// (four real voters) but its Node never turns Ready after its server's
+// start. Once the operation timeout of its promotion passes, the swap
+// steps it back: its member is removed while the three others are healthy,
+// its host returns to an agent, and the swap ends RolledBack with the
+// original three voters, an odd count, and one cluster ID. No write is lost.
+func TestAPromotedVoterNotReadyInTimeIsSteppedBack(t *testing.T) {
+	c := newCluster(t, []string{"r1", "r2", "r3"}, []string{"r4"})
+	c.policy(t, nil)
+	startController(t, ctrlOpts{})
+	waitHealthyStatus(t, "r1", "r2", "r3")
+	cli := c.client("r2", "r3")
+	_, _, clusterID := etcdMembers(t, cli)
+	w := startWriter(cli)
+
+	c.hosts["r4"].quiet.Store(true)
+	name := createSwap(t, "r1", "r4")
+	waitWaiting(t, name, holdfastv1.SwapReasonWaitingForNodeReady, 90*time.Second)
+	if v, _, _ := etcdMembers(t, cli); len(v) != 4 {
+		t.Fatalf("the swap waits for r4's Ready with voters %v, want four", v)
+	}
+	// The Ready deadline (the operation timeout, 60s) passes.
+	shifted.Advance(61 * time.Second)
+	s := waitPhase(t, name, holdfastv1.SwapRolledBack, 2*time.Minute)
+	checkWriter(t, w)
+	if !strings.Contains(history(s), holdfastv1.SwapReasonNotReadyByDeadline) {
+		t.Errorf("history does not say %s:\n%s", holdfastv1.SwapReasonNotReadyByDeadline, history(s))
+	}
+	v, learners, id := etcdMembers(t, cli)
+	if !slices.Equal(v, []string{"r1", "r2", "r3"}) || len(learners) > 0 || id != clusterID {
+		t.Fatalf("after the step-back: voters %v learners %v cluster %x, want r1 r2 r3, none, %x", v, learners, id, clusterID)
+	}
+	if n := getNode(t, "r4"); hasSwapTaint(n) || n.Spec.Unschedulable {
+		t.Errorf("r4 left cordoned %v or tainted %v", n.Spec.Unschedulable, n.Spec.Taints)
+	}
+	waitHealthyStatus(t, "r1", "r2", "r3")
+	if p := getPolicy(t); p.Status.EvenSince != nil {
+		t.Errorf("evenSince %v after the step-back", p.Status.EvenSince)
+	}
 }

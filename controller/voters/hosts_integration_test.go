@@ -231,7 +231,12 @@ func (h *host) createNode(t testing.TB, voter bool) {
 		Labels:      map[string]string{corev1.LabelHostname: h.name},
 		Annotations: map[string]string{holdfastv1.AnnotationEtcdPeerURL: h.member.PeerURL}}}
 	if voter {
+		// As k3s marks its servers.
 		n.Labels[holdfastv1.LabelEtcdRole] = "true"
+		n.Labels[holdfastv1.LabelControlPlaneRole] = "true"
+		n.Labels[holdfastv1.LabelMasterRole] = "true"
+		n.Annotations["etcd.k3s.cattle.io/node-name"] = h.name + "-0a1b2c3d"
+		n.Annotations["etcd.k3s.cattle.io/node-address"] = "127.0.0.1"
 	} else {
 		n.Labels[holdfastv1.LabelVoterEligible] = "true"
 	}
@@ -312,14 +317,15 @@ func (h *host) startPlugin(t testing.TB) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &role.Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), NodeName: h.name, Actuator: h.act,
-		State: h.state, GuardEvery: time.Second}
-	if err := r.SetupWithManager(mgr); err != nil {
-		t.Fatal(err)
-	}
 	eps := h.c.eps
 	etcd := &tombstone.ClientEtcd{LocalEndpoint: h.member.ClientURL, Cluster: func(context.Context) ([]string, error) { return eps, nil }}
-	if err := mgr.Add(&tombstone.Watcher{Etcd: etcd, State: h.state, Clock: clock.RealClock{}, Every: 300 * time.Millisecond}); err != nil {
+	watcher := &tombstone.Watcher{Etcd: etcd, State: h.state, Clock: clock.RealClock{}, Every: 300 * time.Millisecond}
+	if err := mgr.Add(watcher); err != nil {
+		t.Fatal(err)
+	}
+	r := &role.Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), NodeName: h.name, Actuator: h.act,
+		State: h.state, GuardEvery: time.Second, Removal: watcher.Check}
+	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
 	if err := mgr.Add(&report.Reporter{Client: mgr.GetClient(), NodeName: h.name, Units: h.act, State: h.state,

@@ -147,6 +147,22 @@ func needLease(o *Observation, s *holdfastv1.VoterSwap) (Decision, bool) {
 	case held && mine && !sameSwap:
 		return act(&Action{Kind: ReleaseLease, Swap: s.Name, Reason: holdfastv1.SwapReasonReleased,
 			Message: fmt.Sprintf("the swap Lease names swap %q, not %s: released to be taken for it", l.Annotations[holdfastv1.AnnotationSwapID], id)}), true
+	case mine && sameSwap:
+		// Every pass renews the Lease it holds: one that lapsed in this
+		// process's hands means passes slower than the Lease or renewals
+		// refused, and for a while node recovery was free to act on the
+		// swap's nodes. Taken again, and said so.
+		expired := "with no renewal time"
+		if exp, ok := policy.SwapLeaseExpiry(l); ok {
+			expired = "at " + exp.UTC().Format(time.RFC3339)
+		}
+		step := s.Status.Step
+		if step == "" {
+			step = holdfastv1.StepGates
+		}
+		msg := fmt.Sprintf("the swap Lease this controller held for %s lapsed %s without a renewal; taken again", id, expired)
+		return act(&Action{Kind: AcquireLease, Swap: s.Name, SwapID: id, Nodes: swapNodes(s), Reason: holdfastv1.SwapReasonLeaseLapsed, Message: msg,
+			Then: &Change{Warning: true, History: []holdfastv1.SwapStepRecord{rec(step, holdfastv1.SwapReasonLeaseLapsed, holdfastv1.SwapReasonLeaseLapsed, msg)}}}), true
 	}
 	return act(&Action{Kind: AcquireLease, Swap: s.Name, SwapID: id, Nodes: swapNodes(s), Reason: holdfastv1.SwapReasonLeaseTaken,
 		Message: fmt.Sprintf("took the swap Lease for %s (nodes %s)", id, strings.Join(swapNodes(s), ","))}), true

@@ -218,6 +218,15 @@ func TestNextLease(t *testing.T) {
 			running(o, holdfastv1.StepPromote)
 			holdLease(o, "old-pod", swapID, t0.Add(-time.Minute))
 		}, want{kind: AcquireLease}},
+		{"the Lease this process held for the swap lapsed: taken again, with a warning in the history", func(o *Observation) {
+			running(o, holdfastv1.StepPromote)
+			holdLease(o, me, swapID, t0.Add(-31*time.Second))
+		}, want{kind: AcquireLease, says: []string{holdfastv1.SwapReasonLeaseLapsed, "lapsed at 2026-03-01T11:59:59Z without a renewal"},
+			check: func(t *testing.T, d Decision) {
+				if d.Action.Then == nil || !d.Action.Then.Warning || len(d.Action.Then.History) != 1 || d.Action.Then.History[0].Step != holdfastv1.StepPromote {
+					t.Errorf("change %+v, want one Warning history record under Promote", d.Action.Then)
+				}
+			}}},
 		{"the Lease this process holds for another swap is released first", func(o *Observation) {
 			running(o, holdfastv1.StepPromote)
 			holdLease(o, me, "other-swap", t0)
@@ -264,6 +273,18 @@ func TestNextPromote(t *testing.T) {
 	promoteDone := func(o *Observation) {
 		setStep(o.Nodes["n4"], holdfastv1.RoleServer, swapID, holdfastv1.RoleStepPromote)
 		setReport(o.Nodes["n4"], swapID, holdfastv1.RoleStepPromote, holdfastv1.ActuatorDone, &started, started)
+	}
+	// votes is a swap whose candidate n4 was promoted (recorded), its
+	// Node labelled etcd, cordoned.
+	votes := func(o *Observation) *holdfastv1.VoterSwap {
+		s := running(o, holdfastv1.StepPromote)
+		s.Status.IncomingMemberID = HexID(memberID("n4"))
+		s.Status.History = append(s.Status.History, rec(holdfastv1.StepPromote, holdfastv1.SwapReasonPromoted, holdfastv1.SwapReasonPromoted, "promoted"))
+		cordon(o.Nodes["n4"], swapID)
+		withVoter(o)
+		promoteDone(o)
+		o.Nodes["n4"].Labels[holdfastv1.LabelEtcdRole] = "true"
+		return s
 	}
 	runNext(t, []nextCase{
 		{"the candidate is cordoned first", func(o *Observation) { running(o, holdfastv1.StepPromote) },
@@ -364,6 +385,9 @@ func TestNextPromote(t *testing.T) {
 			if d.Action.Member != memberID("n4") {
 				t.Errorf("promotes %x", d.Action.Member)
 			}
+			if dl := d.Action.Then.Deadline; dl == nil || !dl.Equal(t0.Add(10*time.Minute)) {
+				t.Errorf("the promotion sets the Ready deadline %v, want the operation timeout (10m in the fixture) from now", dl)
+			}
 		}}},
 		{"not a voter by the learner stall time plus the operation timeout: rolled back", func(o *Observation) {
 			s := running(o, holdfastv1.StepPromote)
@@ -376,6 +400,7 @@ func TestNextPromote(t *testing.T) {
 		{"a voter: its Node is labelled etcd", func(o *Observation) {
 			s := running(o, holdfastv1.StepPromote)
 			s.Status.IncomingMemberID = HexID(memberID("n4"))
+			s.Status.History = append(s.Status.History, rec(holdfastv1.StepPromote, holdfastv1.SwapReasonPromoted, holdfastv1.SwapReasonPromoted, "promoted"))
 			cordon(o.Nodes["n4"], swapID)
 			withVoter(o)
 			promoteDone(o)
@@ -383,6 +408,7 @@ func TestNextPromote(t *testing.T) {
 		{"a voter, no Ready heartbeat after the start yet: waits", func(o *Observation) {
 			s := running(o, holdfastv1.StepPromote)
 			s.Status.IncomingMemberID = HexID(memberID("n4"))
+			s.Status.History = append(s.Status.History, rec(holdfastv1.StepPromote, holdfastv1.SwapReasonPromoted, holdfastv1.SwapReasonPromoted, "promoted"))
 			cordon(o.Nodes["n4"], swapID)
 			withVoter(o)
 			promoteDone(o)
@@ -392,14 +418,43 @@ func TestNextPromote(t *testing.T) {
 		{"a voter and Ready after the start: uncordoned", func(o *Observation) {
 			s := running(o, holdfastv1.StepPromote)
 			s.Status.IncomingMemberID = HexID(memberID("n4"))
+			s.Status.History = append(s.Status.History, rec(holdfastv1.StepPromote, holdfastv1.SwapReasonPromoted, holdfastv1.SwapReasonPromoted, "promoted"))
 			cordon(o.Nodes["n4"], swapID)
 			withVoter(o)
 			promoteDone(o)
 			o.Nodes["n4"].Labels[holdfastv1.LabelEtcdRole] = "true"
 		}, want{kind: Uncordon, node: "n4"}},
+		{"a voter whose promotion was not recorded (a crash): recorded, the Ready deadline starting now", func(o *Observation) {
+			s := votes(o)
+			s.Status.History = nil
+			s.Status.Deadline = &metav1.Time{Time: t0.Add(-time.Second)}
+		}, want{kind: Record, says: []string{"found a voter (its promotion was not recorded)"}, check: func(t *testing.T, d Decision) {
+			if dl := d.Action.Then.Deadline; dl == nil || !dl.Equal(t0.Add(10*time.Minute)) {
+				t.Errorf("deadline %v, want the operation timeout (10m in the fixture) from now", dl)
+			}
+		}}},
+		{"a voter with no server start time reported: waits, not Ready by default", func(o *Observation) {
+			votes(o)
+			setReport(o.Nodes["n4"], swapID, holdfastv1.RoleStepPromote, holdfastv1.ActuatorDone, nil, started)
+		}, want{waitFor: holdfastv1.SwapReasonWaitingForNodePlugin, says: []string{"report its server's start time"}}},
+		{"a promoted voter not Ready by the deadline: stepped back", func(o *Observation) {
+			s := votes(o)
+			s.Status.Deadline = &metav1.Time{Time: t0.Add(-time.Second)}
+			o.Nodes["n4"].Status.Conditions[0].LastHeartbeatTime = metav1.NewTime(started.Add(-time.Second))
+		}, want{kind: Record, step: holdfastv1.StepRollback, says: []string{holdfastv1.SwapReasonNotReadyByDeadline, "stepping it back"}}},
+		{"a promoted voter with no start time by the deadline: stepped back", func(o *Observation) {
+			s := votes(o)
+			s.Status.Deadline = &metav1.Time{Time: t0.Add(-time.Second)}
+			setReport(o.Nodes["n4"], swapID, holdfastv1.RoleStepPromote, holdfastv1.ActuatorDone, nil, started)
+		}, want{kind: Record, step: holdfastv1.StepRollback, says: []string{holdfastv1.SwapReasonNotReadyByDeadline}}},
+		{"a promoted voter Ready before the deadline: uncordoned", func(o *Observation) {
+			s := votes(o)
+			s.Status.Deadline = &metav1.Time{Time: t0.Add(time.Second)}
+		}, want{kind: Uncordon, node: "n4"}},
 		{"promotion done: regate", func(o *Observation) {
 			s := running(o, holdfastv1.StepPromote)
 			s.Status.IncomingMemberID = HexID(memberID("n4"))
+			s.Status.History = append(s.Status.History, rec(holdfastv1.StepPromote, holdfastv1.SwapReasonPromoted, holdfastv1.SwapReasonPromoted, "promoted"))
 			withVoter(o)
 			promoteDone(o)
 			o.Nodes["n4"].Labels[holdfastv1.LabelEtcdRole] = "true"

@@ -100,7 +100,7 @@ func (w *Nodes) SetEtcdLabel(ctx context.Context, name string) error {
 	return w.patchMeta(ctx, name, map[string]*string{holdfastv1.LabelEtcdRole: &v}, nil)
 }
 
-// ClearRoleLabels removes the etcd and control-plane role labels and k3s's
+// ClearRoleLabels removes the etcd, control-plane and master role labels and k3s's
 // etcd annotations of a node whose member is gone (the webhook refuses it
 // while VoterPolicy status still lists the member).
 func (w *Nodes) ClearRoleLabels(ctx context.Context, name string) error {
@@ -114,7 +114,7 @@ func (w *Nodes) ClearRoleLabels(ctx context.Context, name string) error {
 			ann[k] = nil
 		}
 	}
-	return w.patchMeta(ctx, name, map[string]*string{holdfastv1.LabelEtcdRole: nil, holdfastv1.LabelControlPlaneRole: nil}, ann)
+	return w.patchMeta(ctx, name, map[string]*string{holdfastv1.LabelEtcdRole: nil, holdfastv1.LabelControlPlaneRole: nil, holdfastv1.LabelMasterRole: nil}, ann)
 }
 
 // patchMeta merge-patches labels and annotations (nil removes a key).

@@ -69,7 +69,7 @@ func readyAfter(n *corev1.Node, t time.Time) bool {
 const etcdAnnotationPrefix = "etcd.k3s.cattle.io/"
 
 func hasRoleLabels(n *corev1.Node) bool {
-	for _, k := range []string{holdfastv1.LabelEtcdRole, holdfastv1.LabelControlPlaneRole} {
+	for _, k := range []string{holdfastv1.LabelEtcdRole, holdfastv1.LabelControlPlaneRole, holdfastv1.LabelMasterRole} {
 		if _, ok := n.Labels[k]; ok {
 			return true
 		}

@@ -222,7 +222,9 @@ func (r *Reconciler) observe(ctx context.Context) (*Observation, Etcd, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	if lease != nil && lease.Spec.HolderIdentity != nil && *lease.Spec.HolderIdentity == r.Settings.Identity {
+	// Only a Lease still held is renewed: one that lapsed in this process's
+	// hands is taken again by Next, which records the lapse.
+	if policy.SwapLeaseHolder(lease) == r.Settings.Identity && r.Settings.Identity != "" && policy.SwapLeaseHeld(lease, now) {
 		l := r.leaseOps()
 		renewed, err := l.Renew(ctx, lease, now)
 		if err != nil {

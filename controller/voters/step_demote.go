@@ -218,7 +218,7 @@ func stepFinishDemote(o *Observation, c *Cluster, s *holdfastv1.VoterSwap) Decis
 	if hasRoleLabels(n) {
 		return act(&Action{Kind: ClearRoleLabels, Swap: s.Name, Node: out, Reason: holdfastv1.SwapReasonLabelsCleared,
 			Then: &Change{History: []holdfastv1.SwapStepRecord{rec(holdfastv1.StepFinishDemote, holdfastv1.SwapReasonLabelsCleared, "",
-				out+": etcd and control-plane role labels and etcd annotations removed")}}})
+				out+": etcd, control-plane and master role labels and etcd annotations removed")}}})
 	}
 	rep := reportOf(n)
 	_, tombstone := n.Annotations[holdfastv1.AnnotationTombstone]

@@ -109,27 +109,50 @@ func stepPromote(o *Observation, c *Cluster, s *holdfastv1.VoterSwap) Decision {
 			return wait(s, holdfastv1.SwapReasonLearnerNotStarted, fmt.Sprintf("the server on %s is started; waiting for its member to join", in))
 		}
 		return act(&Action{Kind: PromoteMember, Swap: s.Name, Node: in, Member: learner.ID, Endpoints: answering(c, in),
-			Reason: holdfastv1.SwapReasonPromoted, Then: &Change{History: []holdfastv1.SwapStepRecord{rec(holdfastv1.StepPromote, holdfastv1.SwapReasonPromoted, holdfastv1.SwapReasonPromoted,
-				fmt.Sprintf("member %s of %s promoted to a voter", HexID(learner.ID), in))}}})
+			Reason: holdfastv1.SwapReasonPromoted, Then: &Change{Deadline: at(o.Now.Add(t.opTimeout)), History: []holdfastv1.SwapStepRecord{rec(holdfastv1.StepPromote,
+				holdfastv1.SwapReasonPromoted, holdfastv1.SwapReasonPromoted, fmt.Sprintf("member %s of %s promoted to a voter", HexID(learner.ID), in))}}})
 	}
-	// A voter: label it, wait for a Ready heartbeat after the start, uncordon.
+	// A voter: label it, wait for a Ready heartbeat after its server's
+	// start, uncordon; all within the operation timeout of the promotion
+	// (the Ready deadline). A voter not Ready by then is stepped back, so
+	// four voters are never held indefinitely.
+	if !promotionRecorded(s) {
+		// Promoted by a pass that crashed before recording it: the Ready
+		// deadline starts now, not at the learner's.
+		return act(&Action{Kind: Record, Swap: s.Name, Then: &Change{Deadline: at(o.Now.Add(t.opTimeout)), History: []holdfastv1.SwapStepRecord{rec(holdfastv1.StepPromote,
+			holdfastv1.SwapReasonPromoted, holdfastv1.SwapReasonPromoted, fmt.Sprintf("member %s of %s found a voter (its promotion was not recorded)", HexID(learner.ID), in))}}})
+	}
 	if _, ok := n.Labels[holdfastv1.LabelEtcdRole]; !ok {
 		return act(&Action{Kind: SetEtcdLabel, Swap: s.Name, Node: in, Reason: holdfastv1.SwapReasonLabelled})
 	}
 	rep := reportOf(n)
-	var started time.Time
-	if rep != nil && rep.StartedAt != nil {
-		started = rep.StartedAt.Time
-	}
-	if !readyAfter(n, started) {
-		return wait(s, holdfastv1.SwapReasonWaitingForNodeReady, fmt.Sprintf("%s votes; waiting for its Node to be Ready on a heartbeat after the server start (%s)",
-			in, started.UTC().Format(time.RFC3339)))
+	if rep == nil || rep.StartedAt == nil || !readyAfter(n, rep.StartedAt.Time) {
+		if pastDeadline(o, s) {
+			return toRollback(o, s, holdfastv1.SwapReasonNotReadyByDeadline, fmt.Sprintf(
+				"%s votes but its Node was not Ready on a heartbeat after its server's start within the operation timeout (%v) of its promotion; stepping it back", in, t.opTimeout))
+		}
+		if rep == nil || rep.StartedAt == nil {
+			return wait(s, holdfastv1.SwapReasonWaitingForNodePlugin, fmt.Sprintf("%s votes; waiting for its node plugin to report its server's start time (until %s)",
+				in, s.Status.Deadline.UTC().Format(time.RFC3339)))
+		}
+		return wait(s, holdfastv1.SwapReasonWaitingForNodeReady, fmt.Sprintf("%s votes; waiting for its Node to be Ready on a heartbeat after the server start (%s), until %s",
+			in, rep.StartedAt.UTC().Format(time.RFC3339), s.Status.Deadline.UTC().Format(time.RFC3339)))
 	}
 	if cordoned(n, "") {
 		return act(&Action{Kind: Uncordon, Swap: s.Name, Node: in, Reason: holdfastv1.SwapReasonUncordoned})
 	}
 	return act(&Action{Kind: Record, Swap: s.Name, Then: advance(o, s,
 		rec(holdfastv1.StepPromote, holdfastv1.SwapOutcomeDone, holdfastv1.SwapReasonPromoted, in+" is a voter and Ready"))})
+}
+
+// promotionRecorded: the swap's history records its candidate's promotion.
+func promotionRecorded(s *holdfastv1.VoterSwap) bool {
+	for _, h := range s.Status.History {
+		if h.Step == holdfastv1.StepPromote && h.Outcome == holdfastv1.SwapReasonPromoted {
+			return true
+		}
+	}
+	return false
 }
 
 func toRollback(o *Observation, s *holdfastv1.VoterSwap, reason, msg string) Decision {

@@ -70,8 +70,15 @@ func TestFullSwapWithRealEtcd(t *testing.T) {
 		t.Errorf("a1's agent unit is %s", st)
 	}
 	n1, n4 := getNode(t, "a1"), getNode(t, "a4")
-	if _, ok := n1.Labels[holdfastv1.LabelEtcdRole]; ok {
-		t.Error("a1 keeps the etcd role label")
+	for _, k := range []string{holdfastv1.LabelEtcdRole, holdfastv1.LabelControlPlaneRole, holdfastv1.LabelMasterRole} {
+		if _, ok := n1.Labels[k]; ok {
+			t.Errorf("a1 keeps the role label %s", k)
+		}
+	}
+	for k := range n1.Annotations {
+		if strings.HasPrefix(k, "etcd.k3s.cattle.io/") {
+			t.Errorf("a1 keeps k3s's etcd annotation %s", k)
+		}
 	}
 	if n1.Labels[holdfastv1.LabelDesiredRole] != holdfastv1.RoleAgent || n4.Labels[holdfastv1.LabelDesiredRole] != holdfastv1.RoleServer {
 		t.Errorf("desired roles a1 %q a4 %q", n1.Labels[holdfastv1.LabelDesiredRole], n4.Labels[holdfastv1.LabelDesiredRole])
@@ -99,6 +106,7 @@ func TestFullSwapWithRealEtcd(t *testing.T) {
 		t.Errorf("policy status lastSwap %+v evenSince %v", p.Status.LastSwap, p.Status.EvenSince)
 	}
 	var reasons []string
+	taken := 0
 	for _, line := range strings.Split(strings.TrimSpace(trail.String()), "\n") {
 		var r audit.Record
 		if err := json.Unmarshal([]byte(line), &r); err != nil {
@@ -108,6 +116,14 @@ func TestFullSwapWithRealEtcd(t *testing.T) {
 			t.Errorf("audit line %q: want component voters, an actor and the swap ID", line)
 		}
 		reasons = append(reasons, r.Reason)
+		if r.Reason == holdfastv1.SwapReasonLeaseTaken || r.Reason == holdfastv1.SwapReasonLeaseLapsed {
+			taken++
+		}
+	}
+	// Renewed on every pass, the Lease is taken once for the whole swap
+	// (the 6s Lease would lapse many times over a swap without renewals).
+	if taken != 1 || slices.Contains(reasons, holdfastv1.SwapReasonLeaseLapsed) {
+		t.Errorf("the swap Lease was taken %d times for one swap (audit trail %v): it must be renewed on every pass, never lapse", taken, reasons)
 	}
 	for _, want := range []string{holdfastv1.SwapReasonLeaseTaken, holdfastv1.SwapReasonLearnerAdded, holdfastv1.SwapReasonPromoted, holdfastv1.SwapReasonMemberRemoved, holdfastv1.SwapReasonReleased} {
 		if !slices.Contains(reasons, want) {

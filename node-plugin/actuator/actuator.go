@@ -132,12 +132,12 @@ func (a *Actuator) Promote(ctx context.Context, join string) (time.Time, error) 
 	} else if !ok {
 		return time.Time{}, &RefusedError{Reason: fmt.Sprintf("host not provisioned: server unit %s is not installed", a.cfg.ServerUnit)}
 	}
-	t, err := a.cfg.State.Tombstone()
+	removed, err := a.cfg.State.Removed()
 	if err != nil {
 		return time.Time{}, err
 	}
-	if t != nil {
-		return time.Time{}, &RefusedError{Reason: fmt.Sprintf("member %s was removed from cluster %s and is not finished to an agent yet (tombstone)", t.MemberID, t.ClusterID)}
+	if removed != "" {
+		return time.Time{}, &RefusedError{Reason: removed + "; the host is not finished to an agent yet"}
 	}
 	st := a.cfg.State
 	// The join target first: the role file may then say server without the
@@ -285,7 +285,8 @@ func (a *Actuator) Rollback(ctx context.Context) error { return a.FinishDemote(c
 
 // Guard masks the server unit at runtime when the host files forbid a
 // server (tombstone, role file agent, former member with nowhere to join).
-// It stops a running server only when a tombstone exists: that member is
+// It stops a running server only when a tombstone (holdfast's or the
+// server's own) exists: that member is
 // gone from its cluster, so stopping it never costs quorum, and a server
 // that came back (a host down through its swap, a k3s rejoining as a new
 // learner) must not stay. A stepped-down member with no tombstone keeps
@@ -301,8 +302,8 @@ func (a *Actuator) Guard(ctx context.Context) (bool, string, error) {
 	if err := a.sd.MaskRuntime(ctx, a.cfg.ServerUnit); err != nil {
 		return ok, why, err
 	}
-	ts, err := a.cfg.State.Tombstone()
-	if err != nil || ts == nil {
+	removed, err := a.cfg.State.Removed()
+	if err != nil || removed == "" {
 		return ok, why, err
 	}
 	state, err := a.sd.ActiveState(ctx, a.cfg.ServerUnit)

@@ -54,6 +54,10 @@ type Member struct {
 type State struct {
 	Dir           string
 	MemberDataDir string
+	// ServerTombstone is the file the server writes itself when its member
+	// is removed (k3s: server/db/etcd/tombstone); empty is
+	// DefaultServerTombstone under MemberDataDir.
+	ServerTombstone string
 	// OnLockWait, when set, is called when Lock finds the lock held and is
 	// about to wait: an ordering hook for tests.
 	OnLockWait func()
@@ -125,18 +129,63 @@ func (s State) Tombstone() (*holdfastv1.Tombstone, error) {
 // SetTombstone writes the tombstone.
 func (s State) SetTombstone(t holdfastv1.Tombstone) error { return s.writeJSON(TombstoneFile, t) }
 
-// RetireTombstone moves the tombstone aside once the member data it guarded
-// has been moved aside: from then on the moved-aside data guards the server
-// (ServerAllowed), and a later promote with a join target may start it.
+// DefaultServerTombstone is where k3s writes its own tombstone, relative to
+// the member data directory (server/db).
+const DefaultServerTombstone = "etcd/tombstone"
+
+// ServerTombstonePath is the server's own tombstone file.
+func (s State) ServerTombstonePath() string {
+	if s.ServerTombstone != "" {
+		return s.ServerTombstone
+	}
+	return filepath.Join(s.MemberDataDir, DefaultServerTombstone)
+}
+
+// HasServerTombstone says whether the server wrote its own tombstone.
+func (s State) HasServerTombstone() (bool, error) { return exists(s.ServerTombstonePath()) }
+
+// Removed says why the host's member is known to be removed: holdfast's
+// tombstone or the server's own; "" when neither exists.
+func (s State) Removed() (string, error) {
+	t, err := s.Tombstone()
+	if err != nil {
+		return "", err
+	}
+	if t != nil {
+		return fmt.Sprintf("member %s was removed from cluster %s (tombstone %s)", t.MemberID, t.ClusterID, filepath.Join(s.Dir, TombstoneFile)), nil
+	}
+	has, err := s.HasServerTombstone()
+	if err != nil {
+		return "", err
+	}
+	if has {
+		return fmt.Sprintf("the server recorded its member's removal (its own tombstone %s)", s.ServerTombstonePath()), nil
+	}
+	return "", nil
+}
+
+// RetireTombstone moves the tombstones aside once the member data they
+// guarded has been moved aside: from then on the moved-aside data guards the
+// server (ServerAllowed), and a later promote with a join target may start
+// it. The server's own tombstone usually lies in the data and went with it;
+// one configured elsewhere is renamed beside itself.
 func (s State) RetireTombstone() error {
-	err := os.Rename(filepath.Join(s.Dir, TombstoneFile), filepath.Join(s.Dir, RetiredTombstoneFile))
+	if err := retire(filepath.Join(s.Dir, TombstoneFile), filepath.Join(s.Dir, RetiredTombstoneFile)); err != nil {
+		return err
+	}
+	p := s.ServerTombstonePath()
+	return retire(p, p+".retired")
+}
+
+func retire(from, to string) error {
+	err := os.Rename(from, to)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	return atomicfile.SyncDir(s.Dir)
+	return atomicfile.SyncDir(filepath.Dir(from))
 }
 
 // MovedAside is the path of the moved-aside member data.
@@ -182,19 +231,16 @@ func (s State) MoveMemberDataAside() error {
 
 // ServerAllowed says whether the host may start its server unit, and why
 // not. It holds with the apiserver away: it reads only host files.
-//   - a tombstone: the member was removed, and etcd would rejoin it;
+//   - a tombstone, holdfast's or the server's own: the member was removed,
+//     and the server would rejoin it as a new member;
 //   - a role file naming agent;
 //   - moved-aside member data and no join target: a former member with no
 //     cluster to join would bootstrap a second cluster.
 //
 // No role file (a host holdfast never switched) allows the start.
 func (s State) ServerAllowed() (bool, string, error) {
-	t, err := s.Tombstone()
-	if err != nil {
-		return false, "", err
-	}
-	if t != nil {
-		return false, fmt.Sprintf("member %s was removed from cluster %s (tombstone %s)", t.MemberID, t.ClusterID, filepath.Join(s.Dir, TombstoneFile)), nil
+	if why, err := s.Removed(); err != nil || why != "" {
+		return false, why, err
 	}
 	role, err := s.Role()
 	if err != nil {

@@ -99,3 +99,64 @@ func TestRoleIsExitCodes(t *testing.T) {
 		t.Fatalf("usage error: %d", c)
 	}
 }
+
+// TestTheServersOwnTombstoneKeepsItsServerOut: the tombstone the server
+// writes itself (k3s: server/db/etcd/tombstone, or a configured path) keeps
+// the server from starting as holdfast's own does, through role-is as
+// through ServerAllowed; finishing the host retires it with the data, or
+// beside itself when it lies elsewhere.
+func TestTheServersOwnTombstoneKeepsItsServerOut(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// custom is the configured path under the test dir ("": k3s's).
+		custom string
+	}{{"k3s's path under the member data", ""}, {"a configured path", "state/removed"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			s := hoststate.State{Dir: filepath.Join(dir, "holdfast"), MemberDataDir: filepath.Join(dir, "server", "db")}
+			args := []string{"--host-dir", s.Dir, "--member-data-dir", s.MemberDataDir}
+			if tc.custom != "" {
+				s.ServerTombstone = filepath.Join(dir, tc.custom)
+				args = append(args, "--server-tombstone", s.ServerTombstone)
+			}
+			write(t, filepath.Join(s.MemberDataDir, "member", "wal"), "data")
+			if err := s.SetRole(holdfastv1.RoleServer); err != nil {
+				t.Fatal(err)
+			}
+			roleIs := func() (int, string) {
+				var out bytes.Buffer
+				return hoststate.RoleIsMain(append(append([]string{}, args...), "server"), &out), out.String()
+			}
+			if c, msg := roleIs(); c != hoststate.RoleIsYes {
+				t.Fatalf("a member with no tombstone: role-is server = %d %q, want yes", c, msg)
+			}
+			want := filepath.Join(s.MemberDataDir, "etcd", "tombstone")
+			if tc.custom != "" {
+				want = s.ServerTombstone
+			}
+			if got := s.ServerTombstonePath(); got != want {
+				t.Fatalf("server tombstone path %s, want %s", got, want)
+			}
+			write(t, want, "")
+			if ok, why, err := s.ServerAllowed(); err != nil || ok || !strings.Contains(why, want) {
+				t.Fatalf("ServerAllowed with the server's own tombstone = %v %q %v, want refused naming %s", ok, why, err, want)
+			}
+			if c, msg := roleIs(); c != hoststate.RoleIsNo || !strings.Contains(msg, "its own tombstone") {
+				t.Fatalf("role-is server with the server's own tombstone = %d %q, want no", c, msg)
+			}
+			if why, _ := s.Removed(); why == "" {
+				t.Fatal("Removed says nothing with the server's own tombstone")
+			}
+			// finish-demote's host work: data aside, tombstones retired.
+			if err := s.MoveMemberDataAside(); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.RetireTombstone(); err != nil {
+				t.Fatal(err)
+			}
+			if why, _ := s.Removed(); why != "" {
+				t.Fatalf("after the host was finished: %s", why)
+			}
+		})
+	}
+}

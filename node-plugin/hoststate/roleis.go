@@ -31,14 +31,15 @@ func RoleIsMain(args []string, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	dir := fs.String("host-dir", DefaultDir, "the node plugin's host state directory")
 	data := fs.String("member-data-dir", "/var/lib/rancher/k3s/server/db", "the etcd member's data directory")
+	serverTombstone := fs.String("server-tombstone", "", "the server's own tombstone file (default: "+DefaultServerTombstone+" under --member-data-dir, k3s's)")
 	if err := fs.Parse(args); err != nil {
 		return RoleIsError
 	}
 	if fs.NArg() != 1 || (fs.Arg(0) != holdfastv1.RoleServer && fs.Arg(0) != holdfastv1.RoleAgent) {
-		fmt.Fprintln(stderr, "usage: holdfast-node role-is server|agent [--host-dir DIR] [--member-data-dir DIR]")
+		fmt.Fprintln(stderr, "usage: holdfast-node role-is server|agent [--host-dir DIR] [--member-data-dir DIR] [--server-tombstone FILE]")
 		return RoleIsError
 	}
-	s := State{Dir: *dir, MemberDataDir: *data}
+	s := State{Dir: *dir, MemberDataDir: *data, ServerTombstone: *serverTombstone}
 	if fs.Arg(0) == holdfastv1.RoleAgent {
 		role, err := s.Role()
 		if err != nil {

@@ -53,6 +53,10 @@ type Reconciler struct {
 	// GuardEvery is how often the server guard is re-applied without a Node
 	// change (a person unmasking the unit).
 	GuardEvery time.Duration
+	// Removal asks the cluster's member list whether the local member is
+	// gone, writing the tombstone when it is (tombstone.Watcher.Check); nil
+	// without etcd access.
+	Removal func(ctx context.Context) (bool, error)
 }
 
 // SetupWithManager watches the own Node.
@@ -175,22 +179,73 @@ func (r *Reconciler) refusal(ctx context.Context, node *corev1.Node, step, swap 
 	if held {
 		return "", nil
 	}
-	// Finishing a removed member needs no Lease: it can never cost quorum,
-	// so a host that was down during its swap finishes on its return.
+	// Finishing a member that is provably gone needs no Lease: it can never
+	// cost quorum, so a host that was down for its whole swap finishes on
+	// its return, whatever its role file says (its step-down never ran).
 	if step == holdfastv1.RoleStepFinishDemote {
-		ts, err := r.State.Tombstone()
+		proof, err := r.memberGone(ctx, node.Name, swap)
 		if err != nil {
 			return "", err
 		}
-		role, err := r.State.Role()
-		if err != nil {
-			return "", err
-		}
-		if ts != nil && role == holdfastv1.RoleAgent {
+		if proof != "" {
+			klog.FromContext(ctx).Info("Finishing a removed member without the swap Lease", "node", klog.KObj(node), "swap", swap, "proof", proof)
 			return "", nil
 		}
+		return why + "; and its member is not provably gone: no tombstone (holdfast's or the server's own), no VoterSwap " + swap +
+			" recording its removal, and the member list still names it or could not be read", nil
 	}
 	return why, nil
+}
+
+// memberGone says how the local member is known to be removed from its
+// cluster, "" when it is not: a tombstone (holdfast's or the server's own),
+// the swap's record of the removal of this host's member, or the member list
+// as the other members answer it.
+func (r *Reconciler) memberGone(ctx context.Context, node, swap string) (string, error) {
+	if why, err := r.State.Removed(); err != nil || why != "" {
+		return why, err
+	}
+	m, err := r.State.Member()
+	if err != nil {
+		return "", err
+	}
+	var swaps holdfastv1.VoterSwapList
+	if err := r.Reader.List(ctx, &swaps); err != nil {
+		return "", fmt.Errorf("listing VoterSwaps: %w", err)
+	}
+	if proof := RemovalRecorded(swaps.Items, node, swap, m); proof != "" {
+		return proof, nil
+	}
+	if r.Removal == nil {
+		return "", nil
+	}
+	if gone, err := r.Removal(ctx); err != nil || !gone {
+		return "", err
+	}
+	return r.State.Removed()
+}
+
+// RemovalRecorded says whether the VoterSwap of swapID records the removal
+// of node's member m (the local member as this host recorded it): the swap
+// names node as outgoing, its outgoing member is m, and its history records
+// the member removed. "" when it does not; a record of another node, of
+// another member, or of a swap that has not removed it yet proves nothing.
+func RemovalRecorded(swaps []holdfastv1.VoterSwap, node, swapID string, m *hoststate.Member) string {
+	if m == nil || swapID == "" {
+		return ""
+	}
+	for i := range swaps {
+		s := &swaps[i]
+		if s.Status.SwapID != swapID || s.Spec.Outgoing != node || s.Status.OutgoingMemberID != m.ID {
+			continue
+		}
+		for _, h := range s.Status.History {
+			if h.Reason == holdfastv1.SwapReasonMemberRemoved && h.Outcome == holdfastv1.SwapOutcomeDone {
+				return fmt.Sprintf("VoterSwap %s records the removal of member %s of %s at %s", s.Name, m.ID, node, h.At.UTC().Format(time.RFC3339))
+			}
+		}
+	}
+	return ""
 }
 
 // leaseHeld says whether the swap Lease is held, unexpired, for swap.

@@ -70,6 +70,15 @@ func (w *Watcher) Check(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	// The server recorded its own removal (k3s writes server/db/etcd/
+	// tombstone when etcd tells it so): holdfast's tombstone follows from
+	// the recorded member, so the Node reports it too.
+	if has, err := st.HasServerTombstone(); err != nil || has {
+		if err != nil || recorded == nil {
+			return has, err
+		}
+		return w.write(ctx, *recorded, fmt.Sprintf("the server wrote its own tombstone %s", st.ServerTombstonePath()))
+	}
 	if local, err := w.Etcd.Local(ctx); err == nil {
 		if recorded == nil || *recorded != local {
 			if err := st.SetMember(local); err != nil {
@@ -90,16 +99,17 @@ func (w *Watcher) Check(ctx context.Context) (bool, error) {
 	if clusterID != recorded.ClusterID || slices.Contains(ids, recorded.ID) {
 		return false, nil
 	}
-	ts := holdfastv1.Tombstone{
-		MemberID:  recorded.ID,
-		ClusterID: recorded.ClusterID,
-		At:        metav1.Time{Time: w.Clock.Now()},
-		How:       fmt.Sprintf("the member list of cluster %s no longer names member %s", clusterID, recorded.ID),
-	}
-	if err := st.SetTombstone(ts); err != nil {
+	return w.write(ctx, *recorded, fmt.Sprintf("the member list of cluster %s no longer names member %s", clusterID, recorded.ID))
+}
+
+// write records the removal of member m: it returns whether a tombstone
+// exists now.
+func (w *Watcher) write(ctx context.Context, m hoststate.Member, how string) (bool, error) {
+	ts := holdfastv1.Tombstone{MemberID: m.ID, ClusterID: m.ClusterID, At: metav1.Time{Time: w.Clock.Now()}, How: how}
+	if err := w.State.SetTombstone(ts); err != nil {
 		return false, err
 	}
-	klog.FromContext(ctx).Info("Local etcd member was removed: tombstone written", "member", ts.MemberID, "cluster", ts.ClusterID)
+	klog.FromContext(ctx).Info("Local etcd member was removed: tombstone written", "member", ts.MemberID, "cluster", ts.ClusterID, "how", how)
 	return true, nil
 }
 

@@ -171,6 +171,21 @@ func nodeScenario(t *testing.T, bin, kubeconfig string, chartArgs []string) {
 	poll(t, "the actuator's refusal on the Node", func() bool {
 		return strings.Contains(getNode().Annotations[holdfastv1.AnnotationActuator], holdfastv1.ActuatorRefused)
 	})
+	// A finish-demote without the Lease: the plugin reads the swaps for a
+	// record of its member's removal, finds none, and refuses.
+	if err := pastWebhookCalls(func() error {
+		n := getNode()
+		n.Labels[holdfastv1.LabelDesiredRole] = holdfastv1.RoleAgent
+		n.Annotations[holdfastv1.AnnotationRoleStep] = holdfastv1.RoleStepFinishDemote
+		delete(n.Annotations, holdfastv1.AnnotationRoleJoin)
+		return env.Client.Update(ctx, n)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, "the finish-demote refusal on the Node", func() bool {
+		a := getNode().Annotations[holdfastv1.AnnotationActuator]
+		return strings.Contains(a, holdfastv1.RoleStepFinishDemote) && strings.Contains(a, "not provably gone")
+	})
 	proc.stop(t)
 }
 
