@@ -48,18 +48,14 @@ func (k Kind) String() string { return kindNames[k] }
 // Mix weighs the kinds a schedule draws.
 type Mix struct {
 	Weights [kinds]int
-	// LiveEdits draws edits of the mode and the lease of a live unit:
-	// issue 18's holes until L11 (a promise never weakens) is on main.
+	// LiveEdits draws edits of the mode and the lease of a live unit (L11).
 	LiveEdits bool
-	// Recreate draws a Unit's deletion and re-creation: L13 (epochs never
-	// repeat) until it is on main.
+	// Recreate draws a Unit's deletion and re-creation (L13).
 	Recreate bool
 	// LongLeaderPauses lets a pause or a freeze of a controller last past
 	// the election (a leader that sleeps through its successor's
-	// acquisition). Off, they stop short of it (shortPause): a grantor that
-	// resumes after its successor took over stands down from its own
-	// resumption, not from its lost tenure, and the successor's hold-off
-	// does not cover that (docs/safety.md).
+	// acquisition and resumes after it); off, they stop short of it
+	// (shortPause).
 	LongLeaderPauses bool
 }
 

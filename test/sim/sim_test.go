@@ -14,27 +14,29 @@ import (
 	crlog "sigs.k8s.io/controller-runtime/pkg/log"
 )
 
-// What the search in make test explores. Each is off until the fix that
-// closes its hole is on main; the lead turns it on at that merge (and
-// docs/safety.md says which seed finds the hole while it is open):
+// What the search in make test explores. A kind whose hole is open on main
+// stays off here until its fix is on main (docs/safety.md names the seed that
+// finds it); make sim and the flags below search it meanwhile:
 const (
-	// liveEditsInCI: edits of the mode and the lease of a live unit
-	// (issue 18, L11: a promise never weakens). Open on main: seed 13
-	// switches an Autonomy unit to Failover and re-binds it while its
-	// Autonomy runtime goes on writing.
-	liveEditsInCI = false
-	// recreateInCI: a Unit deleted and created again (issue 18, L13:
-	// epochs never repeat).
+	// liveEditsInCI: edits of the mode and the lease of a live unit (L11:
+	// a promise never weakens).
+	liveEditsInCI = true
+	// recreateInCI: a Unit deleted and created again. Off: a hole open on
+	// main. A Unit deleted while its runtime's node is cut from the control
+	// network (its field path open) takes nothing with it at once: that
+	// runtime holds its lease until it expires, while the Unit created
+	// again under the same name is bound at once, at a later epoch (L13),
+	// and its runtime takes a lease of its own: two writers for up to one
+	// lease at a device with no owner-epoch block. Seed 57 finds it
+	// (-sim.live-edits -sim.recreate; docs/safety.md).
 	recreateInCI = false
 	// longLeaderPausesInCI: a grantor leader paused or frozen past the
-	// election, which resumes and stands down from its resumption rather
-	// than from its lost tenure (docs/safety.md, found by this
-	// simulation; no fix yet).
-	longLeaderPausesInCI = false
+	// election, which resumes after its successor took over.
+	longLeaderPausesInCI = true
 )
 
-// ciSeeds and ciLiveness are the runs make test makes: about two minutes of
-// two cores.
+// ciSeeds and ciLiveness are the runs make test makes: about a minute of
+// CPU, a few minutes of wall time on a loaded two-core machine.
 const (
 	ciSeeds    = 150
 	ciLiveness = 16
@@ -103,9 +105,9 @@ func command(seed uint64, keep []int) string {
 // device from an epoch below one that already wrote there. A violation
 // fails it with its seed, the schedule shrunk, and the timeline.
 //
-// make test searches ciSeeds seeds; make sim SEEDS=N searches more. Live
-// edits, re-creation and long leader pauses are searched only when their
-// constants above are on (each is a hole open on main, docs/safety.md).
+// make test searches ciSeeds seeds; make sim SEEDS=N searches more. A kind
+// whose constant above is off (a hole open on main) is searched only when
+// its flag asks.
 func TestSimulationFindsNoTwoWriters(t *testing.T) {
 	cfg := config()
 	start := time.Now()
