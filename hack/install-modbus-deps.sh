@@ -6,18 +6,4 @@
 # modules its server imports. Idempotent: installs only what is missing.
 set -euo pipefail
 
-want=(python3-pymodbus python3-serial-asyncio)
-missing=()
-for p in "${want[@]}"; do
-	if ! dpkg-query -W -f='${Status}' "${p}" 2>/dev/null | grep -q 'install ok installed'; then
-		missing+=("${p}")
-	fi
-done
-if ((${#missing[@]} == 0)); then
-	echo "modbus-deps: ${want[*]} already installed"
-	exit 0
-fi
-echo "modbus-deps: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-apt-get install -y -qq --no-install-recommends "${missing[@]}"
+exec "$(dirname "$0")/apt-install.sh" modbus-deps python3-pymodbus python3-serial-asyncio

@@ -8,18 +8,4 @@
 # installs only what is missing.
 set -euo pipefail
 
-want=(dbus-daemon libseccomp-dev pkg-config iproute2 nftables)
-missing=()
-for p in "${want[@]}"; do
-	if ! dpkg-query -W -f='${Status}' "${p}" 2>/dev/null | grep -q 'install ok installed'; then
-		missing+=("${p}")
-	fi
-done
-if ((${#missing[@]} == 0)); then
-	echo "node-deps: ${want[*]} already installed"
-	exit 0
-fi
-echo "node-deps: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-apt-get install -y -qq --no-install-recommends "${missing[@]}"
+exec "$(dirname "$0")/apt-install.sh" node-deps dbus-daemon libseccomp-dev pkg-config iproute2 nftables
