@@ -117,12 +117,12 @@ func TestTheRuntimeDrivesAModbusServerNobodyHereWrote(t *testing.T) {
 	}
 	rt := runtimetest.Start(t, runtimetest.Build(t), runtimetest.Options{
 		Unit: unit, Epoch: 1, LeaseDuration: leaseTime, StateDir: filepath.Join(t.TempDir(), "state"),
-		Devices: []string{"coupler-1=modbus://" + srv.addr() + "?timeout=1s"},
+		Devices: []string{"coupler-1=modbus://" + srv.addr() + "?timeout=1s&epochRegister=none"},
 		Outputs: []string{fmt.Sprintf("counter=coupler-1:%d,step=1", counter), fmt.Sprintf("valve=coupler-1:%d,hold=0", valve)},
 	})
 	ctx, stopRenewals := context.WithCancel(context.Background())
 	defer stopRenewals()
-	g := &leasetest.Grantor{URL: rt.LeaseURL, Unit: unit, Epoch: 1, Duration: leaseTime, Name: "test-grantor"}
+	g := &leasetest.Grantor{URL: rt.LeaseURL, Unit: unit, Epoch: 1, Duration: leaseTime, Name: "test-grantor", TLS: rt.CA.Grantor(t)}
 	go g.Run(ctx)
 
 	var got []int
