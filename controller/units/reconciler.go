@@ -499,9 +499,10 @@ func (r *Reconciler) podGone(ctx context.Context, ns, name string) (bool, error)
 }
 
 // FreeTargets are the eligible standbys fit to take the unit now: named by
-// its targets (rules.EligibleTarget, the webhook's own rule), Ready, not
+// its targets (policy.EligibleTarget, the webhook's own rule), Ready, not
 // cordoned, not the node it is leaving, and, under colocation Refuse,
-// hosting no other unit's runtime. Sorted.
+// hosting no other unit's runtime (policy.HostsOtherRuntime, the
+// scheduler's own rule). Sorted.
 func FreeTargets(u *holdfastv1.Unit, nodes []corev1.Node, runtimePods []corev1.Pod) []string {
 	free, _ := TargetAvailability(u, nodes, runtimePods)
 	return free
@@ -513,9 +514,9 @@ func TargetAvailability(u *holdfastv1.Unit, nodes []corev1.Node, runtimePods []c
 	a := &u.Spec.Availability
 	b := u.Status.RuntimeBinding
 	busy := map[string]bool{}
-	for _, p := range runtimePods {
-		if p.Spec.NodeName != "" && p.DeletionTimestamp.IsZero() &&
-			!(p.Namespace == u.Namespace && p.Labels[holdfastv1.LabelUnit] == u.Name) {
+	key := types.NamespacedName{Namespace: u.Namespace, Name: u.Name}
+	for i := range runtimePods {
+		if p := &runtimePods[i]; policy.HostsOtherRuntime(p, key) {
 			busy[p.Spec.NodeName] = true
 		}
 	}
