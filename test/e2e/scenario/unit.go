@@ -74,6 +74,8 @@ type UnitOptions struct {
 	Device devicesim.Mode
 	// RuntimeArgs are more flags of its runtime.
 	RuntimeArgs []string
+	// Mode is its availability mode (default Failover).
+	Mode holdfastv1.AvailabilityMode
 }
 
 // startupGraceSeconds is the least start-up grace a unit gets: a container
@@ -95,6 +97,9 @@ func (w *World) CreateUnit(ctx context.Context, o UnitOptions) (*Unit, error) {
 	}
 	if o.Device == "" {
 		o.Device = w.device
+	}
+	if o.Mode == "" {
+		o.Mode = holdfastv1.Failover
 	}
 	if err := w.EnsureNamespace(ctx, o.Namespace); err != nil {
 		return nil, err
@@ -138,7 +143,7 @@ func (w *World) CreateUnit(ctx context.Context, o UnitOptions) (*Unit, error) {
 			},
 			NodeSelector: sel,
 			Availability: holdfastv1.Availability{
-				Mode:                       holdfastv1.Failover,
+				Mode:                       o.Mode,
 				LeaseDurationSeconds:       o.LeaseSeconds,
 				RuntimeStartupGraceSeconds: max(o.LeaseSeconds, startupGraceSeconds),
 				RebindMarginSeconds:        ptr.To(int32(hold / time.Second)),
