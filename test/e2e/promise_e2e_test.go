@@ -105,9 +105,11 @@ func (d *drill) cutUntilTheNextEpochHolds(b *holdfastv1.RuntimeBinding) {
 	d.oneWriter(b.Epoch, next.Epoch)
 }
 
-// turnsInOrder reads the device's log: writers never interleaved, and
-// epoch new first wrote after epoch old's last write. A hand-over starts the
-// new epoch once the old runtime is confirmed stopped, not after a margin.
+// turnsInOrder reads the device's log by true time and connection, each
+// connection named by the runtime process seen holding it: writers never
+// interleaved, and epoch new first wrote after epoch old's last write. A
+// hand-over starts the new epoch once the old runtime is confirmed
+// stopped, not after a margin.
 func (d *drill) turnsInOrder(old, new int64) {
 	d.t.Helper()
 	turns, err := d.u.Turns(d.ctx)
@@ -119,6 +121,6 @@ func (d *drill) turnsInOrder(old, new int64) {
 	if !okOld || !okNew || o.Accepted == 0 || n.Accepted == 0 || !n.First.After(o.Last) {
 		d.t.Fatalf("want epoch %d's writes, then epoch %d's; the device saw %s", old, new, scenario.TurnsString(turns))
 	}
-	d.t.Logf("%s device: epoch %d last wrote at %s, epoch %d first at %s (%v later)", d.u.Device, old, o.Last.Format(time.StampMilli),
-		new, n.First.Format(time.StampMilli), n.First.Sub(o.Last).Round(time.Millisecond))
+	d.t.Logf("%s device: epoch %d last wrote at %s on %s, epoch %d first at %s on %s (%v later)", d.u.Device, old, o.Last.Format(time.StampMilli),
+		o.Peer, new, n.First.Format(time.StampMilli), n.Peer, n.First.Sub(o.Last).Round(time.Millisecond))
 }
