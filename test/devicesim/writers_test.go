@@ -8,7 +8,7 @@ import (
 
 // TestTurnsHoldOneWriterAtATime is the drills' one-writer judgement, on a
 // log from each mode: an OwnerEpoch device tells writers by the epoch each
-// request carries, a Plain device only by its peer and the true time. A
+// request carries, a Plain device only by its connection and the true time. A
 // fixture of two runtimes writing one after the other passes; each mutation
 // is a stale writer the judgement must name.
 func TestTurnsHoldOneWriterAtATime(t *testing.T) {
