@@ -422,14 +422,7 @@ func TestTheLeaseChannelIsOnByDefault(t *testing.T) {
 		{name: "plain HTTP", values: "controller: {units: {insecurePlaintextLease: true}}", arg: "--insecure-plaintext-lease"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var v map[string]any
-			if err := yaml.Unmarshal([]byte(tc.values), &v); err != nil {
-				t.Fatal(err)
-			}
-			ms, _, err := Render(ch, v)
-			if err != nil {
-				t.Fatal(err)
-			}
+			ms := renderYAML(t, ch, tc.values)
 			args, secret := units(ms)
 			if !slices.Contains(args, tc.arg) || secret != tc.secret {
 				t.Fatalf("units role args %v, lease CA Secret %q; want %s and %q", args, secret, tc.arg, tc.secret)

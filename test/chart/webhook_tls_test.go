@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"gopkg.in/yaml.v3"
+	"helm.sh/helm/v3/pkg/chart"
 )
 
 // The webhook's serving certificate in each webhook.tls.mode: generate makes
@@ -38,14 +39,7 @@ func TestTheWebhookCertificateModes(t *testing.T) {
 			mounted: "plant-webhook"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var v map[string]any
-			if err := yaml.Unmarshal([]byte(tc.values), &v); err != nil {
-				t.Fatal(err)
-			}
-			ms, _, err := Render(ch, v)
-			if err != nil {
-				t.Fatal(err)
-			}
+			ms := renderYAML(t, ch, tc.values)
 			objs := map[string]map[string]any{} // Kind/name
 			for _, m := range ms {
 				objs[m.Kind+"/"+m.Name] = m.Object
@@ -135,4 +129,18 @@ func TestTheWebhookCertificateModes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// renderYAML renders the chart with values given as YAML.
+func renderYAML(t *testing.T, ch *chart.Chart, values string) []Manifest {
+	t.Helper()
+	var v map[string]any
+	if err := yaml.Unmarshal([]byte(values), &v); err != nil {
+		t.Fatal(err)
+	}
+	ms, _, err := Render(ch, v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ms
 }
