@@ -3,7 +3,6 @@ package webhook
 import (
 	"context"
 	"fmt"
-	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -38,8 +37,8 @@ func checkRuntimePodCreate(o *Options, r requester, p *corev1.Pod) verdict {
 		v.invalidf(field.Invalid(labelPath.Key(holdfastv1.LabelUnit), unit, "not a Unit name: "+msgs[0]))
 	}
 	epochText := p.Labels[holdfastv1.LabelEpoch]
-	epoch, err := strconv.ParseInt(epochText, 10, 64)
-	if err != nil || epoch < 1 || strconv.FormatInt(epoch, 10) != epochText {
+	epoch, err := holdfastv1.ParseEpoch(epochText)
+	if err != nil {
 		v.invalidf(field.Invalid(labelPath.Key(holdfastv1.LabelEpoch), epochText, "must be the binding's epoch, a positive integer"))
 	} else if want := holdfastv1.RuntimePodName(unit, epoch); p.Name != want {
 		v.invalidf(field.Invalid(field.NewPath("metadata", "name"), p.Name, fmt.Sprintf("a runtime pod of unit %s at epoch %d is named %s", unit, epoch, want)))

@@ -8,7 +8,8 @@ import (
 // ParseEpoch reads the LabelEpoch value of a runtime pod: a positive decimal.
 func ParseEpoch(v string) (int64, error) {
 	epoch, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || epoch < 1 {
+	if err != nil || epoch < 1 || strconv.FormatInt(epoch, 10) != v {
+		// One spelling per epoch: a label "+7" or "07" names no binding.
 		return 0, fmt.Errorf("epoch %q is not a positive decimal number", v)
 	}
 	return epoch, nil

@@ -8,7 +8,7 @@ func TestParseEpoch(t *testing.T) {
 			t.Errorf("ParseEpoch(%q) = %d, %v; want %d", v, got, err, want)
 		}
 	}
-	for _, v := range []string{"", "0", "-3", "e12", "1.5"} {
+	for _, v := range []string{"", "0", "-3", "e12", "1.5", "+7", "07"} {
 		if _, err := ParseEpoch(v); err == nil {
 			t.Errorf("ParseEpoch(%q) accepted", v)
 		}

@@ -18,7 +18,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"time"
 
@@ -172,8 +171,8 @@ func (a *Agent) runtimeSandboxes(ctx context.Context, namespace, unit string) ([
 		if ns == "" && sb.Metadata != nil {
 			ns = sb.Metadata.Namespace
 		}
-		e, err := strconv.ParseInt(sb.Labels[holdfastv1.LabelEpoch], 10, 64)
-		if err != nil || e < 1 {
+		e, err := holdfastv1.ParseEpoch(sb.Labels[holdfastv1.LabelEpoch])
+		if err != nil {
 			// No epoch: not a runtime pod holdfast made; never guess.
 			klog.FromContext(ctx).Info("Runtime sandbox without a valid epoch label left alone", "sandbox", sb.Id, "unit", klog.KRef(ns, u))
 			continue
