@@ -272,6 +272,57 @@ func ExampleSplit() {
 // (docs/reference.md lists them, generated from the code and held current by
 // docs/gen), with labels it has, and its runbook_url names a heading of
 // docs/operations.md; the voter role's metrics wait for controller/voters.
+// The Prometheus Operator's objects render only where the cluster serves
+// their kinds, and every scrape keeps the metrics' own labels (a unit's
+// namespace, not the target's).
+func TestMonitoringRendersOnlyWhereItsKindsExist(t *testing.T) {
+	root := repoRoot(t)
+	ch, err := Load(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(Dir(root), "ci", "monitoring-values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var values map[string]any
+	if err := yaml.Unmarshal(data, &values); err != nil {
+		t.Fatal(err)
+	}
+	without, _, err := RenderFor(ch, values, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range without {
+		if m.Kind == "ServiceMonitor" || m.Kind == "PrometheusRule" {
+			t.Errorf("%s %s rendered for a cluster without its kind", m.Kind, m.Name)
+		}
+	}
+	with, _, err := RenderFor(ch, values, APIVersions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[string]int{}
+	for _, m := range with {
+		kinds[m.Kind]++
+		if m.Kind != "ServiceMonitor" {
+			continue
+		}
+		eps, _ := m.Object["spec"].(map[string]any)["endpoints"].([]any)
+		for _, ep := range eps {
+			if hl, _ := ep.(map[string]any)["honorLabels"].(bool); !hl {
+				t.Errorf("ServiceMonitor %s scrapes without honorLabels: the target's namespace would overwrite the metrics' own", m.Name)
+			}
+		}
+		if len(eps) == 0 {
+			t.Errorf("ServiceMonitor %s has no endpoints", m.Name)
+		}
+	}
+	if kinds["ServiceMonitor"] == 0 || kinds["PrometheusRule"] != 1 {
+		t.Errorf("for a cluster with the Prometheus Operator: %v", kinds)
+	}
+}
+
 func TestEveryAlertWatchesAMetricTheCodeDefines(t *testing.T) {
 	root := repoRoot(t)
 	ch, err := Load(root)

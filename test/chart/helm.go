@@ -89,6 +89,12 @@ var APIVersions = []string{"monitoring.coreos.com/v1", "monitoring.coreos.com/v1
 // nothing) and returns the manifests, one object per entry, without CRDs and
 // NOTES.txt. A values.schema.json refusal is the error.
 func Render(c *chart.Chart, values map[string]any) ([]Manifest, string, error) {
+	return RenderFor(c, values, APIVersions)
+}
+
+// RenderFor is Render for a cluster that serves apiVersions beyond helm's
+// defaults.
+func RenderFor(c *chart.Chart, values map[string]any, apiVersions []string) ([]Manifest, string, error) {
 	cfg := &action.Configuration{}
 	inst := action.NewInstall(cfg)
 	inst.DryRun, inst.ClientOnly, inst.Replace = true, true, true
@@ -99,7 +105,7 @@ func Render(c *chart.Chart, values map[string]any) ([]Manifest, string, error) {
 		return nil, "", err
 	}
 	inst.KubeVersion = kv
-	inst.APIVersions = append(chartutil.VersionSet{}, APIVersions...)
+	inst.APIVersions = append(chartutil.VersionSet{}, apiVersions...)
 	rel, err := inst.Run(c, values)
 	if err != nil {
 		return nil, "", err
