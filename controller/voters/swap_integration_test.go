@@ -102,6 +102,13 @@ func TestFullSwapWithRealEtcd(t *testing.T) {
 	if err := env.Client.Get(context.Background(), client.ObjectKey{Name: holdfastv1.VoterPolicyName}, p); err != nil {
 		t.Fatal(err)
 	}
+	// The node plugins follow status.clientURLs: the live voters', never
+	// the spec's list, which still names a1.
+	wantURLs := []string{c.hosts["a2"].member.ClientURL, c.hosts["a3"].member.ClientURL, c.hosts["a4"].member.ClientURL}
+	slices.Sort(wantURLs)
+	if !slices.Equal(p.Status.ClientURLs, wantURLs) {
+		t.Errorf("status.clientURLs %v, want the voters' %v", p.Status.ClientURLs, wantURLs)
+	}
 	if p.Status.LastSwap == nil || p.Status.LastSwap.Name != name || p.Status.LastSwap.Phase != holdfastv1.SwapSucceeded || p.Status.EvenSince != nil {
 		t.Errorf("policy status lastSwap %+v evenSince %v", p.Status.LastSwap, p.Status.EvenSince)
 	}
