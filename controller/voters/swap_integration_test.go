@@ -36,7 +36,7 @@ func TestFullSwapWithRealEtcd(t *testing.T) {
 	c := newCluster(t, []string{"a1", "a2", "a3"}, []string{"a4"})
 	c.policy(t, nil)
 	trail := &lockedBuffer{}
-	startController(t, ctrlOpts{audit: trail})
+	ctl := startController(t, ctrlOpts{audit: trail})
 	waitHealthyStatus(t, "a1", "a2", "a3")
 	cli := c.client("a2", "a3")
 	_, _, clusterID := etcdMembers(t, cli)
@@ -55,6 +55,8 @@ func TestFullSwapWithRealEtcd(t *testing.T) {
 	if s.Status.Snapshot == nil || s.Status.Snapshot.SizeBytes == 0 || len(s.Status.Snapshot.SHA256) != 64 || s.Status.Snapshot.Revision == 0 ||
 		s.Status.Snapshot.Member == "a1" {
 		t.Errorf("snapshot record %+v: want a verified snapshot from a voter that stays", s.Status.Snapshot)
+	} else {
+		checkSnapshotAt(t, s.Status.Snapshot, ctl.rec.SnapshotDir)
 	}
 	if !strings.HasSuffix(s.Status.SwapID, "-a1-a4") || s.Status.IncomingMemberID == "" || s.Status.OutgoingMemberID == "" {
 		t.Errorf("status %+v: want the swap ID and both member IDs", s.Status)
