@@ -38,27 +38,9 @@ func TestTheNodePluginFollowsTheLiveMemberList(t *testing.T) {
 		t.Fatal(err)
 	}
 	m1, m2, m3, m4, m5 := ms[0], ms[1], ms[2], ms[3], ms[4]
-	stops := map[string]func(){}
-	for _, m := range ms[:3] {
-		p, err := etcdproc.Start(bin, dir, m, ms[:3]...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		stops[m.Name] = p.Stop
-		t.Cleanup(p.Stop)
-	}
-	cli, err := etcdproc.Client(ms...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
+	cli, stops := startVoters(t, bin, dir, ms[:3], ms)
 	ctx := t.Context()
 	call := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, etcdCallTimeout) }
-	hctx, hcancel := context.WithTimeout(ctx, waitTimeout)
-	defer hcancel()
-	if err := etcdproc.WaitHealthy(hctx, cli); err != nil {
-		t.Fatal(err)
-	}
 
 	vp := &holdfastv1.VoterPolicy{ObjectMeta: metav1.ObjectMeta{Name: holdfastv1.VoterPolicyName},
 		Spec: holdfastv1.VoterPolicySpec{TargetVoters: 3, DryRun: new(true),

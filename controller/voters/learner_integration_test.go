@@ -37,13 +37,7 @@ func TestTheCandidatesMemberIsALearnerUntilItsServerStarts(t *testing.T) {
 	ctx := context.Background()
 
 	// A job on the candidate holds the swap before its learner is added.
-	job := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: releaseNS, Name: "hold-job"},
-		Spec: corev1.PodSpec{NodeName: "l4", RestartPolicy: corev1.RestartPolicyNever,
-			Containers: []corev1.Container{{Name: "hold", Image: "example.invalid/hold:1"}}}}
-	if err := env.Client.Create(ctx, job); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), job, client.GracePeriodSeconds(0)) })
+	job := startJob(t, "l4", "hold-job")
 	name := createSwap(t, "l1", "l4")
 	waitWaiting(t, name, holdfastv1.SwapReasonWorkloadPodsRunning, time.Minute)
 
@@ -100,4 +94,18 @@ func TestTheCandidatesMemberIsALearnerUntilItsServerStarts(t *testing.T) {
 		t.Errorf("l1 was touched: cordoned %v desired role %q", n1.Spec.Unschedulable, n1.Labels[holdfastv1.LabelDesiredRole])
 	}
 	checkWriter(t, w)
+}
+
+// startJob creates a workload pod (a job: restartPolicy Never) on node,
+// which a swap waits for and never evicts; deleted at the test's end.
+func startJob(t testing.TB, node, name string) *corev1.Pod {
+	t.Helper()
+	job := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: releaseNS, Name: name},
+		Spec: corev1.PodSpec{NodeName: node, RestartPolicy: corev1.RestartPolicyNever,
+			Containers: []corev1.Container{{Name: "job", Image: "example.invalid/job:1"}}}}
+	if err := env.Client.Create(context.Background(), job); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), job, client.GracePeriodSeconds(0)) })
+	return job
 }
