@@ -184,13 +184,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		return err
 	}
 	reader := mgr.GetAPIReader()
-	etcd := &tombstone.ClientEtcd{LocalEndpoint: o.EtcdLocal, TLS: tlsCfg, Cluster: func(ctx context.Context) ([]string, error) {
-		vp := &holdfastv1.VoterPolicy{}
-		if err := reader.Get(ctx, types.NamespacedName{Name: holdfastv1.VoterPolicyName}, vp); err != nil {
-			return nil, err
-		}
-		return vp.Spec.Etcd.Endpoints, nil
-	}}
+	etcd := &tombstone.ClientEtcd{LocalEndpoint: o.EtcdLocal, TLS: tlsCfg, Cluster: PolicyEndpoints(reader)}
 	watcher := &tombstone.Watcher{State: state, Clock: clock.RealClock{}, Every: 5 * time.Second, Etcd: etcd}
 	if err := mgr.Add(watcher); err != nil {
 		return err
@@ -227,6 +221,19 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		return err
 	}
 	return mgr.Start(ctx)
+}
+
+// PolicyEndpoints reads the client URLs to reach etcd by from VoterPolicy
+// default: the voters' as the voter controller last read them, then
+// spec.etcd.endpoints (VoterPolicy.MemberEndpoints).
+func PolicyEndpoints(r client.Reader) func(context.Context) ([]string, error) {
+	return func(ctx context.Context) ([]string, error) {
+		vp := &holdfastv1.VoterPolicy{}
+		if err := r.Get(ctx, types.NamespacedName{Name: holdfastv1.VoterPolicyName}, vp); err != nil {
+			return nil, err
+		}
+		return vp.MemberEndpoints(), nil
+	}
 }
 
 func etcdTLS(o Options) (*tls.Config, error) {

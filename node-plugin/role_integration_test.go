@@ -256,35 +256,18 @@ func (w *writer) check(t *testing.T) {
 // lost and the cluster ID never changes.
 func TestPromoteStepDownFinishDemoteWithRealEtcd(t *testing.T) {
 	bin := filepath.Join(env.BinDir, "etcd")
-	dir := t.TempDir()
 	members, err := etcdproc.NewMembers("n1", "n2", "n3", "n4")
 	if err != nil {
 		t.Fatal(err)
 	}
 	voters, standby := members[:3], members[3]
-	for _, m := range voters {
-		p, err := etcdproc.Start(bin, dir, m, voters...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(p.Stop)
-	}
-	cli, err := etcdproc.Client(voters...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
+	cli, _ := startVoters(t, bin, t.TempDir(), voters, voters)
 	// No budget for the whole test: on a starved machine its steps add up
 	// to minutes (one such budget ran out during the removal at load
 	// 50-60). Each wait has its own deadline and each etcd call its own
 	// bound, so a slow step never leaves a later one without time.
 	ctx := t.Context()
 	call := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, etcdCallTimeout) }
-	hctx, hcancel := context.WithTimeout(ctx, waitTimeout)
-	defer hcancel()
-	if err := etcdproc.WaitHealthy(hctx, cli); err != nil {
-		t.Fatal(err)
-	}
 	cctx, ccancel := call()
 	defer ccancel()
 	st0, err := cli.Status(cctx, voters[0].ClientURL)
@@ -451,6 +434,33 @@ func TestPromoteStepDownFinishDemoteWithRealEtcd(t *testing.T) {
 	if len(ml.Members) != 3 || ml.Header.ClusterId != clusterID {
 		t.Fatalf("after the swap: %d members in cluster %x, want 3 in %x", len(ml.Members), ml.Header.ClusterId, clusterID)
 	}
+}
+
+// startVoters starts voters as a new cluster (each stopped at the test's
+// end), waits until it serves through a client of clientOf, and returns
+// that client and each member's stop by name.
+func startVoters(t *testing.T, bin, dir string, voters, clientOf []etcdproc.Member) (*clientv3.Client, map[string]func()) {
+	t.Helper()
+	stops := map[string]func(){}
+	for _, m := range voters {
+		p, err := etcdproc.Start(bin, dir, m, voters...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stops[m.Name] = p.Stop
+		t.Cleanup(p.Stop)
+	}
+	cli, err := etcdproc.Client(clientOf...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
+	defer cancel()
+	if err := etcdproc.WaitHealthy(ctx, cli); err != nil {
+		t.Fatal(err)
+	}
+	return cli, stops
 }
 
 func countStarts(m *sync.Map) int {

@@ -46,6 +46,8 @@ const (
 	SwapReasonLearnerAdded = "LearnerAdded"
 	// SwapReasonLearnerAdopted: a learner of the candidate, added before a crash, was found in the member list.
 	SwapReasonLearnerAdopted = "LearnerAdopted"
+	// SwapReasonMemberNotLearner: the candidate's member votes though this swap neither promoted it nor started its server (it was not added as a learner); a voter that has not started counts toward quorum, so the swap rolls back and removes it while the others are healthy.
+	SwapReasonMemberNotLearner = "MemberNotLearner"
 	// SwapReasonLearnerGone: the recorded learner left the member list; the swap rolls back.
 	SwapReasonLearnerGone = "LearnerGone"
 	// SwapReasonLearnerNotStarted: waiting: the candidate's server is started but its member has not joined.

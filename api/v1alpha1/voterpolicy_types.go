@@ -1,6 +1,8 @@
 package v1alpha1
 
 import (
+	"slices"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -91,7 +93,10 @@ type FitnessThresholds struct {
 
 // EtcdAccess says where etcd answers and with which client certificate.
 type EtcdAccess struct {
-	// endpoints are the client URLs of the current members.
+	// endpoints are client URLs of members to reach etcd by at first. The
+	// voter controller and the node plugin follow the live member list
+	// from there (status.clientURLs, and each member list they read), so
+	// this list may name members that swaps have replaced.
 	// +required
 	// +listType=set
 	// +kubebuilder:validation:MinItems=1
@@ -167,6 +172,14 @@ type VoterPolicyStatus struct {
 	// +optional
 	// +listType=set
 	Learners []string `json:"learners,omitempty"`
+	// clientURLs are the voters' client URLs, from etcd's own member list
+	// (learners left out: they do not answer a linearizable member list).
+	// The node plugins reach etcd through them and spec.etcd.endpoints.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=512
+	ClientURLs []string `json:"clientURLs,omitempty"`
 	// leader is the node of the etcd leader.
 	// +optional
 	Leader string `json:"leader,omitempty"`
@@ -230,4 +243,18 @@ type VoterPolicyList struct {
 
 func init() {
 	SchemeBuilder.Register(&VoterPolicy{}, &VoterPolicyList{})
+}
+
+// MemberEndpoints are the client URLs to reach etcd by: the voters' as the
+// voter controller last read them (status.clientURLs), then
+// spec.etcd.endpoints, without repeats. A client also tries the members
+// it learned itself first: see the node plugin and the voter controller.
+func (p *VoterPolicy) MemberEndpoints() []string {
+	var out []string
+	for _, u := range append(slices.Clone(p.Status.ClientURLs), p.Spec.Etcd.Endpoints...) {
+		if u != "" && !slices.Contains(out, u) {
+			out = append(out, u)
+		}
+	}
+	return out
 }

@@ -87,6 +87,13 @@ type SnapshotRecord struct {
 	// name of the snapshot file.
 	// +required
 	Name string `json:"name"`
+	// location is where the file is kept: its path, the volume holding it
+	// (persistentVolumeClaim/NAME, or emptyDir: gone with the pod) and the
+	// controller pod and node that wrote it. docs/voter-swap.md says how
+	// to restore from it.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Location string `json:"location,omitempty"`
 	// member the snapshot was streamed from (a voter that stays).
 	// +optional
 	Member string `json:"member,omitempty"`

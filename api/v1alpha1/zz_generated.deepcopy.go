@@ -638,6 +638,11 @@ func (in *VoterPolicyStatus) DeepCopyInto(out *VoterPolicyStatus) {
 		*out = make([]string, len(*in))
 		copy(*out, *in)
 	}
+	if in.ClientURLs != nil {
+		in, out := &in.ClientURLs, &out.ClientURLs
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
 	if in.EvenSince != nil {
 		in, out := &in.EvenSince, &out.EvenSince
 		*out = (*in).DeepCopy()

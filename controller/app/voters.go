@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -42,8 +43,10 @@ type VotersConfig struct {
 	// Settings: the swap Lease's duration and the default peer URL.
 	Settings voters.Settings
 	// SnapshotDir keeps the verified snapshots, the newest KeepSnapshots.
-	SnapshotDir    string
-	KeepSnapshots  int
+	SnapshotDir   string
+	KeepSnapshots int
+	// SnapshotVolume names the volume that holds SnapshotDir.
+	SnapshotVolume string
 	CandidateImage string
 	// RunningEvery and IdleEvery are the pass intervals with and without a
 	// swap in progress.
@@ -128,6 +131,8 @@ func votersFlags(fs *flag.FlagSet, _ *Common) {
 	doc("etcd-peer-scheme", "Scheme of that peer URL: http or https.", "none")
 	fs.StringVar(&o.SnapshotDir, "snapshot-dir", "/var/lib/holdfast/snapshots", "")
 	doc("snapshot-dir", "Where the verified etcd snapshot taken before every swap is kept (a volume of the controller pod).", "none")
+	fs.StringVar(&o.SnapshotVolume, "snapshot-volume", "", "")
+	doc("snapshot-volume", "The volume that holds --snapshot-dir (persistentVolumeClaim/NAME, or emptyDir: gone with the pod), recorded with the pod and its node (POD_NAME, POD_NAMESPACE, NODE_NAME) as each VoterSwap's status.snapshot.location.", "none")
 	fs.IntVar(&o.KeepSnapshots, "keep-snapshots", 3, "")
 	doc("keep-snapshots", "How many of the newest snapshots are kept in --snapshot-dir.", "none")
 	fs.StringVar(&o.CandidateImage, "voter-candidate-image", voters.DefaultCandidateImage, "")
@@ -196,6 +201,7 @@ func RunVoters(ctx context.Context, cfg *rest.Config, vc VotersConfig) (leadersh
 		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("holdfast-voters"),
 		Audit: trail, Actor: actor, Clock: clk, Settings: settings,
 		SnapshotDir: vc.SnapshotDir, KeepSnapshots: vc.KeepSnapshots,
+		SnapshotVolume:     snapshotVolume(vc.SnapshotVolume, os.Getenv("POD_NAMESPACE"), os.Getenv("POD_NAME"), os.Getenv("NODE_NAME")),
 		CandidateNamespace: vc.Namespace, CandidateImage: vc.CandidateImage,
 		RunningEvery: vc.RunningEvery, IdleEvery: vc.IdleEvery,
 	}
@@ -212,4 +218,20 @@ func RunVoters(ctx context.Context, cfg *rest.Config, vc VotersConfig) (leadersh
 		"lease", lease, "renewDeadline", renew, "retryPeriod", retry, "swapLease", vc.Settings.LeaseDuration,
 		"health", srv.health, "metrics", srv.metrics)
 	return leadership.Run(ctx, mgr, noLoops{}, leadership.RunOptions{Clock: clk, Gate: gate, Audit: trail, Actor: actor})
+}
+
+// snapshotVolume describes what holds the snapshots: the volume, the pod
+// and its node, each named when known.
+func snapshotVolume(volume, ns, pod, node string) string {
+	var parts []string
+	if volume != "" {
+		parts = append(parts, "volume "+volume)
+	}
+	if pod != "" {
+		parts = append(parts, "pod "+ns+"/"+pod)
+	}
+	if node != "" {
+		parts = append(parts, "node "+node)
+	}
+	return strings.Join(parts, ", ")
 }

@@ -32,3 +32,18 @@ func TestHelpListsTheVotersRole(t *testing.T) {
 		}
 	}
 }
+
+// TestSnapshotVolumeNamesWhatIsKnown: the snapshot location's volume part
+// names the volume, the pod and its node, leaving out what is not known.
+func TestSnapshotVolumeNamesWhatIsKnown(t *testing.T) {
+	for _, tc := range []struct{ volume, ns, pod, node, want string }{
+		{"persistentVolumeClaim/holdfast-snapshots", "holdfast", "holdfast-controller-voters-7d9-x2", "edge-a",
+			"volume persistentVolumeClaim/holdfast-snapshots, pod holdfast/holdfast-controller-voters-7d9-x2, node edge-a"},
+		{"emptyDir", "holdfast", "p", "", "volume emptyDir, pod holdfast/p"},
+		{"", "", "", "", ""},
+	} {
+		if got := snapshotVolume(tc.volume, tc.ns, tc.pod, tc.node); got != tc.want {
+			t.Errorf("snapshotVolume(%q, %q, %q, %q) = %q, want %q", tc.volume, tc.ns, tc.pod, tc.node, got, tc.want)
+		}
+	}
+}

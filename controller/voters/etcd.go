@@ -219,7 +219,8 @@ func TLSFromSecret(s *corev1.Secret) (*tls.Config, error) {
 }
 
 // observeEndpoints are the client URLs of the members that answered last
-// time, then the policy's endpoints and the other members' URLs: a member
+// time, then the policy's (status.clientURLs, spec.etcd.endpoints) and the
+// other members' URLs: a member
 // added by a swap is reached when the policy's list is stale, and a paused
 // one is asked last.
 func observeEndpoints(p *holdfastv1.VoterPolicy, last EtcdView) []string {
@@ -236,7 +237,7 @@ func observeEndpoints(p *holdfastv1.VoterPolicy, last EtcdView) []string {
 			}
 		}
 	}
-	for _, u := range p.Spec.Etcd.Endpoints {
+	for _, u := range p.MemberEndpoints() {
 		add(u)
 	}
 	for _, m := range last.Members {

@@ -348,13 +348,7 @@ func TestSwapAbandonedWhenWorkloadPodsOutlastTheDrainWait(t *testing.T) {
 	cli := c.client("w1", "w2", "w3")
 	before, _, clusterID := etcdMembers(t, cli)
 	ctx := context.Background()
-	job := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: releaseNS, Name: "build-job"},
-		Spec: corev1.PodSpec{NodeName: "w4", RestartPolicy: corev1.RestartPolicyNever,
-			Containers: []corev1.Container{{Name: "build", Image: "example.invalid/build:1"}}}}
-	if err := env.Client.Create(ctx, job); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), job, client.GracePeriodSeconds(0)) })
+	job := startJob(t, "w4", "build-job")
 
 	name := createSwap(t, "w1", "w4")
 	waitWaiting(t, name, holdfastv1.SwapReasonWorkloadPodsRunning, time.Minute)

@@ -109,14 +109,23 @@ func holdLease(o *Observation, holder, id string, renewed time.Time) {
 func withLearner(o *Observation, started bool) {
 	m := member("n4")
 	m.IsLearner = true
-	if !started {
-		m.Name, m.ClientURLs, m.Answered = "", nil, false
-	}
 	o.Etcd.Members = append(o.Etcd.Members, m)
+	if !started {
+		unstarted(o, "n4")
+	}
 }
 
 // withVoter lists n4 as a voter.
 func withVoter(o *Observation) { o.Etcd.Members = append(o.Etcd.Members, member("n4")) }
+
+// unstarted makes member n unstarted: no name, no client URL, no answer.
+func unstarted(o *Observation, n string) {
+	for i := range o.Etcd.Members {
+		if o.Etcd.Members[i].ID == memberID(n) {
+			o.Etcd.Members[i].Name, o.Etcd.Members[i].ClientURLs, o.Etcd.Members[i].Answered = "", nil, false
+		}
+	}
+}
 
 func setReport(n *corev1.Node, swapID, step, phase string, startedAt *time.Time, at time.Time) {
 	r := holdfastv1.ActuatorReport{Swap: swapID, Step: step, Phase: phase, At: metav1.NewTime(at)}

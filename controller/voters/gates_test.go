@@ -1,6 +1,7 @@
 package voters
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -89,5 +90,25 @@ func TestPolicyStatusStampsTheObservationTime(t *testing.T) {
 		policy.GateInput{Policy: o.Policy, Nodes: o.Nodes, Now: later})
 	if want := "status.observedTime: Forbidden: voter policy status is 1m10s old; the voters role is not observing etcd (its status may be at most 1m0s old)"; len(got) != 1 || got[0] != want {
 		t.Errorf("gates on a stale status: %q, want only %q", got, want)
+	}
+}
+
+// TestPolicyStatusListsTheVotersClientURLs: status.clientURLs are the
+// voters' client URLs from the member list (the node plugins reach etcd
+// through them), learners and unstarted members left out; a pass that
+// could not read the member list keeps the last ones.
+func TestPolicyStatusListsTheVotersClientURLs(t *testing.T) {
+	o := fixture()
+	withLearner(o, true)
+	c := Assess(o)
+	want := []string{clientURL("n1"), clientURL("n2"), clientURL("n3")}
+	if got := PolicyStatus(o, &c).ClientURLs; !slices.Equal(got, want) {
+		t.Errorf("clientURLs %v, want %v", got, want)
+	}
+	o.Policy.Status.ClientURLs = want
+	o.Etcd = EtcdView{Err: "no endpoint answered"}
+	c = Assess(o)
+	if got := PolicyStatus(o, &c).ClientURLs; !slices.Equal(got, want) {
+		t.Errorf("clientURLs %v with the member list unread, want the last ones %v", got, want)
 	}
 }

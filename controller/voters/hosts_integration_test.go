@@ -492,7 +492,7 @@ func startController(t testing.TB, o ctrlOpts) *controller {
 		EtcdFor: func(context.Context, *holdfastv1.VoterPolicy) (voters.Etcd, error) {
 			return &voters.ClientEtcd{StatusTimeout: time.Second, RequestTimeout: 3 * time.Second}, nil
 		},
-		SnapshotDir: t.TempDir(), CandidateNamespace: releaseNS,
+		SnapshotDir: t.TempDir(), SnapshotVolume: testSnapshotVolume, CandidateNamespace: releaseNS,
 		RunningEvery: 200 * time.Millisecond, IdleEvery: time.Second,
 	}
 	if o.shipped {

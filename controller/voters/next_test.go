@@ -349,6 +349,26 @@ func TestNextPromote(t *testing.T) {
 				t.Errorf("adopts %q", d.Action.Then.IncomingMember)
 			}
 		}}},
+		{"a voter at the candidate's peer URL before any learner is recorded: rolled back, never adopted", func(o *Observation) {
+			running(o, holdfastv1.StepPromote)
+			cordon(o.Nodes["n4"], swapID)
+			withVoter(o)
+			unstarted(o, "n4")
+		}, want{kind: Record, step: holdfastv1.StepRollback, says: []string{holdfastv1.SwapReasonMemberNotLearner, "is a voter, not a learner, and has not started"}}},
+		{"the recorded member votes before its server was asked to start: rolled back", func(o *Observation) {
+			s := running(o, holdfastv1.StepPromote)
+			s.Status.IncomingMemberID = HexID(memberID("n4"))
+			cordon(o.Nodes["n4"], swapID)
+			withVoter(o)
+		}, want{kind: Record, step: holdfastv1.StepRollback, says: []string{holdfastv1.SwapReasonMemberNotLearner, "was never asked to start its server"}}},
+		{"the recorded member votes unstarted though its server was asked to start: rolled back", func(o *Observation) {
+			s := running(o, holdfastv1.StepPromote)
+			s.Status.IncomingMemberID = HexID(memberID("n4"))
+			cordon(o.Nodes["n4"], swapID)
+			withVoter(o)
+			unstarted(o, "n4")
+			setStep(o.Nodes["n4"], holdfastv1.RoleServer, swapID, holdfastv1.RoleStepPromote)
+		}, want{kind: Record, step: holdfastv1.StepRollback, says: []string{holdfastv1.SwapReasonMemberNotLearner}}},
 		{"the learner gets its role step with every member to join", func(o *Observation) {
 			s := running(o, holdfastv1.StepPromote)
 			s.Status.IncomingMemberID = HexID(memberID("n4"))
@@ -473,6 +493,21 @@ func TestNextRollback(t *testing.T) {
 				t.Errorf("removes %x through %v", d.Action.Member, d.Action.Endpoints)
 			}
 		}}},
+		{"rollback of a member added as a voter: removed while the others are healthy", func(o *Observation) {
+			running(o, holdfastv1.StepRollback)
+			withVoter(o)
+			unstarted(o, "n4")
+		}, want{kind: RemoveMember, node: "n4", check: func(t *testing.T, d Decision) {
+			if d.Action.Member != memberID("n4") {
+				t.Errorf("removes %x", d.Action.Member)
+			}
+		}}},
+		{"rollback of a member added as a voter, another voter paused: held", func(o *Observation) {
+			running(o, holdfastv1.StepRollback)
+			withVoter(o)
+			unstarted(o, "n4")
+			pause(o, "n2")
+		}, want{waitFor: holdfastv1.SwapReasonRemovalHeld, says: []string{"voter n2 does not answer"}}},
 		{"rollback without a learner listed: the host is returned to an agent", func(o *Observation) {
 			s := running(o, holdfastv1.StepRollback)
 			s.Status.IncomingMemberID = HexID(memberID("n4"))

@@ -2,6 +2,7 @@ package voters
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -82,6 +83,7 @@ func PolicyStatus(o *Observation, c *Cluster) holdfastv1.VoterPolicyStatus {
 		st.Learners = c.Learners
 		st.Leader = o.LeaderNode(c)
 		st.ClusterID = c.ClusterID
+		st.ClientURLs = voterClientURLs(o.Etcd)
 	} else {
 		// Unknown is not "none": keep what was last seen, and say so in
 		// EtcdHealthy, which the gates read first.
@@ -181,4 +183,21 @@ func heldBack(reason string) bool {
 		return true
 	}
 	return false
+}
+
+// voterClientURLs are the voters' client URLs in the member list, sorted
+// (VoterPolicy status.clientURLs, which the node plugins follow).
+func voterClientURLs(v EtcdView) []string {
+	var out []string
+	for _, m := range v.Members {
+		if !m.IsLearner {
+			for _, u := range m.ClientURLs {
+				if !slices.Contains(out, u) {
+					out = append(out, u)
+				}
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
 }

@@ -47,6 +47,9 @@ type Reconciler struct {
 	// SnapshotDir keeps the snapshots, the newest KeepSnapshots of them.
 	SnapshotDir   string
 	KeepSnapshots int
+	// SnapshotVolume says what holds SnapshotDir and where (the volume,
+	// the pod and its node), for the record of a snapshot's location.
+	SnapshotVolume string
 	// CandidateNamespace and CandidateImage are the voter-candidate pod's.
 	CandidateNamespace, CandidateImage string
 	// RunningEvery and IdleEvery are the pass intervals with and without a
@@ -403,6 +406,7 @@ func (r *Reconciler) carryOut(ctx context.Context, o *Observation, etcd Etcd, sw
 			return err
 		}
 		recd.Member = a.Node
+		recd.Location = SnapshotLocation(filepath.Join(r.SnapshotDir, recd.Name), r.SnapshotVolume)
 		a.Then.Snapshot = recd
 		a.Message = fmt.Sprintf("snapshot %s from %s verified: %d bytes, sha256 %s, revision %d", recd.Name, a.Node, recd.SizeBytes, recd.SHA256, recd.Revision)
 		if err := PruneSnapshots(r.SnapshotDir, r.KeepSnapshots); err != nil {

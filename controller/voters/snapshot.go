@@ -103,6 +103,15 @@ func (e *ClientEtcd) Snapshot(ctx context.Context, endpoint, path string) (*hold
 		Revision: status.Revision, TakenAt: &metav1.Time{Time: time.Now()}}, nil
 }
 
+// SnapshotLocation is a snapshot's recorded location: its path, then what
+// holds it (SnapshotVolume).
+func SnapshotLocation(path, volume string) string {
+	if volume == "" {
+		volume = "volume not named (--snapshot-volume)"
+	}
+	return path + " (" + volume + ")"
+}
+
 // digestTail hashes all but the last sha256.Size bytes written to it and
 // keeps those last bytes: etcd appends the sha256 of the store to the
 // snapshot stream.

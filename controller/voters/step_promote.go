@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 
 	"github.com/holdfast-io/holdfast/policy"
@@ -48,6 +50,11 @@ func stepPromote(o *Observation, c *Cluster, s *holdfastv1.VoterSwap) Decision {
 		return toRelease(s, holdfastv1.SwapAbandoned, holdfastv1.StepPromote, holdfastv1.SwapOutcomeAbandoned, holdfastv1.SwapReasonCandidateGone, fmt.Sprintf("node %s is gone; nothing was changed in etcd", in))
 	}
 
+	if listed && !promotionRecorded(s) {
+		if why := votesUnpromoted(n, id, learner); why != "" {
+			return toRollback(o, s, holdfastv1.SwapReasonMemberNotLearner, why)
+		}
+	}
 	if !listed && s.Status.IncomingMemberID == "" {
 		// Before the learner: cordon, wait for workloads, drain.
 		if !cordoned(n, id) {
@@ -143,6 +150,26 @@ func stepPromote(o *Observation, c *Cluster, s *holdfastv1.VoterSwap) Decision {
 	}
 	return act(&Action{Kind: Record, Swap: s.Name, Then: advance(o, s,
 		rec(holdfastv1.StepPromote, holdfastv1.SwapOutcomeDone, holdfastv1.SwapReasonPromoted, in+" is a voter and Ready"))})
+}
+
+// votesUnpromoted says why the candidate's member m votes although nothing
+// of this swap can have made it a voter, "" when it is a learner or may
+// vote. Only two things promote it: PromoteMember, sent to a started
+// learner whose host was asked to start its server, and the server itself
+// (k3s promotes its learner once caught up), which runs only once asked. A
+// member that votes otherwise was not added as a learner: unstarted, it
+// counts toward quorum without serving, so one more voter down loses
+// quorum.
+func votesUnpromoted(n *corev1.Node, swapID string, m Member) string {
+	if m.IsLearner || (m.Started() && roleStepIs(n, swapID, holdfastv1.RoleServer, holdfastv1.RoleStepPromote)) {
+		return ""
+	}
+	state := "has not started"
+	if m.Started() {
+		state = "was never asked to start its server"
+	}
+	return fmt.Sprintf("member %s of %s (peer %s) is a voter, not a learner, and %s: this swap did not promote it; a voter that does not serve counts toward quorum",
+		HexID(m.ID), n.Name, strings.Join(m.PeerURLs, ","), state)
 }
 
 // promotionRecorded: the swap's history records its candidate's promotion.

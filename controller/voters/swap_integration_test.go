@@ -36,7 +36,7 @@ func TestFullSwapWithRealEtcd(t *testing.T) {
 	c := newCluster(t, []string{"a1", "a2", "a3"}, []string{"a4"})
 	c.policy(t, nil)
 	trail := &lockedBuffer{}
-	startController(t, ctrlOpts{audit: trail})
+	ctl := startController(t, ctrlOpts{audit: trail})
 	waitHealthyStatus(t, "a1", "a2", "a3")
 	cli := c.client("a2", "a3")
 	_, _, clusterID := etcdMembers(t, cli)
@@ -55,6 +55,8 @@ func TestFullSwapWithRealEtcd(t *testing.T) {
 	if s.Status.Snapshot == nil || s.Status.Snapshot.SizeBytes == 0 || len(s.Status.Snapshot.SHA256) != 64 || s.Status.Snapshot.Revision == 0 ||
 		s.Status.Snapshot.Member == "a1" {
 		t.Errorf("snapshot record %+v: want a verified snapshot from a voter that stays", s.Status.Snapshot)
+	} else {
+		checkSnapshotAt(t, s.Status.Snapshot, ctl.rec.SnapshotDir)
 	}
 	if !strings.HasSuffix(s.Status.SwapID, "-a1-a4") || s.Status.IncomingMemberID == "" || s.Status.OutgoingMemberID == "" {
 		t.Errorf("status %+v: want the swap ID and both member IDs", s.Status)
@@ -101,6 +103,13 @@ func TestFullSwapWithRealEtcd(t *testing.T) {
 	p := &holdfastv1.VoterPolicy{}
 	if err := env.Client.Get(context.Background(), client.ObjectKey{Name: holdfastv1.VoterPolicyName}, p); err != nil {
 		t.Fatal(err)
+	}
+	// The node plugins follow status.clientURLs: the live voters', never
+	// the spec's list, which still names a1.
+	wantURLs := []string{c.hosts["a2"].member.ClientURL, c.hosts["a3"].member.ClientURL, c.hosts["a4"].member.ClientURL}
+	slices.Sort(wantURLs)
+	if !slices.Equal(p.Status.ClientURLs, wantURLs) {
+		t.Errorf("status.clientURLs %v, want the voters' %v", p.Status.ClientURLs, wantURLs)
 	}
 	if p.Status.LastSwap == nil || p.Status.LastSwap.Name != name || p.Status.LastSwap.Phase != holdfastv1.SwapSucceeded || p.Status.EvenSince != nil {
 		t.Errorf("policy status lastSwap %+v evenSince %v", p.Status.LastSwap, p.Status.EvenSince)

@@ -5,22 +5,70 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
 	"github.com/holdfast-io/holdfast/node-plugin/hoststate"
 )
 
-// ClientEtcd is Etcd through the etcd client.
+// ClientEtcd is Etcd through the etcd client. It follows the live member
+// list, never a fixed one: each member list it reads replaces the voters'
+// client URLs it asks first, so swaps that replace every member it was
+// told of leave it reaching the members that are.
 type ClientEtcd struct {
 	// LocalEndpoint is the local member's client URL.
 	LocalEndpoint string
-	// Cluster returns the client URLs of the cluster's members (the
-	// VoterPolicy's etcd endpoints); the local one is left out.
+	// Cluster returns client URLs of the cluster's members, asked after
+	// those the last member list named (the VoterPolicy's
+	// status.clientURLs and spec.etcd.endpoints: PolicyEndpoints); the
+	// local one is left out of the member list of the removal check.
 	Cluster func(ctx context.Context) ([]string, error)
 	TLS     *tls.Config
+
+	mu sync.Mutex
+	// known are the voters' client URLs in the last member list read.
+	known []string
+}
+
+// endpoints are the voters' client URLs of the last member list read, then
+// Cluster's, without repeats. Cluster failing is an error only when no
+// member list was read yet.
+func (c *ClientEtcd) endpoints(ctx context.Context) ([]string, error) {
+	c.mu.Lock()
+	eps := slices.Clone(c.known)
+	c.mu.Unlock()
+	more, err := c.Cluster(ctx)
+	if err != nil && len(eps) == 0 {
+		return nil, err
+	}
+	for _, u := range more {
+		if !slices.Contains(eps, u) {
+			eps = append(eps, u)
+		}
+	}
+	return eps, nil
+}
+
+// learn keeps the voters' client URLs of a member list, replacing those of
+// the last one: a removed member drops out.
+func (c *ClientEtcd) learn(members []*etcdserverpb.Member) {
+	var urls []string
+	for _, m := range members {
+		if !m.IsLearner {
+			urls = append(urls, m.ClientURLs...)
+		}
+	}
+	if len(urls) == 0 {
+		return
+	}
+	c.mu.Lock()
+	c.known = urls
+	c.mu.Unlock()
 }
 
 func (c *ClientEtcd) client(endpoints []string) (*clientv3.Client, error) {
@@ -54,7 +102,7 @@ func (c *ClientEtcd) Local(ctx context.Context) (hoststate.Member, error) {
 
 // Members lists the members as the other members answer.
 func (c *ClientEtcd) Members(ctx context.Context) (string, []string, error) {
-	all, err := c.Cluster(ctx)
+	all, err := c.endpoints(ctx)
 	if err != nil {
 		return "", nil, err
 	}
@@ -79,6 +127,7 @@ func (c *ClientEtcd) Members(ctx context.Context) (string, []string, error) {
 	if err != nil {
 		return "", nil, fmt.Errorf("member list: %w", err)
 	}
+	c.learn(ml.Members)
 	ids := make([]string, 0, len(ml.Members))
 	for _, m := range ml.Members {
 		ids = append(ids, FormatID(m.ID))
@@ -88,7 +137,7 @@ func (c *ClientEtcd) Members(ctx context.Context) (string, []string, error) {
 
 // VoterPeerURLs lists the voters' peer URLs, for the fitness probe.
 func (c *ClientEtcd) VoterPeerURLs(ctx context.Context) ([]string, error) {
-	eps, err := c.Cluster(ctx)
+	eps, err := c.endpoints(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -103,6 +152,7 @@ func (c *ClientEtcd) VoterPeerURLs(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	c.learn(ml.Members)
 	var out []string
 	for _, m := range ml.Members {
 		if !m.IsLearner {
