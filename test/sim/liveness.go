@@ -55,6 +55,7 @@ func runLiveness(cfg Config, seed uint64, noise bool) *Liveness {
 	pre := cfg
 	pre.Horizon = heal
 	pre.Faults.LiveEdits, pre.Faults.Recreate, pre.Faults.LongLeaderPauses = false, false, false
+	pre.Faults.Focused = false
 	var sched Schedule
 	for _, a := range generate(pre, seed) {
 		if a.Kind == Recreate || a.Kind == EditTargets {
