@@ -397,6 +397,12 @@ func (l *loop) run(ctx context.Context, done chan struct{}) {
 			l.g.opts.Notify(l.target().Unit)
 		}
 		wait := l.nextWait()
+		if !l.g.mayGrant() {
+			// No grant may go out any more (GrantsUntil): the book's next
+			// renewal may be due at once, and the loop must not spin on it
+			// until it is stopped.
+			wait = max(wait, refusedRetry)
+		}
 		planned = clk.Now().Add(wait)
 		if wait <= 0 {
 			continue
@@ -504,6 +510,10 @@ func (l *loop) attempt(ctx context.Context) bool {
 	}
 	return l.record(x, reply, outcome, msg, timedOut)
 }
+
+// refusedRetry is how often a loop the leadership lets grant no more looks
+// again.
+const refusedRetry = time.Second
 
 // mayGrant: the leadership still lets this process grant (GrantsUntil).
 func (g *Grantor) mayGrant() bool {

@@ -126,13 +126,22 @@ func TestNoGrantIsSentOnceTheLeadershipLetsNoMore(t *testing.T) {
 	}
 
 	for _, tc := range []struct {
-		name  string
-		until time.Time
-		want  bool
+		name string
+		// until answers the n-th call of GrantsUntil.
+		until func(n int) time.Time
+		// want is the grants sent by the time the loop parks (-1: at
+		// least one).
+		want int
 	}{
-		{"before the deadline", start.Add(time.Second), true},
-		{"past it", start, false},
-		{"no renewal yet", time.Time{}, false},
+		{"before the deadline", func(int) time.Time { return start.Add(time.Second) }, -1},
+		{"past it", func(int) time.Time { return start }, 0},
+		{"no renewal yet", func(int) time.Time { return time.Time{} }, 0},
+		{"past it after one grant", func(n int) time.Time {
+			if n == 1 {
+				return start.Add(time.Second)
+			}
+			return start
+		}, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var mu sync.Mutex
@@ -145,14 +154,18 @@ func TestNoGrantIsSentOnceTheLeadershipLetsNoMore(t *testing.T) {
 			}))
 			defer srv.Close()
 			clk := clocktesting.NewFakeClock(start)
-			g := New(Options{Name: "ctl-0", Clock: clk, Notify: func(types.NamespacedName) {}, GrantsUntil: func() time.Time { return tc.until }})
+			calls := 0
+			g := New(Options{Name: "ctl-0", Clock: clk, Notify: func(types.NamespacedName) {}, GrantsUntil: func() time.Time {
+				calls++
+				return tc.until(calls)
+			}})
 			defer g.StopAll()
 			running := target
 			running.Address = srv.Listener.Addr().String()
 			g.Ensure(running)
 			sent := func() int { mu.Lock(); defer mu.Unlock(); return grants }
 			deadline := time.Now().Add(15 * time.Second)
-			if tc.want {
+			if tc.want < 0 {
 				for sent() == 0 {
 					if time.Now().After(deadline) {
 						t.Fatal("no grant sent before the leadership's deadline")
@@ -174,8 +187,8 @@ func TestNoGrantIsSentOnceTheLeadershipLetsNoMore(t *testing.T) {
 				}
 				time.Sleep(time.Millisecond)
 			}
-			if n := sent(); n > 0 {
-				t.Fatalf("%d grants sent past the leadership's deadline", n)
+			if n := sent(); n != tc.want {
+				t.Fatalf("%d grants sent; want %d, none past the leadership's deadline", n, tc.want)
 			}
 		})
 	}
