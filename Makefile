@@ -82,7 +82,7 @@ SEEDS ?= 1000
 SIM_FLAGS ?=
 
 .PHONY: sim
-sim: ## Search SEEDS seeds of the lease simulation for two writers, and run its liveness seeds (test/sim, docs/safety.md); SIM_FLAGS=-sim.recreate adds what make test leaves out
+sim: ## Search SEEDS seeds of the lease simulation for two writers, and run its liveness seeds (test/sim, docs/safety.md); SIM_FLAGS passes -sim.* flags (e.g. -sim.without=recreate)
 	$(GO) test ./test/sim -run 'TestSimulationFindsNoTwoWriters|TestSimulationLiveness' -count=1 -timeout 0 -v -args -sim.seeds=$(SEEDS) -sim.focused=$$(( $(SEEDS) / 10 + 1 )) -sim.liveness=$$(( $(SEEDS) / 10 + 1 )) $(SIM_FLAGS)
 
 .PHONY: bench

@@ -3,7 +3,6 @@
 package webhook_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -22,6 +21,44 @@ import (
 // apiserver calls the webhook, with the certificates mounted in its
 // --cert-dir, and writes its audit lines to stdout.
 func TestBinaryServesTheRules(t *testing.T) {
+	kiln := env.Namespace(t)
+	kilnCluster(t)
+	boundUnit(t, kiln, "Expired")
+
+	p := startBinary(t, env.Webhooks.LocalServingCertDir, "0")
+	stdout, stderr, stop := &p.stdout, &p.stderr, p.stop
+
+	res := p.ruleAnswers(t)
+	refusedByTheNodeRule(t, res)
+
+	// An admin's manual failover of an expired lease is allowed and audited.
+	allowed(t, env.Kubectl().Run(t, "", "annotate", "-n", kiln, "unit", "kiln-1", "holdfast.io/failover-to=edge-2"))
+	stop()
+	var rec webhook.AuditRecord
+	line, _, _ := strings.Cut(stdout.String(), "\n")
+	if err := json.Unmarshal([]byte(line), &rec); err != nil {
+		t.Fatalf("the binary's stdout does not start with an audit line: %v\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
+	}
+	if rec.Audit != webhook.AuditManualFailover || rec.User != "admin" || rec.Object.Name != "kiln-1" || rec.Target != "edge-2" {
+		t.Fatalf("audit record %+v", rec)
+	}
+}
+
+// binaryProcess is cmd/holdfast-webhook running where envtest points the
+// apiserver, in place of the in-process server.
+type binaryProcess struct {
+	cmd            *exec.Cmd
+	stdout, stderr syncBuffer
+	exited         chan error
+	stopped        bool
+	t              *testing.T
+}
+
+// startBinary builds and starts cmd/holdfast-webhook on the suite's serving
+// address with the certificates of certDir and /metrics on metricsAddr ("0"
+// for none); the in-process server is stopped until the test ends.
+func startBinary(t *testing.T, certDir, metricsAddr string) *binaryProcess {
+	t.Helper()
 	root, err := testenv.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
@@ -32,81 +69,72 @@ func TestBinaryServesTheRules(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building cmd/holdfast-webhook: %v\n%s", err, out)
 	}
-
-	kiln := env.Namespace(t)
-	kilnCluster(t)
-	boundUnit(t, kiln, "Expired")
-
 	stopServer()
 	t.Cleanup(func() {
 		if err := startServer(); err != nil {
 			t.Fatalf("restarting the in-process webhook server: %v", err)
 		}
 	})
-	var stdout, stderr bytes.Buffer
-	cmd := exec.Command(bin,
+	p := &binaryProcess{t: t, exited: make(chan error, 1), cmd: exec.Command(bin,
 		"--host", env.Webhooks.LocalServingHost, "--port", strconv.Itoa(env.Webhooks.LocalServingPort),
-		"--cert-dir", env.Webhooks.LocalServingCertDir,
-		"--health-probe-bind-address", "127.0.0.1:0", "--metrics-bind-address", "0",
-		"--voters-service-account", "holdfast-system/holdfast-controller-voters")
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+env.Kubeconfig)
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Start(); err != nil {
+		"--cert-dir", certDir,
+		"--health-probe-bind-address", "127.0.0.1:0", "--metrics-bind-address", metricsAddr,
+		"--voters-service-account", "holdfast-system/holdfast-controller-voters")}
+	p.cmd.Env = append(os.Environ(), "KUBECONFIG="+env.Kubeconfig)
+	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
+	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { // runs after stop
 		if t.Failed() {
-			t.Logf("holdfast-webhook stderr:\n%s", stderr.String())
+			t.Logf("holdfast-webhook stderr:\n%s", p.stderr.String())
 		}
 	})
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	stopped := false
-	stop := func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-			t.Errorf("holdfast-webhook did not stop on SIGTERM\n%s", stderr.String())
-		}
-	}
-	t.Cleanup(stop)
+	go func() { p.exited <- p.cmd.Wait() }()
+	t.Cleanup(p.stop)
+	return p
+}
 
-	// Wait until the apiserver reaches the binary: the refusal is then the
-	// rule's, not a failed call.
+// stop sends SIGTERM and waits for the binary to exit.
+func (p *binaryProcess) stop() {
+	if p.stopped {
+		return
+	}
+	p.stopped = true
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(30 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+		p.t.Errorf("holdfast-webhook did not stop on SIGTERM\n%s", p.stderr.String())
+	}
+}
+
+// ruleAnswers labels node edge-9 with a desired role until the apiserver
+// reaches the binary (the answer is no longer a failed call) and returns the
+// answer: the node rule's refusal when the binary serves.
+func (p *binaryProcess) ruleAnswers(t *testing.T) testenv.Result {
+	t.Helper()
 	k := env.Kubectl()
-	var res testenv.Result
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		res = k.Run(t, "", "label", "node", "edge-9", "holdfast.io/desired-role=server")
+		res := k.Run(t, "", "label", "node", "edge-9", "holdfast.io/desired-role=server")
 		if !strings.Contains(res.Stderr, "failed calling webhook") || time.Now().After(deadline) {
-			break
+			return res
 		}
 		select {
-		case err := <-exited:
-			stopped = true
-			t.Fatalf("holdfast-webhook exited: %v\n%s", err, stderr.String())
+		case err := <-p.exited:
+			t.Fatalf("holdfast-webhook exited: %v\n%s", err, p.stderr.String())
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// refusedByTheNodeRule asserts res is the node rule's refusal of edge-9's
+// desired role.
+func refusedByTheNodeRule(t *testing.T, res testenv.Result) {
+	t.Helper()
 	refusal(t, "", res, `admission webhook "nodes.holdfast.io" denied the request`,
 		"only the holdfast voter controller (system:serviceaccount:holdfast-system:holdfast-controller-voters)")
-
-	// An admin's manual failover of an expired lease is allowed and audited.
-	allowed(t, k.Run(t, "", "annotate", "-n", kiln, "unit", "kiln-1", "holdfast.io/failover-to=edge-2"))
-	stop()
-	var rec webhook.AuditRecord
-	line, _, _ := strings.Cut(stdout.String(), "\n")
-	if err := json.Unmarshal([]byte(line), &rec); err != nil {
-		t.Fatalf("the binary's stdout does not start with an audit line: %v\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
-	}
-	if rec.Audit != webhook.AuditManualFailover || rec.User != "admin" || rec.Object.Name != "kiln-1" || rec.Target != "edge-2" {
-		t.Fatalf("audit record %+v", rec)
-	}
 }

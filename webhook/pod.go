@@ -18,16 +18,22 @@ import (
 var podGVR = corev1.SchemeGroupVersion.WithResource("pods").GroupResource()
 var podGK = corev1.SchemeGroupVersion.WithKind("Pod").GroupKind()
 
-// checkRuntimePodCreate: a runtime pod is placed by holdfast-scheduler only,
-// so it may not name a node or another scheduler, and its name and labels
-// must agree (the binding webhook recognises runtime pods by name).
-func checkRuntimePodCreate(p *corev1.Pod) verdict {
+// checkRuntimePodCreate: a runtime pod is created by the holdfast controller
+// (or a cluster admin) only, since a second pod of a unit could write to its
+// devices; it is placed by holdfast-scheduler only, so it may not name a node
+// or another scheduler; and its name and labels must agree (the binding
+// webhook recognises runtime pods by name).
+func checkRuntimePodCreate(o *Options, r requester, p *corev1.Pod) verdict {
 	var v verdict
 	unit, ok := p.Labels[holdfastv1.LabelUnit]
 	if !ok {
 		return v
 	}
 	labelPath := field.NewPath("metadata", "labels")
+	if r.User != o.Controller && !inAnyGroup(r.Groups, []string{ClusterAdminGroup}) {
+		v.forbid(field.Forbidden(labelPath.Key(holdfastv1.LabelUnit), fmt.Sprintf(
+			"only the holdfast controller (%s) creates the runtime pod of unit %s: a pod outside its binding could write to the unit's devices", o.Controller, unit)))
+	}
 	if msgs := validation.IsDNS1123Subdomain(unit); len(msgs) > 0 {
 		v.invalidf(field.Invalid(labelPath.Key(holdfastv1.LabelUnit), unit, "not a Unit name: "+msgs[0]))
 	}
@@ -63,12 +69,18 @@ func checkRuntimePodUpdate(old, p *corev1.Pod) verdict {
 }
 
 // PodValidator guards the runtime pods (labelled holdfast.io/unit).
-type PodValidator struct{}
+type PodValidator struct {
+	Options *Options
+}
 
 var _ admission.Validator[*corev1.Pod] = PodValidator{}
 
-func (PodValidator) ValidateCreate(_ context.Context, p *corev1.Pod) (admission.Warnings, error) {
-	v := checkRuntimePodCreate(p)
+func (pv PodValidator) ValidateCreate(ctx context.Context, p *corev1.Pod) (admission.Warnings, error) {
+	r, err := requesterFrom(ctx)
+	if err != nil {
+		return nil, err
+	}
+	v := checkRuntimePodCreate(pv.Options, r, p)
 	return nil, v.err(podGVR, podGK, p.Name)
 }
 

@@ -232,6 +232,13 @@ const (
 	ReasonHandOverCancelled = "HandOverCancelled"
 )
 
+// FinalizerRuntimeStopped holds a Unit's deletion until the runtime of its
+// binding has provably stopped writing: fenced by its own lease, or its pod
+// confirmed gone (docs/design.md §3 L13). Until then the Unit's name cannot
+// be created again, so a re-created Unit never binds a second writer beside
+// a runtime of the deleted one that still holds its lease.
+const FinalizerRuntimeStopped = "holdfast.io/runtime-stopped"
+
 // VoterSwap and VoterPolicy condition types.
 const (
 	ConditionGatesPassed = "GatesPassed"

@@ -1,9 +1,10 @@
 // Command holdfast-webhook serves holdfast's validating admission webhook
 // (webhook/). Serving certificates come from the chart, mounted at --cert-dir;
-// they are reloaded when the files change.
+// they are reloaded when the files change (webhook.ServingCertificate).
 package main
 
 import (
+	"crypto/tls"
 	"flag"
 	"fmt"
 	"os"
@@ -60,13 +61,21 @@ func run() error {
 	if err != nil {
 		return fmt.Errorf("reaching the apiserver: %w", err)
 	}
+	certs, err := webhook.ServingCertificate(*certDir, metrics.Registry)
+	if err != nil {
+		return err
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                 scheme,
-		WebhookServer:          crwebhook.NewServer(crwebhook.Options{Host: *host, Port: *port, CertDir: *certDir}),
+		Scheme: scheme,
+		WebhookServer: crwebhook.NewServer(crwebhook.Options{Host: *host, Port: *port,
+			TLSOpts: []func(*tls.Config){webhook.ServeCertificate(certs)}}),
 		HealthProbeBindAddress: *probeAddr,
 		Metrics:                metricsserver.Options{BindAddress: *metricsAddr},
 	})
 	if err != nil {
+		return err
+	}
+	if err := mgr.Add(certs); err != nil {
 		return err
 	}
 	// GetWebhookServer also adds the server to the manager's runnables.

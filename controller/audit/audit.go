@@ -12,8 +12,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
+
+	"github.com/holdfast-io/holdfast/internal/atomicfile"
 
 	"k8s.io/utils/clock"
 )
@@ -71,9 +74,17 @@ func Open(path, component string, clk clock.PassiveClock) (*Logger, io.Closer, e
 	if path == "-" {
 		return New(os.Stdout, component, clk), io.NopCloser(nil), nil
 	}
+	_, statErr := os.Stat(path)
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, nil, fmt.Errorf("--audit-log-path: %w", err)
+	}
+	if os.IsNotExist(statErr) {
+		// A new file's name survives a crash only with its directory.
+		if err := atomicfile.SyncDir(filepath.Dir(path)); err != nil {
+			_ = f.Close()
+			return nil, nil, fmt.Errorf("--audit-log-path: %w", err)
+		}
 	}
 	return New(f, component, clk), f, nil
 }

@@ -57,14 +57,20 @@ func TestL5UnplacedRebindCountsAgainstTheBudget(t *testing.T) {
 	eventually(t, 30*time.Second, "the first runtime pod", func() (bool, string) { return runtimePod(t, u, e1) != nil, "" })
 
 	// The first binding's start-up grace, margin and hold-off all pass. No
-	// pod is ever placed, so each epoch after it is past its grace as soon
-	// as it exists: only the budget stops the re-binds.
+	// pod is ever placed: only the budget stops the re-binds. Each later
+	// binding's grace runs from its pod's creation, which the apiserver
+	// stamps on the real clock, so the injected clock moves on while the
+	// test waits, however slowly the machine runs.
 	clk.Step(30 * time.Second)
 	var got *holdfastv1.Unit
 	eventually(t, 60*time.Second, "the suspension", func() (bool, string) {
 		got = getUnit(t, key)
 		b := got.Status.RuntimeBinding
-		return len(b.UnplacedRebinds) > 2 || meta.IsStatusConditionTrue(got.Status.Conditions, holdfastv1.ConditionFailoverSuspended), fmt.Sprintf("%+v", b)
+		done := len(b.UnplacedRebinds) > 2 || meta.IsStatusConditionTrue(got.Status.Conditions, holdfastv1.ConditionFailoverSuspended)
+		if !done {
+			clk.Step(time.Second)
+		}
+		return done, fmt.Sprintf("%+v", b)
 	})
 	b := got.Status.RuntimeBinding
 	if len(b.UnplacedRebinds) != 2 || len(b.UnsettledRebinds) != 0 {

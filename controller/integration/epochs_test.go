@@ -53,6 +53,9 @@ func TestARecreatedUnitNeverReusesAnEpoch(t *testing.T) {
 			e2 := failOverByHand(t, key, standby, e1)
 			held := []int64{e1, e2}
 
+			// Deleted while its controller runs: the deletion completes once
+			// its runtime's pod is gone (the finalizer, L13).
+			deleteUnit(t, created)
 			first.stop()
 			if tc.loseRecord {
 				rec := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: electionNS, Name: holdfastv1.EpochRecordName}}
@@ -60,7 +63,6 @@ func TestARecreatedUnitNeverReusesAnEpoch(t *testing.T) {
 					t.Fatalf("losing the epoch record: %v", err)
 				}
 			}
-			deleteUnit(t, created)
 
 			startController(t, controllerOptions{namespace: ns, electionNS: electionNS, identity: "ctl-next", clock: clocktesting.NewFakeClock(tc.next)})
 			createAutonomyUnit(t, key, standby)

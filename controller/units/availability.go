@@ -100,6 +100,9 @@ type Plan struct {
 	// DeletePod: delete the current binding's pod (an Autonomy runtime
 	// handed over stops only by its pod's deletion).
 	DeletePod bool
+	// Release: the Unit is deleted and no runtime of it can still write;
+	// the reconciler removes its finalizer (L13).
+	Release bool
 
 	holdOffWait bool
 	// terms are the binding's recorded promise as this pass reads it.
@@ -116,6 +119,11 @@ func (p *Plan) at(in *Inputs, due time.Time) {
 func Decide(in Inputs) Plan {
 	u := in.Unit
 	p := Plan{Status: *u.Status.DeepCopy()}
+	if p.Status.RuntimeBinding == nil && !u.DeletionTimestamp.IsZero() {
+		// Never bound: no runtime of it exists.
+		p.Release = true
+		return p
+	}
 	if p.Status.RuntimeBinding == nil {
 		e := in.nextEpoch(holdfastv1.OriginInitial)
 		pr := policy.NewPromise(u)
@@ -153,11 +161,15 @@ func Decide(in Inputs) Plan {
 }
 
 // decide takes at most one decision of consequence: the lease state first
-// (an expiry is reported before any Hold or re-bind), then a person's
-// request, then the automatic path, then a restart.
+// (an expiry is reported before any Hold or re-bind), then a deleted Unit's
+// retirement, a person's request, the automatic path, then a restart.
 func decide(p *Plan, in *Inputs) {
 	failover := p.terms.mode == holdfastv1.Failover
 	if failover && noteLeaseState(p, in) {
+		return
+	}
+	if !in.Unit.DeletionTimestamp.IsZero() {
+		retire(p, in)
 		return
 	}
 	if manualFailover(p, in) {

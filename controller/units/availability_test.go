@@ -800,6 +800,12 @@ func TestFreeTargetsAreNamedReadySchedulableNotTheNodeLeftAndColocationPermittin
 	if !maps.Equal(why, want) {
 		t.Errorf("why each eligible standby is not free: %v, want %v", why, want)
 	}
+	// A terminating runtime may still write: its node stays taken, as
+	// StandbyColocation judges it (policy.HostsOtherRuntime).
+	others[0].DeletionTimestamp = &metav1.Time{Time: t0}
+	if got := FreeTargets(u, nodes, others); !slices.Equal(got, []string{"s-labelled", "s-ready"}) {
+		t.Errorf("colocation Refuse with the other runtime terminating: %v", got)
+	}
 }
 
 // pendingPod is the current binding's pod as no scheduler left it: no node,

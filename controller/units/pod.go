@@ -110,6 +110,9 @@ func RuntimePod(u *holdfastv1.Unit, epoch int64, p Placement) *corev1.Pod {
 		},
 		Spec: corev1.PodSpec{
 			SchedulerName: holdfastv1.SchedulerName,
+			// The runtime never calls the apiserver: a runtime that is
+			// compromised holds no token of its namespace.
+			AutomountServiceAccountToken: ptr.To(false),
 			// The device is reached over the node's own network, and
 			// the grantor reaches the lease endpoint at the node's IP.
 			HostNetwork:   true,

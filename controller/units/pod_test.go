@@ -41,6 +41,9 @@ func TestTheRuntimePodNeverNamesANodeAndCarriesItsBinding(t *testing.T) {
 	if first.Name != "kiln-1-runtime-e1" || first.Namespace != "plant" {
 		t.Fatalf("name %s/%s", first.Namespace, first.Name)
 	}
+	if a := first.Spec.AutomountServiceAccountToken; a == nil || *a {
+		t.Fatalf("the runtime pod mounts a service account token (automountServiceAccountToken %v)", a)
+	}
 	if first.Spec.NodeName != "" || first.Spec.SchedulerName != holdfastv1.SchedulerName || !first.Spec.HostNetwork {
 		t.Fatalf("the scheduler places it: nodeName %q scheduler %q hostNetwork %v", first.Spec.NodeName, first.Spec.SchedulerName, first.Spec.HostNetwork)
 	}

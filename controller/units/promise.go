@@ -140,30 +140,26 @@ func handOver(p *Plan, in *Inputs) bool {
 		h.Reason = why
 	}
 
-	var evidence string
+	w := stopState(b, t, in)
 	switch {
-	case in.PodGone:
-		evidence = fmt.Sprintf("its pod %s is confirmed gone", b.Pod)
+	case w.done:
 	case t.mode != holdfastv1.Failover:
 		p.DeletePod = true
-		msg := fmt.Sprintf("Hand-over of epoch %d (%s): pod %s is being deleted; an Autonomy runtime never fences itself, so epoch %d starts on node %s only once the apiserver confirms the pod gone (the kubelet stopped it; for a node that is powered off, kubectl delete pod --force certifies it)",
-			b.Epoch, h.Reason, b.Pod, b.Epoch+1, nodeOrUnknown(b.Node))
+		msg := fmt.Sprintf("Hand-over of epoch %d (%s): pod %s is being deleted; %s, so epoch %d starts on node %s only once the apiserver confirms the pod gone (the kubelet stopped it; for a node that is powered off, kubectl delete pod --force certifies it)",
+			b.Epoch, h.Reason, b.Pod, w.evidence, b.Epoch+1, nodeOrUnknown(b.Node))
 		setCondition(&p.Status, metav1.Condition{Type: holdfastv1.ConditionRuntimeHandOver, Status: metav1.ConditionTrue,
 			Reason: holdfastv1.ReasonAwaitingPodGone, Message: msg}, in.Now)
 		p.at(in, in.Now.Add(5*time.Second))
 		return true
 	default:
-		due, fence := fenceDue(b, t, in)
-		if in.Now.Before(due) {
-			msg := fmt.Sprintf("Hand-over of epoch %d (%s): no grant sent since %s; %s; epoch %d starts on node %s at %s",
-				b.Epoch, h.Reason, h.Since.UTC().Format(time.RFC3339), fence, b.Epoch+1, nodeOrUnknown(b.Node), due.UTC().Format(time.RFC3339))
-			setCondition(&p.Status, metav1.Condition{Type: holdfastv1.ConditionRuntimeHandOver, Status: metav1.ConditionTrue,
-				Reason: holdfastv1.ReasonAwaitingFence, Message: msg}, in.Now)
-			p.at(in, due)
-			return true
-		}
-		evidence = fence
+		msg := fmt.Sprintf("Hand-over of epoch %d (%s): no grant sent since %s; %s; epoch %d starts on node %s at %s",
+			b.Epoch, h.Reason, h.Since.UTC().Format(time.RFC3339), w.evidence, b.Epoch+1, nodeOrUnknown(b.Node), w.due.UTC().Format(time.RFC3339))
+		setCondition(&p.Status, metav1.Condition{Type: holdfastv1.ConditionRuntimeHandOver, Status: metav1.ConditionTrue,
+			Reason: holdfastv1.ReasonAwaitingFence, Message: msg}, in.Now)
+		p.at(in, w.due)
+		return true
 	}
+	evidence := w.evidence
 
 	rb := &Rebind{Origin: holdfastv1.OriginHandOver, Node: b.Node}
 	p.Rebind = rb
@@ -179,6 +175,29 @@ func handOver(p *Plan, in *Inputs) bool {
 	setCondition(&p.Status, metav1.Condition{Type: holdfastv1.ConditionRuntimeHandOver, Status: metav1.ConditionFalse,
 		Reason: holdfastv1.ReasonHandedOver, Message: r.Message}, in.Now)
 	return true
+}
+
+// stopWait is where a binding handed over stands in stopping its runtime:
+// done, with the evidence that it stopped writing; or what it waits on, and
+// until when (zero: only the pod's confirmed deletion ends the wait).
+type stopWait struct {
+	done     bool
+	evidence string
+	due      time.Time
+}
+
+// stopState judges whether the runtime of binding b, handed over (no grant
+// sent since b.HandOver.Since), has provably stopped writing. The hand-over
+// and a deleted Unit's retirement both judge by it.
+func stopState(b *holdfastv1.RuntimeBinding, t terms, in *Inputs) stopWait {
+	switch {
+	case in.PodGone:
+		return stopWait{done: true, evidence: fmt.Sprintf("its pod %s is confirmed gone", b.Pod)}
+	case t.mode != holdfastv1.Failover:
+		return stopWait{evidence: "an Autonomy runtime never fences itself"}
+	}
+	due, fence := fenceDue(b, t, in)
+	return stopWait{done: !in.Now.Before(due), evidence: fence, due: due}
 }
 
 // fenceDue is when a Failover runtime handed over has certainly stopped

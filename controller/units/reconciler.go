@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -140,9 +141,22 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 		return reconcile.Result{}, err
 	}
-	if !u.DeletionTimestamp.IsZero() {
+	deleting := !u.DeletionTimestamp.IsZero()
+	if deleting && !controllerutil.ContainsFinalizer(&u, holdfastv1.FinalizerRuntimeStopped) {
 		r.Grantor.Forget(req.NamespacedName)
 		return reconcile.Result{}, nil
+	}
+	if !deleting && !controllerutil.ContainsFinalizer(&u, holdfastv1.FinalizerRuntimeStopped) {
+		// Before any binding is written: a Unit deleted from here on is
+		// held until its runtime has provably stopped writing (L13).
+		patch := client.MergeFromWithOptions(u.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		controllerutil.AddFinalizer(&u, holdfastv1.FinalizerRuntimeStopped)
+		if err := r.Client.Patch(ctx, &u, patch); err != nil {
+			if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+				return reconcile.Result{Requeue: true}, nil
+			}
+			return reconcile.Result{}, fmt.Errorf("adding finalizer %s: %w", holdfastv1.FinalizerRuntimeStopped, err)
+		}
 	}
 
 	var pods corev1.PodList
@@ -214,6 +228,22 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 		return reconcile.Result{}, err
 	}
+	if plan.Release {
+		r.Grantor.Forget(req.NamespacedName)
+		patch := client.MergeFromWithOptions(u.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		controllerutil.RemoveFinalizer(&u, holdfastv1.FinalizerRuntimeStopped)
+		if err := r.Client.Patch(ctx, &u, patch); err != nil {
+			if apierrors.IsNotFound(err) {
+				return reconcile.Result{}, nil
+			}
+			if apierrors.IsConflict(err) {
+				return reconcile.Result{Requeue: true}, nil
+			}
+			return reconcile.Result{}, fmt.Errorf("removing finalizer %s: %w", holdfastv1.FinalizerRuntimeStopped, err)
+		}
+		log.Info("Deletion completes: no runtime of the Unit can still write", "epoch", epochOf(&u))
+		return reconcile.Result{}, nil
+	}
 	if plan.Rebind == nil {
 		// The promise as written now: a longer lease is granted only from
 		// here, after its record (L11).
@@ -262,6 +292,10 @@ func (r *Reconciler) ensurePods(ctx context.Context, u *holdfastv1.Unit, pods []
 			return nil, nil
 		}
 		return cur, nil
+	}
+	if !u.DeletionTimestamp.IsZero() {
+		// A deleted Unit's binding is being retired: no new process.
+		return nil, nil
 	}
 	if b.HandOver != nil || (b.Promise != nil && len(policy.HandOverReasons(u, b.Promise)) > 0) {
 		// The binding is handed over to a new process at a new epoch; its
@@ -465,9 +499,10 @@ func (r *Reconciler) podGone(ctx context.Context, ns, name string) (bool, error)
 }
 
 // FreeTargets are the eligible standbys fit to take the unit now: named by
-// its targets (rules.EligibleTarget, the webhook's own rule), Ready, not
+// its targets (policy.EligibleTarget, the webhook's own rule), Ready, not
 // cordoned, not the node it is leaving, and, under colocation Refuse,
-// hosting no other unit's runtime. Sorted.
+// hosting no other unit's runtime (policy.HostsOtherRuntime, the
+// scheduler's own rule). Sorted.
 func FreeTargets(u *holdfastv1.Unit, nodes []corev1.Node, runtimePods []corev1.Pod) []string {
 	free, _ := TargetAvailability(u, nodes, runtimePods)
 	return free
@@ -479,9 +514,9 @@ func TargetAvailability(u *holdfastv1.Unit, nodes []corev1.Node, runtimePods []c
 	a := &u.Spec.Availability
 	b := u.Status.RuntimeBinding
 	busy := map[string]bool{}
-	for _, p := range runtimePods {
-		if p.Spec.NodeName != "" && p.DeletionTimestamp.IsZero() &&
-			!(p.Namespace == u.Namespace && p.Labels[holdfastv1.LabelUnit] == u.Name) {
+	key := types.NamespacedName{Namespace: u.Namespace, Name: u.Name}
+	for i := range runtimePods {
+		if p := &runtimePods[i]; policy.HostsOtherRuntime(p, key) {
 			busy[p.Spec.NodeName] = true
 		}
 	}
@@ -587,4 +622,11 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n-3] + "..."
+}
+
+func epochOf(u *holdfastv1.Unit) int64 {
+	if b := u.Status.RuntimeBinding; b != nil {
+		return b.Epoch
+	}
+	return 0
 }

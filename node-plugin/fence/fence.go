@@ -28,6 +28,7 @@ import (
 
 	"github.com/holdfast-io/holdfast/api/lease"
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/internal/atomicfile"
 )
 
 // Runtime is the part of the CRI runtime service the agent uses
@@ -479,6 +480,7 @@ func appendLine(path string, line []byte) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
+	_, statErr := os.Stat(path)
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
@@ -487,7 +489,14 @@ func appendLine(path string, line []byte) error {
 	if _, err := f.Write(append(line, '\n')); err != nil {
 		return err
 	}
-	return f.Sync()
+	if err := f.Sync(); err != nil {
+		return err
+	}
+	if os.IsNotExist(statErr) {
+		// A new log's name survives a crash only with its directory.
+		return atomicfile.SyncDir(filepath.Dir(path))
+	}
+	return nil
 }
 
 func joinErrs(errs []error) error {

@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/policy"
 	"github.com/holdfast-io/holdfast/scheduler-plugin/apis/config"
 	configv1 "github.com/holdfast-io/holdfast/scheduler-plugin/apis/config/v1"
 	"github.com/holdfast-io/holdfast/scheduler-plugin/apis/config/validation"
@@ -92,7 +93,7 @@ func (pl *StandbyColocation) Name() string { return Name }
 // does nothing to them. A runtime pod is refused a signature: its result
 // depends on its own unit and the runtimes around it.
 func (pl *StandbyColocation) SignPod(_ context.Context, pod *corev1.Pod) ([]fwk.SignFragment, *fwk.Status) {
-	if _, ok := runtimepod.Unit(pod); ok {
+	if _, ok := policy.RuntimeUnit(pod); ok {
 		return nil, fwk.NewStatus(fwk.Unschedulable, "a unit runtime pod is placed on its own")
 	}
 	return nil, nil
@@ -125,14 +126,20 @@ func readGuard(state fwk.CycleState) (*guard, bool) {
 
 // otherRuntimes names, sorted, the units other than unit whose runtime pods
 // the node hosts (assumed pods included, so two runtimes placed back to back
-// see each other). A terminating runtime still counts: it may still write.
+// see each other), by policy.HostsOtherRuntime, the controller's rule.
 func otherRuntimes(nodeInfo fwk.NodeInfo, unit types.NamespacedName, fromNamespace string) []string {
 	var names []string
 	for _, pi := range nodeInfo.GetPods() {
-		other, ok := runtimepod.Unit(pi.GetPod())
-		if !ok || other == unit {
+		pod := pi.GetPod()
+		if pod.Spec.NodeName == "" {
+			// An assumed pod carries its node in the NodeInfo only.
+			pod = pod.DeepCopy()
+			pod.Spec.NodeName = nodeInfo.Node().Name
+		}
+		if !policy.HostsOtherRuntime(pod, unit) {
 			continue
 		}
+		other, _ := policy.RuntimeUnit(pod)
 		if name := runtimepod.Display(other, fromNamespace); !slices.Contains(names, name) {
 			names = append(names, name)
 		}
@@ -143,7 +150,7 @@ func otherRuntimes(nodeInfo fwk.NodeInfo, unit types.NamespacedName, fromNamespa
 
 // PreFilter reads the unit's co-location policy; under Warn it skips Filter.
 func (pl *StandbyColocation) PreFilter(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
-	key, ok := runtimepod.Unit(pod)
+	key, ok := policy.RuntimeUnit(pod)
 	if !ok {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
@@ -276,7 +283,7 @@ func queueOnRuntimeGone(logger klog.Logger, pod *corev1.Pod, oldObj, _ any) (fwk
 	if !ok {
 		return fwk.Queue, fmt.Errorf("want a deleted Pod, got %T", oldObj)
 	}
-	if _, ok := runtimepod.Unit(gone); !ok || gone.Spec.NodeName == "" {
+	if _, ok := policy.RuntimeUnit(gone); !ok || gone.Spec.NodeName == "" {
 		return fwk.QueueSkip, nil
 	}
 	logger.V(5).Info("A runtime pod left its node; a refused runtime may now fit", "pod", klog.KObj(pod), "gone", klog.KObj(gone))

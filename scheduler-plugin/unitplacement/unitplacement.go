@@ -185,7 +185,7 @@ func (pl *UnitPlacement) Name() string { return Name }
 // does nothing to them. A runtime pod is refused a signature: its result
 // depends on its own unit, epoch and name, and is never reused.
 func (pl *UnitPlacement) SignPod(_ context.Context, pod *corev1.Pod) ([]fwk.SignFragment, *fwk.Status) {
-	if _, ok := runtimepod.Unit(pod); ok {
+	if _, ok := policy.RuntimeUnit(pod); ok {
 		return nil, fwk.NewStatus(fwk.Unschedulable, "a unit runtime pod is placed on its own")
 	}
 	return nil, nil
@@ -416,7 +416,7 @@ func nodeRefusal(logger klog.Logger, node *corev1.Node, pod *corev1.Pod) string 
 // cluster of thousands of nodes costs neither a pass nor a Filter over each
 // of them, and Filter still words each considered node's refusal.
 func (pl *UnitPlacement) PreFilter(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
-	key, ok := runtimepod.Unit(pod)
+	key, ok := policy.RuntimeUnit(pod)
 	if !ok {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
@@ -611,7 +611,7 @@ func (pl *UnitPlacement) ScoreExtensions() fwk.ScoreExtensions { return nil }
 // status.nominatedNodeName before any PreBind that has work to do: one more
 // apiserver write per runtime, which nothing of holdfast reads.
 func (pl *UnitPlacement) Bind(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, nodeName string) *fwk.Status {
-	if _, ok := runtimepod.Unit(pod); !ok {
+	if _, ok := policy.RuntimeUnit(pod); !ok {
 		return fwk.NewStatus(fwk.Skip)
 	}
 	if status := pl.record(ctx, pod, nodeName); !status.IsSuccess() {
@@ -636,7 +636,7 @@ var errRecheck = apierrors.NewConflict(holdfastv1.GroupVersion.WithResource("uni
 // without a second write.
 func (pl *UnitPlacement) record(ctx context.Context, pod *corev1.Pod, nodeName string) *fwk.Status {
 	logger := klog.FromContext(ctx)
-	key, _ := runtimepod.Unit(pod)
+	key, _ := policy.RuntimeUnit(pod)
 	display := runtimepod.Display(key, pod.Namespace)
 	node, err := pl.handle.SharedInformerFactory().Core().V1().Nodes().Lister().Get(nodeName)
 	if err != nil {

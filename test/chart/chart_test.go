@@ -270,8 +270,8 @@ func ExampleSplit() {
 
 // Every alert of the PrometheusRule watches a metric the code defines
 // (docs/reference.md lists them, generated from the code and held current by
-// docs/gen), with labels it has; the voter role's metrics wait for
-// controller/voters.
+// docs/gen), with labels it has, and its runbook_url names a heading of
+// docs/operations.md; the voter role's metrics wait for controller/voters.
 func TestEveryAlertWatchesAMetricTheCodeDefines(t *testing.T) {
 	root := repoRoot(t)
 	ch, err := Load(root)
@@ -310,6 +310,16 @@ func TestEveryAlertWatchesAMetricTheCodeDefines(t *testing.T) {
 		}
 		defined[name] = labels
 	}
+	ops, err := os.ReadFile(filepath.Join(root, "docs", "operations.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runbook []string // the headings' anchors
+	for _, line := range strings.Split(string(ops), "\n") {
+		if h, ok := strings.CutPrefix(line, "### "); ok {
+			runbook = append(runbook, strings.ReplaceAll(strings.ToLower(strings.TrimSpace(h)), " ", "-"))
+		}
+	}
 	_, votersErr := os.Stat(filepath.Join(root, "controller", "voters"))
 	metric := regexp.MustCompile(`holdfast_[a-z0-9_]+`)
 	by := regexp.MustCompile(`by \(([^)]*)\)|\{([a-z_]+)=`)
@@ -327,6 +337,10 @@ func TestEveryAlertWatchesAMetricTheCodeDefines(t *testing.T) {
 				expr, _ := rule["expr"].(string)
 				alert, _ := rule["alert"].(string)
 				alerts++
+				url, _ := rule["annotations"].(map[string]any)["runbook_url"].(string)
+				if _, anchor, _ := strings.Cut(url, "docs/operations.md#"); !slices.Contains(runbook, anchor) {
+					t.Errorf("alert %s: runbook_url %q names no heading of docs/operations.md", alert, url)
+				}
 				names := metric.FindAllString(expr, -1)
 				if len(names) == 0 {
 					t.Errorf("alert %s watches no holdfast metric: %s", alert, expr)
@@ -408,14 +422,7 @@ func TestTheLeaseChannelIsOnByDefault(t *testing.T) {
 		{name: "plain HTTP", values: "controller: {units: {insecurePlaintextLease: true}}", arg: "--insecure-plaintext-lease"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var v map[string]any
-			if err := yaml.Unmarshal([]byte(tc.values), &v); err != nil {
-				t.Fatal(err)
-			}
-			ms, _, err := Render(ch, v)
-			if err != nil {
-				t.Fatal(err)
-			}
+			ms := renderYAML(t, ch, tc.values)
 			args, secret := units(ms)
 			if !slices.Contains(args, tc.arg) || secret != tc.secret {
 				t.Fatalf("units role args %v, lease CA Secret %q; want %s and %q", args, secret, tc.arg, tc.secret)

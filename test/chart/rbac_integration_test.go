@@ -263,6 +263,13 @@ func serviceAccountKubeconfig(ctx context.Context, t *testing.T, sa string) stri
 // the kubelet projects it: the apiserver adds the pod's node to the user.
 func podKubeconfig(ctx context.Context, t *testing.T, sa string, pod *corev1.Pod) string {
 	t.Helper()
+	return tokenKubeconfig(ctx, t, Namespace, sa, pod)
+}
+
+// tokenKubeconfig is a kubeconfig with a token of the service account ns/sa,
+// bound to pod when not nil.
+func tokenKubeconfig(ctx context.Context, t *testing.T, ns, sa string, pod *corev1.Pod) string {
+	t.Helper()
 	cs, err := kubernetes.NewForConfig(env.Config)
 	if err != nil {
 		t.Fatal(err)
@@ -271,7 +278,7 @@ func podKubeconfig(ctx context.Context, t *testing.T, sa string, pod *corev1.Pod
 	if pod != nil {
 		spec.BoundObjectRef = &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}
 	}
-	tr, err := cs.CoreV1().ServiceAccounts(Namespace).CreateToken(ctx, sa,
+	tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa,
 		&authenticationv1.TokenRequest{Spec: spec}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("a token for %s: %v", sa, err)
@@ -279,7 +286,7 @@ func podKubeconfig(ctx context.Context, t *testing.T, sa string, pod *corev1.Pod
 	kc := clientcmdapi.NewConfig()
 	kc.Clusters["c"] = &clientcmdapi.Cluster{Server: env.Config.Host, CertificateAuthorityData: env.Config.CAData}
 	kc.AuthInfos["u"] = &clientcmdapi.AuthInfo{Token: tr.Status.Token}
-	kc.Contexts["c"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "u", Namespace: Namespace}
+	kc.Contexts["c"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "u", Namespace: ns}
 	kc.CurrentContext = "c"
 	path := filepath.Join(t.TempDir(), "kubeconfig")
 	if err := clientcmd.WriteToFile(*kc, path); err != nil {

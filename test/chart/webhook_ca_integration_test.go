@@ -3,12 +3,20 @@
 package chart
 
 import (
+	"context"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/pem"
 	"testing"
+	"time"
 
 	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/chart"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/holdfast-io/holdfast/internal/leasetls/leasetlstest"
 )
 
 // With webhook.tls.mode generate, every render against the cluster (helm
@@ -28,38 +36,9 @@ func TestTheWebhookCAIsStableAcrossRenders(t *testing.T) {
 	checkServingCert(t, secret.Data["ca.crt"], secret.Data["tls.crt"])
 
 	for i := range 2 {
-		up := action.NewUpgrade(cfg)
-		up.Namespace, up.DryRun, up.DryRunOption = Namespace, true, "server"
-		rel, err := up.Run("holdfast", ch, map[string]any{"logVerbosity": i + 1})
-		if err != nil {
-			t.Fatalf("render %d (helm upgrade --dry-run=server): %v", i+1, err)
-		}
-		ms, err := Split(rel.Manifest)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var crt, ca string
-		var bundles []string
-		for _, m := range ms {
-			switch {
-			case m.Kind == "Secret" && m.Name == "holdfast-webhook-tls":
-				data, _ := m.Object["data"].(map[string]any)
-				crt, _ = data["tls.crt"].(string)
-				ca, _ = data["ca.crt"].(string)
-			case m.Kind == "ValidatingWebhookConfiguration":
-				hooks, _ := m.Object["webhooks"].([]any)
-				for _, h := range hooks {
-					cc, _ := h.(map[string]any)["clientConfig"].(map[string]any)
-					b, _ := cc["caBundle"].(string)
-					bundles = append(bundles, b)
-				}
-			}
-		}
+		crt, ca, bundles := renderWebhookTLS(t, cfg, ch, map[string]any{"logVerbosity": i + 1})
 		if ca != installedCA || crt != installedCrt {
 			t.Errorf("render %d: the webhook Secret's CA or certificate differs from the installed one", i+1)
-		}
-		if len(bundles) == 0 {
-			t.Fatalf("render %d: no webhook in the configuration", i+1)
 		}
 		for j, b := range bundles {
 			if b != installedCA {
@@ -67,6 +46,90 @@ func TestTheWebhookCAIsStableAcrossRenders(t *testing.T) {
 			}
 		}
 	}
+}
+
+// The self-signed rotation of docs/operations.md#webhook-certificate, as the
+// chart renders it: with the Secret's ca.crt holding the old and the new CA
+// (step 1) helm upgrade keeps the served pair and makes every webhook trust
+// both; with the new pair and the new CA alone (step 3) it trusts the new
+// CA alone and keeps the new pair. No render makes a pair of its own.
+func TestTheWebhookRotationStepsRenderFromTheSecret(t *testing.T) {
+	ctx := context.Background()
+	ch, cfg := installChart(t)
+	secret, _ := webhookTLS(t)
+	oldCA := secret.Data["ca.crt"]
+	newCA := leasetlstest.NewCA(t, "holdfast-webhook-ca-2")
+	svc := "holdfast-webhook." + Namespace + ".svc"
+	now := time.Now()
+	newPair := newCA.KeyPairFiles(t, &x509.Certificate{Subject: pkix.Name{CommonName: svc}, DNSNames: []string{svc, svc + ".cluster.local"},
+		NotBefore: now.Add(-time.Minute), NotAfter: now.Add(24 * time.Hour), ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
+	b64 := func(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
+	for _, step := range []struct {
+		name     string
+		crt, key []byte
+		ca       []byte
+		wantCrt  []byte
+	}{
+		{"1. trust both", secret.Data["tls.crt"], secret.Data["tls.key"], append(append([]byte{}, oldCA...), newCA.CertPEM...), secret.Data["tls.crt"]},
+		{"3. retire the old CA", newPair["tls.crt"], newPair["tls.key"], newCA.CertPEM, newPair["tls.crt"]},
+	} {
+		cur := &corev1.Secret{}
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(secret), cur); err != nil {
+			t.Fatal(err)
+		}
+		cur.Data = map[string][]byte{"tls.crt": step.crt, "tls.key": step.key, "ca.crt": step.ca}
+		if err := env.Client.Update(ctx, cur); err != nil {
+			t.Fatal(err)
+		}
+		crt, ca, bundles := renderWebhookTLS(t, cfg, ch, map[string]any{})
+		if crt != b64(step.wantCrt) {
+			t.Errorf("%s: helm upgrade renders another serving certificate than the Secret's", step.name)
+		}
+		if ca != b64(step.ca) {
+			t.Errorf("%s: helm upgrade renders another ca.crt than the Secret's", step.name)
+		}
+		for j, b := range bundles {
+			if b != b64(step.ca) {
+				t.Errorf("%s: webhook %d does not trust exactly the Secret's ca.crt", step.name, j)
+			}
+		}
+	}
+}
+
+// renderWebhookTLS renders the chart as helm upgrade --dry-run=server does
+// (reading the cluster) and returns the webhook Secret's tls.crt and ca.crt
+// and every webhook's caBundle, base64-encoded as rendered.
+func renderWebhookTLS(t *testing.T, cfg *action.Configuration, ch *chart.Chart, values map[string]any) (crt, ca string, bundles []string) {
+	t.Helper()
+	up := action.NewUpgrade(cfg)
+	up.Namespace, up.DryRun, up.DryRunOption = Namespace, true, "server"
+	rel, err := up.Run("holdfast", ch, values)
+	if err != nil {
+		t.Fatalf("helm upgrade --dry-run=server: %v", err)
+	}
+	ms, err := Split(rel.Manifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms {
+		switch {
+		case m.Kind == "Secret" && m.Name == "holdfast-webhook-tls":
+			data, _ := m.Object["data"].(map[string]any)
+			crt, _ = data["tls.crt"].(string)
+			ca, _ = data["ca.crt"].(string)
+		case m.Kind == "ValidatingWebhookConfiguration":
+			hooks, _ := m.Object["webhooks"].([]any)
+			for _, h := range hooks {
+				cc, _ := h.(map[string]any)["clientConfig"].(map[string]any)
+				b, _ := cc["caBundle"].(string)
+				bundles = append(bundles, b)
+			}
+		}
+	}
+	if len(bundles) == 0 {
+		t.Fatal("no webhook in the rendered configuration")
+	}
+	return crt, ca, bundles
 }
 
 // checkServingCert checks that crt is signed by ca and names the webhook

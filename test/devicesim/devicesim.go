@@ -1,11 +1,13 @@
 // Package devicesim is a Modbus TCP field device for tests, drills and the
-// demo: 65536 holding registers and a write log (true time, peer, epoch,
-// register, value, accepted) from which a test proves that no two writers
-// overlapped (writers.go). It runs in one of two modes:
+// demo: 65536 holding registers and a write log (true time, peer host:port
+// naming the connection, epoch, register, value, accepted) from which a
+// test proves that no two writers overlapped (writers.go). It runs in one
+// of two modes:
 //   - OwnerEpoch: an owner-epoch block refuses writers behind the highest
 //     epoch it has seen, as a device that can check the writer's epoch;
 //   - Plain: every write is accepted, as by most devices in a plant; only
-//     the log, by true time and peer, tells the writers apart.
+//     the log, by true time and connection (the peer host:port), tells the
+//     writers apart.
 //
 // The owner-epoch block is four holding registers at EpochRegister holding
 // a big-endian uint64. A client declares its epoch by writing all four in
@@ -73,13 +75,14 @@ type Config struct {
 
 // Write is one write request as the device saw it.
 type Write struct {
-	Time     time.Time `json:"time"`
-	Peer     string    `json:"peer"`
-	Epoch    int64     `json:"epoch"`
-	Register uint16    `json:"register"`
-	Value    uint16    `json:"value"`
-	Accepted bool      `json:"accepted"`
-	Reason   string    `json:"reason,omitempty"`
+	Time time.Time `json:"time"`
+	// Peer is the client's host:port: it names the write's TCP connection.
+	Peer     string `json:"peer"`
+	Epoch    int64  `json:"epoch"`
+	Register uint16 `json:"register"`
+	Value    uint16 `json:"value"`
+	Accepted bool   `json:"accepted"`
+	Reason   string `json:"reason,omitempty"`
 }
 
 // Sim is a running simulated device.

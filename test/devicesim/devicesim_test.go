@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -124,25 +125,100 @@ func TestCheckOneWriterFindsAnInterleaving(t *testing.T) {
 // peer of its own.
 func writeFrom(t *testing.T, local, device string, register, value uint16) {
 	t.Helper()
+	c := dialFrom(t, local, device)
+	defer c.conn.Close()
+	c.write(register, value)
+}
+
+// modbusConn is one TCP connection to a device from a chosen local
+// address, writing raw Modbus frames, so the test knows the connection's
+// own address as the device sees it.
+type modbusConn struct {
+	t    *testing.T
+	conn net.Conn
+	txn  uint16
+}
+
+func dialFrom(t *testing.T, local, device string) *modbusConn {
+	t.Helper()
 	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(local)}, Timeout: 2 * time.Second}
 	conn, err := d.Dial("tcp", device)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
-	// MBAP header (transaction 1, protocol 0, 6 bytes follow, unit 1),
-	// then function 6, register, value.
-	req := []byte{0, 1, 0, 0, 0, 6, 1, 6, byte(register >> 8), byte(register), byte(value >> 8), byte(value)}
-	if _, err := conn.Write(req); err != nil {
-		t.Fatal(err)
+	t.Cleanup(func() { conn.Close() })
+	return &modbusConn{t: t, conn: conn}
+}
+
+// peer is the connection as the device logs it.
+func (c *modbusConn) peer() string { return c.conn.LocalAddr().String() }
+
+// write sends function 6 (one register) and waits for its answer.
+func (c *modbusConn) write(register, value uint16) {
+	c.t.Helper()
+	c.txn++
+	// MBAP header (transaction, protocol 0, 6 bytes follow, unit 1), then
+	// function 6, register, value.
+	req := []byte{byte(c.txn >> 8), byte(c.txn), 0, 0, 0, 6, 1, 6, byte(register >> 8), byte(register), byte(value >> 8), byte(value)}
+	if _, err := c.conn.Write(req); err != nil {
+		c.t.Fatal(err)
 	}
-	_ = conn.SetReadDeadline(time.Now().Add(2 * time.Second))
+	_ = c.conn.SetReadDeadline(time.Now().Add(2 * time.Second))
 	resp := make([]byte, len(req))
-	if _, err := io.ReadFull(conn, resp); err != nil {
-		t.Fatal(err)
+	if _, err := io.ReadFull(c.conn, resp); err != nil {
+		c.t.Fatal(err)
 	}
 	if resp[7] != 6 {
-		t.Fatalf("write of register %d from %s answered function %#x (exception), want 6", register, local, resp[7])
+		c.t.Fatalf("write of register %d on %s answered function %#x (exception), want 6", register, c.peer(), resp[7])
+	}
+}
+
+// Two runtimes on one host reach the device from the same address; a
+// Plain device still accepts every write, and its log, read by connection,
+// tells them apart: the connection each runtime process was seen holding
+// names its epoch, one after the other passes, and a write of the first on
+// its connection after the second began is two writers, also when no
+// process was seen holding either connection.
+func TestTwoRuntimesOnOneHostAreTwoWriters(t *testing.T) {
+	sim, err := Start(Config{Address: "127.0.0.1:0", Mode: Plain})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sim.Close()
+	const host = "127.0.0.11"
+	a, b := dialFrom(t, host, sim.Addr()), dialFrom(t, host, sim.Addr())
+	writers := []Writer{{Name: "epoch 1 on edge-a", Host: host, Epoch: 1}, {Name: "epoch 2 on edge-a", Host: host, Epoch: 2}}
+	conns := Conns{a.peer(): 1, b.peer(): 2}
+	a.write(100, 1)
+	a.write(100, 2)
+	b.write(100, 3)
+	b.write(100, 4)
+	turns, err := Turns(sim.Writes(), writers, conns)
+	if err != nil {
+		t.Fatalf("Turns on one runtime after the other: %v", err)
+	}
+	first, ok1 := Of(turns, 1)
+	second, ok2 := Of(turns, 2)
+	if !ok1 || !ok2 || first.Accepted != 2 || second.Accepted != 2 || first.Peer != a.peer() || second.Peer != b.peer() ||
+		!second.First.After(first.Last) {
+		t.Fatalf("turns %+v: want epoch 1's two writes on %s, then epoch 2's two on %s", turns, a.peer(), b.peer())
+	}
+	a.write(100, 5)
+	log := sim.Writes()
+	if got := sim.Registers(100, 1)[0]; got != 5 || len(log) != 5 || slices.ContainsFunc(log, func(w Write) bool { return !w.Accepted }) {
+		t.Fatalf("register 100 = %d, log %+v: a Plain device accepts every write", got, log)
+	}
+	if _, err := Turns(log, writers, conns); err == nil || !strings.Contains(err.Error(), "epoch 1 on edge-a wrote register 100") ||
+		!strings.Contains(err.Error(), "after epoch 2 on edge-a had written") {
+		t.Fatalf("Turns on epoch 1's write after epoch 2's = %v, want it named", err)
+	}
+	for name, judge := range map[string]func() error{
+		"no process seen":  func() error { _, err := Turns(log, writers, nil); return err },
+		"no writers known": func() error { return CheckOneWriter(log) },
+	} {
+		if err := judge(); err == nil || !strings.Contains(err.Error(), "on connection "+a.peer()) || !strings.Contains(err.Error(), "two connections wrote in turn") {
+			t.Errorf("%s: the interleaved connections = %v, want them named", name, err)
+		}
 	}
 }
 
@@ -179,10 +255,10 @@ func TestPlainModeAcceptsEveryWriteAndLogsItsPeer(t *testing.T) {
 	a := Writer{Name: "epoch 1 on a", Host: "127.0.0.11", Epoch: 1}
 	b := Writer{Name: "epoch 2 on b", Host: "127.0.0.12", Epoch: 2}
 	plain := []Write{log[0], log[5], log[6]} // without the declaration client's
-	if _, err := Turns(plain, []Writer{a, b}); err == nil || !strings.Contains(err.Error(), "epoch 1 on a wrote register 100") {
+	if _, err := Turns(plain, []Writer{a, b}, nil); err == nil || !strings.Contains(err.Error(), "epoch 1 on a wrote register 100") {
 		t.Fatalf("Turns on a stale write after the next writer's = %v, want it named", err)
 	}
-	if _, err := Turns(plain[:2], []Writer{a, b}); err != nil {
+	if _, err := Turns(plain[:2], []Writer{a, b}, nil); err != nil {
 		t.Fatalf("Turns on one writer after the other: %v", err)
 	}
 }

@@ -8,7 +8,7 @@ import (
 
 // TestTurnsHoldOneWriterAtATime is the drills' one-writer judgement, on a
 // log from each mode: an OwnerEpoch device tells writers by the epoch each
-// request carries, a Plain device only by its peer and the true time. A
+// request carries, a Plain device only by its connection and the true time. A
 // fixture of two runtimes writing one after the other passes; each mutation
 // is a stale writer the judgement must name.
 func TestTurnsHoldOneWriterAtATime(t *testing.T) {
@@ -56,7 +56,7 @@ func TestTurnsHoldOneWriterAtATime(t *testing.T) {
 			}, map[Mode]string{OwnerEpoch: "", Plain: "a request from 198.18.1.13:1"}[mode]},
 		} {
 			t.Run(string(mode)+"/"+tc.name, func(t *testing.T) {
-				turns, err := Turns(tc.log(), writers)
+				turns, err := Turns(tc.log(), writers, nil)
 				switch {
 				case tc.want == "" && err != nil:
 					t.Fatalf("Turns: %v, want none", err)
@@ -70,12 +70,12 @@ func TestTurnsHoldOneWriterAtATime(t *testing.T) {
 		}
 	}
 	// Epoch 2's request from edge-a's address is no runtime's.
-	if _, err := Turns([]Write{{Time: at(0), Peer: a.Host + ":1", Epoch: 2, Accepted: true}}, writers); err == nil ||
+	if _, err := Turns([]Write{{Time: at(0), Peer: a.Host + ":1", Epoch: 2, Accepted: true}}, writers, nil); err == nil ||
 		!strings.Contains(err.Error(), "came from 198.18.1.11:1, not from its runtime's 198.18.1.12") {
 		t.Fatalf("Turns with an epoch from the wrong host: %v", err)
 	}
 	// Counts per writer.
-	turns, err := Turns([]Write{req(Plain, 0, a, "1", true), req(Plain, 1, a, "1", true), req(Plain, 20, b, "1", true)}, writers)
+	turns, err := Turns([]Write{req(Plain, 0, a, "1", true), req(Plain, 1, a, "1", true), req(Plain, 20, b, "1", true)}, writers, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -226,21 +226,13 @@ func (d *drill) scheduledBy(epoch int64, node string) {
 	d.t.Fatalf("no Scheduled Event of %s placing %s on %s; its Events: %v", holdfastv1.SchedulerName, pod, node, seen)
 }
 
-// oneWriter asserts from the device's own log, read by true time and peer
-// in either device mode (devicesim.Turns), that there was one writer at a
-// time, and that the new epoch's first write came at least the re-bind
-// margin after the old epoch's last request.
+// oneWriter asserts from the device's own log, read by true time and
+// connection in either device mode (devicesim.Turns), that there was one
+// writer at a time, and that the new epoch's first write came at least the
+// re-bind margin after the old epoch's last request.
 func (d *drill) oneWriter(old, new int64) {
 	d.t.Helper()
-	turns, err := d.u.Turns(d.ctx)
-	if err != nil {
-		d.t.Fatalf("two writers on the %s device: %v; turns %s", d.u.Device, err, scenario.TurnsString(turns))
-	}
-	o, okOld := devicesim.Of(turns, old)
-	n, okNew := devicesim.Of(turns, new)
-	if !okOld || !okNew || o.Accepted == 0 || n.Accepted == 0 {
-		d.t.Fatalf("want writes of epochs %d and %d, the device saw %s", old, new, scenario.TurnsString(turns))
-	}
+	o, n := d.twoTurns(old, new)
 	u, err := d.u.Get(d.ctx)
 	if err != nil {
 		d.t.Fatal(err)
@@ -254,6 +246,23 @@ func (d *drill) oneWriter(old, new int64) {
 	}
 	d.t.Logf("%s device: epoch %d wrote %d times until %s, epoch %d from %s (%v later)", d.u.Device, old, o.Accepted,
 		o.Last.Format(time.StampMilli), new, n.First.Format(time.StampMilli), gap.Round(time.Millisecond))
+}
+
+// twoTurns reads the device's log (devicesim.Turns), fails on any sign of
+// two writers, and returns the turns of epochs old and new, each of which
+// must have written.
+func (d *drill) twoTurns(old, new int64) (o, n devicesim.Turn) {
+	d.t.Helper()
+	turns, err := d.u.Turns(d.ctx)
+	if err != nil {
+		d.t.Fatalf("two writers on the %s device: %v; turns %s", d.u.Device, err, scenario.TurnsString(turns))
+	}
+	o, okOld := devicesim.Of(turns, old)
+	n, okNew := devicesim.Of(turns, new)
+	if !okOld || !okNew || o.Accepted == 0 || n.Accepted == 0 {
+		d.t.Fatalf("want writes of epochs %d and %d, the device saw %s", old, new, scenario.TurnsString(turns))
+	}
+	return o, n
 }
 
 // staleRuntimeStopped waits until the unit's runtime of epoch is stopped on
@@ -452,6 +461,13 @@ func (d *drill) oldRuntimeFenced(node string, epoch int64) {
 func (d *drill) heldPastHoldOff() (*holdfastv1.RuntimeBinding, holdfastv1.Availability) {
 	d.t.Helper()
 	b1 := d.held(1)
+	return b1, d.pastHoldOff()
+}
+
+// pastHoldOff waits until the grantor's leader reads an expiry of the unit
+// as it is now as a fence again, and returns its availability.
+func (d *drill) pastHoldOff() holdfastv1.Availability {
+	d.t.Helper()
 	u, err := d.u.Get(d.ctx)
 	if err != nil {
 		d.t.Fatal(err)
@@ -460,7 +476,7 @@ func (d *drill) heldPastHoldOff() (*holdfastv1.RuntimeBinding, holdfastv1.Availa
 	if err := world.WaitHoldOffOver(d.ctx, a.LeaseDuration(), a.RebindMargin()); err != nil {
 		d.t.Fatal(err)
 	}
-	return b1, a
+	return a
 }
 
 // partition cuts node from link l both ways and returns the heal, which

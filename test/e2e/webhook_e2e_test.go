@@ -27,7 +27,7 @@ import (
 //     is not created (the apiserver refuses a runtime pod while nobody
 //     answers for the webhook), nor a person's failover request on the
 //     Unit; both refusals name the webhook.
-//   - Nothing unsafe: the device, read by true time and peer, saw one
+//   - Nothing unsafe: the device, read by true time and connection, saw one
 //     writer throughout.
 //
 // The webhook back, the failover completes: an epoch after 1 holds on a

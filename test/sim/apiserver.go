@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -173,6 +174,9 @@ func (a *apiserver) update(u user, obj client.Object, sub string) (client.Object
 			fmt.Errorf("the object has been modified; please apply your changes to the latest version and try again"))
 	}
 	next := a.merge(cur, obj, sub)
+	if err := finalizerAdded(cur, next); err != nil {
+		return nil, err
+	}
 	if unit, ok := next.(*holdfastv1.Unit); ok {
 		if err := a.admitUnit(u, cur.(*holdfastv1.Unit), unit, sub); err != nil {
 			return nil, err
@@ -218,6 +222,20 @@ func (a *apiserver) merge(cur, obj client.Object, sub string) client.Object {
 	return next
 }
 
+// finalizerAdded refuses, as the apiserver does, a new finalizer on an
+// object being deleted.
+func finalizerAdded(cur, next client.Object) error {
+	if cur.GetDeletionTimestamp() == nil {
+		return nil
+	}
+	for _, f := range next.GetFinalizers() {
+		if !slices.Contains(cur.GetFinalizers(), f) {
+			return apierrors.NewForbidden(resources[kindOf(cur)], cur.GetName(), fmt.Errorf("no new finalizers can be added if the object is being deleted, found new finalizers %q", f))
+		}
+	}
+	return nil
+}
+
 func equalSpec(a, b *holdfastv1.Unit) bool {
 	x, _ := json.Marshal(a.Spec)
 	y, _ := json.Marshal(b.Spec)
@@ -226,6 +244,12 @@ func equalSpec(a, b *holdfastv1.Unit) bool {
 
 func (a *apiserver) store(next client.Object) client.Object {
 	a.bump(next)
+	if next.GetDeletionTimestamp() != nil && len(next.GetFinalizers()) == 0 {
+		if _, ok := next.(*holdfastv1.Unit); ok {
+			a.drop(next)
+			return next
+		}
+	}
 	a.st.put(next)
 	a.commit(next, false)
 	return next
@@ -255,6 +279,9 @@ func (a *apiserver) patch(u user, obj client.Object, data []byte) (client.Object
 		return nil, apierrors.NewConflict(resources[kind], obj.GetName(), fmt.Errorf("resourceVersion %s is not %s", rv, cur.GetResourceVersion()))
 	}
 	next = a.merge(cur, next, "")
+	if err := finalizerAdded(cur, next); err != nil {
+		return nil, err
+	}
 	if unit, ok := next.(*holdfastv1.Unit); ok {
 		if err := a.admitUnit(u, cur.(*holdfastv1.Unit), unit, ""); err != nil {
 			return nil, err
@@ -288,6 +315,16 @@ func (a *apiserver) remove(obj client.Object, force bool) error {
 	if uid := obj.GetUID(); uid != "" && uid != cur.GetUID() {
 		return apierrors.NewConflict(resources[kind], obj.GetName(), fmt.Errorf("uid precondition"))
 	}
+	if unit, ok := cur.(*holdfastv1.Unit); ok && len(unit.Finalizers) > 0 {
+		// Held by its finalizers: marked, and gone with the last of them.
+		if unit.DeletionTimestamp == nil {
+			next := unit.DeepCopy()
+			t := metav1.NewTime(a.now())
+			next.DeletionTimestamp = &t
+			a.store(next)
+		}
+		return nil
+	}
 	if pod, ok := cur.(*corev1.Pod); ok && pod.Spec.NodeName != "" && !force {
 		if pod.DeletionTimestamp == nil {
 			next := pod.DeepCopy()
@@ -297,13 +334,19 @@ func (a *apiserver) remove(obj client.Object, force bool) error {
 		}
 		return nil
 	}
-	a.st.remove(cur)
-	a.commit(cur, true)
-	if unit, ok := cur.(*holdfastv1.Unit); ok {
+	a.drop(cur)
+	return nil
+}
+
+// drop removes obj from the store; a Unit's pods follow (the garbage
+// collector).
+func (a *apiserver) drop(obj client.Object) {
+	a.st.remove(obj)
+	a.commit(obj, true)
+	if unit, ok := obj.(*holdfastv1.Unit); ok {
 		uid := unit.UID
 		a.s.after(a.p, 500*time.Millisecond, func() { a.collect(uid) })
 	}
-	return nil
 }
 
 // collect deletes the pods a deleted Unit owned.

@@ -29,15 +29,24 @@ func (o *operator) say(format string, args ...any) {
 }
 
 // create creates the unit with spec.
-func (o *operator) create(spec holdfastv1.UnitSpec) {
+func (o *operator) create(spec holdfastv1.UnitSpec) { o.createTry(spec, false) }
+
+// recreate creates the unit with spec as a GitOps tool does: again every
+// few seconds while the name is still taken (a deletion in progress).
+func (o *operator) recreate(spec holdfastv1.UnitSpec) { o.createTry(spec, true) }
+
+func (o *operator) createTry(spec holdfastv1.UnitSpec, retry bool) {
 	o.spec = spec
 	u := &holdfastv1.Unit{ObjectMeta: metav1.ObjectMeta{Namespace: unitNS, Name: unitName}, Spec: spec}
 	o.s.call(o.p, func(a *apiserver) (client.Object, error) { return a.create(admin, u) }, func(r apiResult) {
-		if r.err != nil {
+		switch {
+		case r.err == nil:
+			o.say("created unit %s (%s)", unitKey_, describe(spec.Availability))
+		case retry && apierrors.IsAlreadyExists(r.err):
+			o.s.after(o.p, 3*time.Second, func() { o.createTry(spec, true) })
+		default:
 			o.say("create refused: %v", short(r.err))
-			return
 		}
-		o.say("created unit %s (%s)", unitKey_, describe(spec.Availability))
 	})
 }
 

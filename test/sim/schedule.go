@@ -425,7 +425,7 @@ func (s *Sim) apply(a Action) {
 	case Recreate:
 		s.op.remove()
 		spec := s.op.spec
-		s.at(s.now+a.Dur, nil, func() { s.op.create(spec) })
+		s.at(s.now+a.Dur, nil, func() { s.op.recreate(spec) })
 	}
 }
 

@@ -21,15 +21,10 @@ const (
 	// liveEditsInCI: edits of the mode and the lease of a live unit (L11:
 	// a promise never weakens).
 	liveEditsInCI = true
-	// recreateInCI: a Unit deleted and created again. Off: a hole open on
-	// main. A Unit deleted while its runtime's node is cut from the control
-	// network (its field path open) takes nothing with it at once: that
-	// runtime holds its lease until it expires, while the Unit created
-	// again under the same name is bound at once, at a later epoch (L13),
-	// and its runtime takes a lease of its own: two writers for up to one
-	// lease at a device with no owner-epoch block. Seed 57 finds it
-	// (-sim.live-edits -sim.recreate; docs/safety.md).
-	recreateInCI = false
+	// recreateInCI: a Unit deleted and created again under its name, as a
+	// GitOps tool does (L13: the name stays taken until the deleted Unit's
+	// runtime has provably stopped writing).
+	recreateInCI = true
 	// longLeaderPausesInCI: a grantor leader paused or frozen past the
 	// election, which resumes after its successor took over.
 	longLeaderPausesInCI = true

@@ -207,6 +207,15 @@ func (c *CA) ClientCertificate(t testing.TB, tmpl *x509.Certificate) *tls.Certif
 	return &cert
 }
 
+// KeyPairFiles are the tls.crt (the chain) and tls.key of a
+// kubernetes.io/tls Secret holding a certificate c issues for tmpl, such as
+// a webhook's serving certificate.
+func (c *CA) KeyPairFiles(t testing.TB, tmpl *x509.Certificate) map[string][]byte {
+	t.Helper()
+	crt, key := splitCredentials(t, c.Credentials(t, tmpl))
+	return map[string][]byte{"tls.crt": crt, "tls.key": key}
+}
+
 func splitCredentials(t testing.TB, creds []byte) (certPEM, keyPEM []byte) {
 	t.Helper()
 	for rest := creds; ; {

@@ -15,20 +15,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/policy"
 	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/holdfastclient"
 	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/nodeindex"
 	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/requeue"
 )
-
-// Unit is the Unit a runtime pod belongs to: holdfast.io/unit, in the pod's
-// namespace. ok is false for any other pod.
-func Unit(pod *corev1.Pod) (key types.NamespacedName, ok bool) {
-	name, ok := pod.Labels[holdfastv1.LabelUnit]
-	if !ok {
-		return types.NamespacedName{}, false
-	}
-	return types.NamespacedName{Namespace: pod.Namespace, Name: name}, true
-}
 
 // Display names a unit as a person reading the pod's events knows it: by
 // name in the pod's own namespace, namespace/name elsewhere.
@@ -76,7 +67,7 @@ func IndexNodes(ctx context.Context, h fwk.Handle) (*nodeindex.Index, error) {
 // the scheduler's pod informer (call it from a plugin's New).
 func Activator(h fwk.Handle) (*requeue.Activator, error) {
 	return requeue.New(h, holdfastv1.LabelUnit, func(pod *corev1.Pod) (string, bool) {
-		key, ok := Unit(pod)
+		key, ok := policy.RuntimeUnit(pod)
 		return key.String(), ok
 	})
 }

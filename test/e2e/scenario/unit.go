@@ -51,6 +51,12 @@ type Unit struct {
 	// nodes is the node of every epoch the Unit's status or a runtime pod
 	// was seen bound to: the writers its device may see (Writers).
 	nodes map[int64]string
+	// conns is every connection to its device seen held by a runtime
+	// process of it, with the process's epoch (watchConns).
+	conns devicesim.Conns
+	// device is its device's address, the same across StartDevice.
+	device    string
+	stopConns context.CancelFunc
 }
 
 // UnitOptions describe a unit.
@@ -74,6 +80,8 @@ type UnitOptions struct {
 	Device devicesim.Mode
 	// RuntimeArgs are more flags of its runtime.
 	RuntimeArgs []string
+	// Mode is its availability mode (default Failover).
+	Mode holdfastv1.AvailabilityMode
 }
 
 // startupGraceSeconds is the least start-up grace a unit gets: a container
@@ -95,6 +103,9 @@ func (w *World) CreateUnit(ctx context.Context, o UnitOptions) (*Unit, error) {
 	}
 	if o.Device == "" {
 		o.Device = w.device
+	}
+	if o.Mode == "" {
+		o.Mode = holdfastv1.Failover
 	}
 	if err := w.EnsureNamespace(ctx, o.Namespace); err != nil {
 		return nil, err
@@ -138,7 +149,7 @@ func (w *World) CreateUnit(ctx context.Context, o UnitOptions) (*Unit, error) {
 			},
 			NodeSelector: sel,
 			Availability: holdfastv1.Availability{
-				Mode:                       holdfastv1.Failover,
+				Mode:                       o.Mode,
 				LeaseDurationSeconds:       o.LeaseSeconds,
 				RuntimeStartupGraceSeconds: max(o.LeaseSeconds, startupGraceSeconds),
 				RebindMarginSeconds:        ptr.To(int32(hold / time.Second)),
@@ -150,8 +161,12 @@ func (w *World) CreateUnit(ctx context.Context, o UnitOptions) (*Unit, error) {
 	if err := w.Client.Create(ctx, u); err != nil {
 		return nil, err
 	}
-	return &Unit{Key: client.ObjectKeyFromObject(u), Plant: plant, Register: outputRegister, Device: o.Device, w: w,
-		plantName: plantName, plantIndex: plantIndex, nodes: map[int64]string{}}, nil
+	unit := &Unit{Key: client.ObjectKeyFromObject(u), Plant: plant, Register: outputRegister, Device: o.Device, w: w,
+		plantName: plantName, plantIndex: plantIndex, nodes: map[int64]string{}, conns: devicesim.Conns{}, device: plant.Address}
+	watch, stop := context.WithCancel(context.WithoutCancel(ctx))
+	unit.stopConns = stop
+	go unit.watchConns(watch)
+	return unit, nil
 }
 
 // StartDevice starts the unit's device (stopped by DeviceDown) at the same
@@ -213,8 +228,9 @@ func (u *Unit) Writers(ctx context.Context) ([]devicesim.Writer, error) {
 	return out, nil
 }
 
-// Turns reads the device's write log by true time and peer into the
-// writers' turns (devicesim.Turns): the error is the first sign of two
+// Turns reads the device's write log by true time and connection into the
+// writers' turns (devicesim.Turns), each connection named by the runtime
+// process seen holding it (Conns): the error is the first sign of two
 // writers, in either device mode.
 func (u *Unit) Turns(ctx context.Context) ([]devicesim.Turn, error) {
 	log, err := u.Writes(ctx)
@@ -225,7 +241,7 @@ func (u *Unit) Turns(ctx context.Context) ([]devicesim.Turn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return devicesim.Turns(log, ws)
+	return devicesim.Turns(log, ws, u.Conns())
 }
 
 // Epoch is the epoch of the unit's n-th binding (1 for the first), zero
@@ -344,7 +360,7 @@ func (u *Unit) WaitWrites(ctx context.Context, epoch int64, n int, timeout time.
 func TurnsString(turns []devicesim.Turn) string {
 	var out []string
 	for _, t := range turns {
-		out = append(out, fmt.Sprintf("%s: %d accepted, %d refused, %s..%s", t.Writer.Name, t.Accepted, t.Refused,
+		out = append(out, fmt.Sprintf("%s on %s: %d accepted, %d refused, %s..%s", t.Writer.Name, t.Peer, t.Accepted, t.Refused,
 			t.First.Format(time.StampMilli), t.Last.Format(time.StampMilli)))
 	}
 	return "[" + strings.Join(out, "; ") + "]"
@@ -476,6 +492,7 @@ func (u *Unit) Delete(ctx context.Context) error {
 		return err
 	}
 	u.Plant.Stop(5 * time.Second)
+	u.stopConns()
 	return nil
 }
 
