@@ -83,7 +83,7 @@ SIM_FLAGS ?=
 
 .PHONY: sim
 sim: ## Search SEEDS seeds of the lease simulation for two writers, and run its liveness seeds (test/sim, docs/safety.md); SIM_FLAGS passes -sim.* flags (e.g. -sim.without=recreate)
-	$(GO) test ./test/sim -run 'TestSimulationFindsNoTwoWriters|TestSimulationLiveness' -count=1 -timeout 0 -v -args -sim.seeds=$(SEEDS) -sim.liveness=$$(( $(SEEDS) / 10 + 1 )) $(SIM_FLAGS)
+	$(GO) test ./test/sim -run 'TestSimulationFindsNoTwoWriters|TestSimulationLiveness' -count=1 -timeout 0 -v -args -sim.seeds=$(SEEDS) -sim.focused=$$(( $(SEEDS) / 10 + 1 )) -sim.liveness=$$(( $(SEEDS) / 10 + 1 )) $(SIM_FLAGS)
 
 .PHONY: bench
 bench: k8s-bin node-deps cri-bin ## Run the component benchmarks (not the e2e ones) with the commands docs/benchmarks.md quotes; BENCH_ONLY=<regexp> picks some

@@ -79,7 +79,7 @@ func unitsFlags(fs *flag.FlagSet, _ *Common) {
 	doc("apiserver-ping-timeout", "How long that PING may go unanswered before the connection is closed and dialled again (HTTP2_PING_TIMEOUT_SECONDS). Whole seconds, at least 1s.",
 		"lease floor: --apiserver-read-idle-timeout + this + 2 x poll + election lease + warm start + 5s <= lease - 2 x lease/6")
 	fs.DurationVar(&o.standDown, "lease-stand-down", leadership.DefaultLeaseStandDown, "")
-	doc("lease-stand-down", "When this process loses the grantor's leadership without being asked, it goes on renewing the runtimes it holds for this long, learning nothing new and answering /healthz, then exits; a signal ends it early. A new leader reads no lease expiry as a fence until this + the unit's lease + its margin after its acquisition (FailoverRequest LeadershipHoldOff). 0 disables the stand-down and the hold-off together. 90s clears the 60s ceiling of a control-plane VIP move on a healthy etcd.",
+	doc("lease-stand-down", "When this process loses the grantor's leadership without being asked, it goes on renewing the runtimes it holds until this long after its last renewal of the leadership (a process stopped or frozen through its loss renews only what is left), learning nothing new and answering /healthz, then exits; a signal ends it early. A new leader reads no lease expiry as a fence until this + the unit's lease + its margin after its acquisition (FailoverRequest LeadershipHoldOff). 0 disables the stand-down and the hold-off together. 90s clears the 60s ceiling of a control-plane VIP move on a healthy etcd.",
 		"hold-off = this + lease + rebind margin, from a new leader's acquisition; this >= the longest apiserver outage a unit should ride through")
 	fs.StringVar(&o.leaseCA, "lease-ca-dir", "", "")
 	doc("lease-ca-dir", leaseCADirDoc, "the CA's certificate chains to ca.crt and may sign; it should outlive the runtime certificates it signs (a day) by far")
@@ -207,6 +207,7 @@ func RunUnits(ctx context.Context, cfg *rest.Config, uc UnitsConfig) (leadership
 	if err != nil {
 		return leadership.Exited, err
 	}
+	gate.Clock = clk
 	hasUnit, _ := labels.NewRequirement(holdfastv1.LabelUnit, selection.Exists, nil)
 	lease, renew, retry := uc.Timings.ElectionLeaseDuration, uc.Timings.ElectionRenewDeadline, uc.Timings.ElectionRetryPeriod
 	mgr, err := electedManager(cfg, Scheme(), election{gate, lease, renew, retry}, cacheOptions(uc.WatchNamespace, hasUnit))
@@ -217,6 +218,11 @@ func RunUnits(ctx context.Context, cfg *rest.Config, uc UnitsConfig) (leadership
 	notify := make(chan event.GenericEvent, 1024)
 	rec := &units.Reconciler{Notify: notify, InsecurePlaintextLease: uc.InsecurePlaintextLease}
 	gopts := grantor.Options{Name: uc.Identity, Clock: clk, Notify: rec.NotifyFunc()}
+	if uc.StandDown > 0 {
+		// --lease-stand-down 0 disables the stand-down and the hold-off
+		// together: no successor waits for this process's grants.
+		gopts.GrantsUntil = func() time.Time { return gate.GrantsUntil(uc.StandDown) }
+	}
 	if uc.InsecurePlaintextLease {
 		klog.InfoS("WARNING: the lease channel is plain HTTP (--insecure-plaintext-lease): anyone who reaches a runtime's lease port can keep it writing")
 	} else {

@@ -114,6 +114,11 @@ type Options struct {
 	// instants End names. For a caller that steps every process from one
 	// event loop (test/sim); the loop's decisions are the same code.
 	Stepped func(types.NamespacedName)
+	// GrantsUntil, when set, is the instant from which no grant is sent
+	// (zero: none is): the leadership's, its last renewal + the stand-down
+	// (leadership.ReleaseGate.GrantsUntil, docs/design.md §3 L6). A process
+	// that slept past its loss sends none of the grants queued meanwhile.
+	GrantsUntil func() time.Time
 }
 
 // Credentials are the grantor's side of the lease channel's TLS, read at
@@ -392,6 +397,12 @@ func (l *loop) run(ctx context.Context, done chan struct{}) {
 			l.g.opts.Notify(l.target().Unit)
 		}
 		wait := l.nextWait()
+		if !l.g.mayGrant() {
+			// No grant may go out any more (GrantsUntil): the book's next
+			// renewal may be due at once, and the loop must not spin on it
+			// until it is stopped.
+			wait = max(wait, refusedRetry)
+		}
 		planned = clk.Now().Add(wait)
 		if wait <= 0 {
 			continue
@@ -488,6 +499,9 @@ func (l *loop) countBackoff(on bool) {
 // attempt sends one grant and records what came back. It reports whether the
 // reconciler must be told.
 func (l *loop) attempt(ctx context.Context) bool {
+	if !l.g.mayGrant() {
+		return false
+	}
 	x := l.begin(ctx)
 	reply, outcome, msg, timedOut := l.post(ctx, x.Target, &x.Grant, x.Timeout)
 	if ctx.Err() != nil {
@@ -495,6 +509,18 @@ func (l *loop) attempt(ctx context.Context) bool {
 		return false
 	}
 	return l.record(x, reply, outcome, msg, timedOut)
+}
+
+// refusedRetry is how often a loop the leadership lets grant no more looks
+// again.
+const refusedRetry = time.Second
+
+// mayGrant: the leadership still lets this process grant (GrantsUntil).
+func (g *Grantor) mayGrant() bool {
+	if g.opts.GrantsUntil == nil {
+		return true
+	}
+	return g.opts.Clock.Now().Before(g.opts.GrantsUntil())
 }
 
 // begin stamps the next grant from the book.

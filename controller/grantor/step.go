@@ -30,7 +30,8 @@ func (x *Exchange) Request() (*http.Request, error) {
 }
 
 // Begin starts the next attempt of unit's stepped loop: the grant stamped
-// now from the book. False when the unit has no running loop.
+// now from the book. False when the unit has no running loop, or the
+// leadership lets this process grant no more (Options.GrantsUntil).
 func (g *Grantor) Begin(unit types.NamespacedName) (*Exchange, bool) {
 	g.mu.Lock()
 	l := g.loops[unit]
@@ -41,7 +42,7 @@ func (g *Grantor) Begin(unit types.NamespacedName) (*Exchange, bool) {
 	l.mu.Lock()
 	ctx := l.ctx
 	l.mu.Unlock()
-	if ctx == nil || ctx.Err() != nil {
+	if ctx == nil || ctx.Err() != nil || !g.mayGrant() {
 		return nil, false
 	}
 	return l.begin(ctx), true

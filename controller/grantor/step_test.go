@@ -2,9 +2,11 @@ package grantor
 
 import (
 	"context"
+	"encoding/json"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"testing"
 	"time"
 
@@ -98,5 +100,96 @@ func TestASteppedLoopRenewsAsARunningLoopDoes(t *testing.T) {
 	}
 	if x, ok := g.Begin(unit); !ok || x.Grant.AckAgeMillis == nil {
 		t.Fatal("the restarted loop lost its book")
+	}
+}
+
+// TestNoGrantIsSentOnceTheLeadershipLetsNoMore: from Options.GrantsUntil
+// on (the leadership's last renewal + the stand-down, L6) neither a
+// stepped loop nor a running one sends a grant, whatever was queued while
+// the process slept.
+func TestNoGrantIsSentOnceTheLeadershipLetsNoMore(t *testing.T) {
+	start := time.Date(2026, 11, 29, 20, 0, 0, 0, time.UTC)
+	unit := types.NamespacedName{Namespace: "plant", Name: "kiln"}
+	target := Target{Unit: unit, Epoch: 2, Address: "10.0.0.20:9443", Duration: 30 * time.Second}
+
+	clk := clocktesting.NewFakeClock(start)
+	until := start.Add(90 * time.Second)
+	g := New(Options{Name: "ctl-0", Clock: clk, Rand: rand.New(rand.NewPCG(1, 2)), Stepped: func(types.NamespacedName) {},
+		Notify: func(types.NamespacedName) {}, GrantsUntil: func() time.Time { return until }})
+	g.Ensure(target)
+	if _, ok := g.Begin(unit); !ok {
+		t.Fatal("no grant before the leadership's deadline")
+	}
+	clk.Step(90 * time.Second)
+	if x, ok := g.Begin(unit); ok {
+		t.Fatalf("grant %+v sent at the leadership's deadline", x.Grant)
+	}
+
+	for _, tc := range []struct {
+		name string
+		// until answers the n-th call of GrantsUntil.
+		until func(n int) time.Time
+		// want is the grants sent by the time the loop parks (-1: at
+		// least one).
+		want int
+	}{
+		{"before the deadline", func(int) time.Time { return start.Add(time.Second) }, -1},
+		{"past it", func(int) time.Time { return start }, 0},
+		{"no renewal yet", func(int) time.Time { return time.Time{} }, 0},
+		{"past it after one grant", func(n int) time.Time {
+			if n == 1 {
+				return start.Add(time.Second)
+			}
+			return start
+		}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var mu sync.Mutex
+			grants := 0
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				mu.Lock()
+				grants++
+				mu.Unlock()
+				_ = json.NewEncoder(w).Encode(lease.Reply{Epoch: 2, State: lease.Held})
+			}))
+			defer srv.Close()
+			clk := clocktesting.NewFakeClock(start)
+			calls := 0
+			g := New(Options{Name: "ctl-0", Clock: clk, Notify: func(types.NamespacedName) {}, GrantsUntil: func() time.Time {
+				calls++
+				return tc.until(calls)
+			}})
+			defer g.StopAll()
+			running := target
+			running.Address = srv.Listener.Addr().String()
+			g.Ensure(running)
+			sent := func() int { mu.Lock(); defer mu.Unlock(); return grants }
+			deadline := time.Now().Add(15 * time.Second)
+			if tc.want < 0 {
+				for sent() == 0 {
+					if time.Now().After(deadline) {
+						t.Fatal("no grant sent before the leadership's deadline")
+					}
+					time.Sleep(time.Millisecond)
+				}
+				return
+			}
+			// Refused, the attempt sends nothing and the loop parks until
+			// its next one.
+			parked := func() bool {
+				g.mu.Lock()
+				defer g.mu.Unlock()
+				return g.loops[unit].parked.Load()
+			}
+			for !parked() {
+				if time.Now().After(deadline) {
+					t.Fatal("the loop never waited for its next attempt")
+				}
+				time.Sleep(time.Millisecond)
+			}
+			if n := sent(); n != tc.want {
+				t.Fatalf("%d grants sent; want %d, none past the leadership's deadline", n, tc.want)
+			}
+		})
 	}
 }

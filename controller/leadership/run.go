@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -28,9 +29,18 @@ import (
 // whenever the manager stops; a process about to stand down must not hand
 // its leadership to a successor as well, so the two stay disjoint by
 // construction: release only when AllowRelease was called.
+//
+// Every acquisition and renewal of the election lease passes through it too,
+// so it keeps the instant the last one that succeeded was sent: the
+// stand-down counts from there (GrantsUntil).
 type ReleaseGate struct {
 	resourcelock.Interface
+	// Clock reads the instant a renewal is sent; nil is the real clock.
+	Clock   clock.PassiveClock
 	allowed atomic.Bool
+
+	mu      sync.Mutex
+	renewed time.Time
 }
 
 // ErrReleaseRefused is what the gate answers to a release it holds back.
@@ -42,13 +52,64 @@ func (g *ReleaseGate) AllowRelease() { g.allowed.Store(true) }
 // ReleaseAllowed reports whether the stop was deliberate.
 func (g *ReleaseGate) ReleaseAllowed() bool { return g.allowed.Load() }
 
-// Update passes renewals through and holds back a release (a record with no
-// holder) unless the stop is deliberate.
+// Update passes renewals through, noting each that succeeds, and holds back
+// a release (a record with no holder) unless the stop is deliberate.
 func (g *ReleaseGate) Update(ctx context.Context, r resourcelock.LeaderElectionRecord) error {
 	if r.HolderIdentity == "" && !g.allowed.Load() {
 		return ErrReleaseRefused
 	}
-	return g.Interface.Update(ctx, r)
+	sent := g.now()
+	err := g.Interface.Update(ctx, r)
+	if err == nil && r.HolderIdentity != "" {
+		g.Renewed(sent)
+	}
+	return err
+}
+
+// Create is the first acquisition of a lease that did not exist.
+func (g *ReleaseGate) Create(ctx context.Context, r resourcelock.LeaderElectionRecord) error {
+	sent := g.now()
+	err := g.Interface.Create(ctx, r)
+	if err == nil && r.HolderIdentity != "" {
+		g.Renewed(sent)
+	}
+	return err
+}
+
+func (g *ReleaseGate) now() time.Time {
+	if g.Clock == nil {
+		return time.Now()
+	}
+	return g.Clock.Now()
+}
+
+// Renewed notes that a renewal (or the acquisition) of the election lease
+// sent at sent succeeded. The instant is the one before the request: the
+// apiserver wrote the record after it, and a successor counts the election
+// lease from the write it observes, so it acquires at least that long after.
+func (g *ReleaseGate) Renewed(sent time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if sent.After(g.renewed) {
+		g.renewed = sent
+	}
+}
+
+// GrantsUntil is the instant this process's grantor sends its last grant:
+// standDown after the last renewal of its leadership that succeeded, on its
+// own clock (docs/design.md §3 L6). A successor acquires at least an
+// election lease after that renewal and reads an expiry as a fence only
+// standDown + lease + margin after its acquisition, so what this process
+// grants by then has fenced first, however long the process slept (SIGSTOP,
+// a frozen machine) before it learnt it had lost. Zero when no renewal
+// succeeded: nothing may be granted.
+func (g *ReleaseGate) GrantsUntil(standDown time.Duration) time.Time {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.renewed.IsZero() {
+		return time.Time{}
+	}
+	return g.renewed.Add(standDown)
 }
 
 // NewLock builds the grantor's election Lease lock behind a ReleaseGate,
@@ -155,8 +216,16 @@ func Run(ctx context.Context, mgr Manager, loops Loops, o RunOptions) (Ending, e
 	for i, u := range held {
 		names[i] = u.String()
 	}
-	msg := fmt.Sprintf("Manager stopped without being asked (%v); standing down: renewing the %d runtimes held (%s) for %v, learning nothing new", err, len(held), strings.Join(names, ", "), o.StandDown)
-	klog.InfoS("Standing down", "reason", err, "renewing", names, "standDown", o.StandDown)
+	// The stand-down counts from the last renewal of the leadership, not
+	// from now: a process that slept through its loss learns of it late.
+	standDown := o.StandDown
+	if o.Gate != nil {
+		if until := o.Gate.GrantsUntil(o.StandDown); !until.IsZero() {
+			standDown = max(until.Sub(o.Clock.Now()), 0)
+		}
+	}
+	msg := fmt.Sprintf("Manager stopped without being asked (%v); standing down: renewing the %d runtimes held (%s) for %v (a stand-down of %v after the last renewal of the leadership), learning nothing new", err, len(held), strings.Join(names, ", "), standDown.Round(time.Millisecond), o.StandDown)
+	klog.InfoS("Standing down", "reason", err, "renewing", names, "standDown", standDown)
 	if o.Audit != nil {
 		if aerr := o.Audit.Write(audit.Record{Actor: o.Actor, Reason: "GrantorStandingDown", Message: msg}); aerr != nil {
 			klog.ErrorS(aerr, "Writing the audit line")
@@ -164,7 +233,7 @@ func Run(ctx context.Context, mgr Manager, loops Loops, o RunOptions) (Ending, e
 	}
 	standingDown.Set(1)
 	defer standingDown.Set(0)
-	timer := o.Clock.NewTimer(o.StandDown)
+	timer := o.Clock.NewTimer(standDown)
 	defer timer.Stop()
 	select {
 	case <-timer.C():

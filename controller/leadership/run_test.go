@@ -183,14 +183,7 @@ func TestASignalEndsTheStandDownEarly(t *testing.T) {
 	mgr.lose <- errors.New("leader election lost")
 	waitUntil(t, "the stand-down", clk.HasWaiters)
 	stop()
-	select {
-	case r := <-done:
-		if r.ending != StoodDown {
-			t.Fatalf("ended %s", r.ending)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("a signal must end the stand-down")
-	}
+	stoodDown(t, done, "a signal must end the stand-down")
 	if len(g.Running()) != 0 {
 		t.Fatal("loops still renewing")
 	}
@@ -253,4 +246,83 @@ func TestTheHoldOffDeadlineIsStandDownPlusLeasePlusMarginAfterAcquisition(t *tes
 
 func resourceRecord(holder string) resourcelock.LeaderElectionRecord {
 	return resourcelock.LeaderElectionRecord{HolderIdentity: holder, LeaseDurationSeconds: 1}
+}
+
+// lock is the election lock under a gate: it takes every write, or fails
+// them with err.
+type lock struct {
+	resourcelock.Interface
+	err error
+}
+
+func (l *lock) Update(context.Context, resourcelock.LeaderElectionRecord) error { return l.err }
+func (l *lock) Create(context.Context, resourcelock.LeaderElectionRecord) error { return l.err }
+
+// TestTheStandDownCountsFromTheLastRenewalOfTheLeadership holds L6 for a
+// leader that slept through its loss (SIGSTOP, a frozen machine): it learns
+// of the loss only when it runs again, and its successor's hold-off counts
+// from the successor's acquisition, at least an election lease after this
+// leader's last renewal. So the grants end, and the stand-down with them, a
+// stand-down after the instant that renewal was sent, not after the loss.
+func TestTheStandDownCountsFromTheLastRenewalOfTheLeadership(t *testing.T) {
+	ctx := context.Background()
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	l := &lock{}
+	gate := &ReleaseGate{Interface: l, Clock: clk}
+	if until := gate.GrantsUntil(90 * time.Second); !until.IsZero() {
+		t.Fatalf("no renewal yet, and grants allowed until %v", until)
+	}
+	l.err = errors.New("conflict")
+	_ = gate.Create(ctx, resourceRecord("ctl-0"))
+	_ = gate.Update(ctx, resourceRecord("ctl-0"))
+	if !gate.GrantsUntil(90 * time.Second).IsZero() {
+		t.Fatal("a failed acquisition or renewal counted as one")
+	}
+	l.err = nil
+	if err := gate.Create(ctx, resourceRecord("ctl-0")); err != nil || !gate.GrantsUntil(90*time.Second).Equal(time.Unix(1090, 0)) {
+		t.Fatalf("after the acquisition at T=1000s: %v, grants until %v; want T=1090s", err, gate.GrantsUntil(90*time.Second))
+	}
+	clk.Step(time.Second)
+	_ = gate.Update(ctx, resourceRecord("ctl-0"))
+	gate.AllowRelease()
+	clk.Step(time.Second)
+	_ = gate.Update(ctx, resourceRecord(""))
+	if until := gate.GrantsUntil(90 * time.Second); !until.Equal(time.Unix(1091, 0)) {
+		t.Fatalf("grants until %v; want a stand-down after the last renewal (T=1001s), the release not counted", until)
+	}
+
+	// The process sleeps for a minute, then learns it lost.
+	clk.Step(59 * time.Second)
+	g, _ := startRenewing(t, "kiln-1")
+	mgr := newManager()
+	var trail bytes.Buffer
+	done := make(chan result, 1)
+	go func() {
+		e, err := Run(ctx, mgr, g, RunOptions{StandDown: 90 * time.Second, Clock: clk, Gate: gate, Audit: audit.New(&trail, "units", clk), Actor: "ctl-0"})
+		done <- result{e, err}
+	}()
+	<-mgr.started
+	mgr.lose <- errors.New("leader election lost")
+	waitUntil(t, "the stand-down timer", clk.HasWaiters)
+	if !strings.Contains(trail.String(), "for 30s") {
+		t.Fatalf("the stand-down must be what is left of it (30s): %s", trail.String())
+	}
+	clk.Step(30 * time.Second)
+	stoodDown(t, done, "the stand-down did not end a stand-down after the last renewal")
+	if running := g.Running(); len(running) != 0 {
+		t.Fatalf("loops still renewing after the stand-down: %v", running)
+	}
+}
+
+// stoodDown waits for Run to end StoodDown; late fails with why.
+func stoodDown(t *testing.T, done <-chan result, late string) {
+	t.Helper()
+	select {
+	case r := <-done:
+		if r.ending != StoodDown {
+			t.Fatalf("ended %s; want StoodDown", r.ending)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal(late)
+	}
 }

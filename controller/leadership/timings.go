@@ -11,8 +11,9 @@ import (
 	"time"
 )
 
-// DefaultLeaseStandDown is how long a grantor whose leadership was lost
-// without being asked goes on renewing what it holds: it clears the 60s
+// DefaultLeaseStandDown is how long after the last renewal of its
+// leadership a grantor whose leadership was lost without being asked goes on
+// renewing what it holds: it clears the 60s
 // ceiling of a control-plane VIP move on a healthy etcd by 30s. The
 // grantor's other timings, and the gap they make, are policy's
 // (policy.GrantorTimings): the webhook derives the lease floor from them.

@@ -72,15 +72,20 @@ func (c *controller) boot() {
 		waiting: map[types.NamespacedName]time.Duration{}}
 	clk := c.p.clock()
 	c.cache = s.watch(c.p, c.onChange)
-	c.g = grantor.New(grantor.Options{Name: c.name, Clock: clk, Notify: c.add,
-		Rand: rand.New(rand.NewPCG(s.rng.Uint64(), s.rng.Uint64())), Stepped: c.stepped})
+	gopts := grantor.Options{Name: c.name, Clock: clk, Notify: c.add,
+		Rand: rand.New(rand.NewPCG(s.rng.Uint64(), s.rng.Uint64())), Stepped: c.stepped}
+	if s.cfg.StandDown > 0 {
+		// As controller/app wires it.
+		gopts.GrantsUntil = func() time.Time { return c.el.gate.GrantsUntil(s.cfg.StandDown) }
+	}
+	c.g = grantor.New(gopts)
 	c.tenure = leadership.NewTenure(clk, s.cfg.StandDown)
 	c.audit = audit.New(auditWriter{c}, "units", clk)
 	c.rec = &units.Reconciler{Recorder: recorder{c}, Grantor: c.g, HoldOff: c.tenure, Audit: c.audit, Clock: clk,
 		Actor: "holdfast-controller/" + c.name, Timings: s.cfg.Timings,
 		Epochs: &units.EpochRecord{Namespace: "holdfast-system"}}
 	c.el = &elector{c: c, life: c.p.life, t: s.cfg.Timings}
-	c.el.gate = &leadership.ReleaseGate{Interface: &simLock{e: c.el}}
+	c.el.gate = &leadership.ReleaseGate{Interface: &simLock{e: c.el}, Clock: clk}
 	ctx, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel
 	life := c.p.life

@@ -69,6 +69,7 @@ func (e *elector) attempt(done func(ok bool)) {
 	me := e.c.identity()
 	write := func(seen electionRecord, then func(bool)) {
 		want := electionRecord{holder: me, duration: e.t.ElectionLeaseDuration}
+		sent := e.now()
 		s.callWithin(e.p(), timeout, func(a *apiserver) (client.Object, error) {
 			if a.election.rv != seen.rv {
 				return nil, apierrors.NewConflict(resources["Node"], "holdfast-grantor", nil)
@@ -83,6 +84,9 @@ func (e *elector) attempt(done func(ok bool)) {
 			}
 			if r.err == nil {
 				e.observed, e.observedTime = want, e.now()
+				// What the gate notes of a renewal through it (the
+				// simulated lock answers asynchronously).
+				e.gate.Renewed(sent)
 			}
 			then(r.err == nil)
 		})

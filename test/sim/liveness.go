@@ -55,6 +55,7 @@ func runLiveness(cfg Config, seed uint64, noise bool) *Liveness {
 	pre := cfg
 	pre.Horizon = heal
 	pre.Faults.LiveEdits, pre.Faults.Recreate, pre.Faults.LongLeaderPauses = false, false, false
+	pre.Faults.Focused = false
 	var sched Schedule
 	for _, a := range generate(pre, seed) {
 		if a.Kind == Recreate || a.Kind == EditTargets {
@@ -86,7 +87,10 @@ func runLiveness(cfg Config, seed uint64, noise bool) *Liveness {
 		out.Died, out.Epoch = s.now, rp.epoch
 		s.log(nil, unitKey_, kFault, "liveness: %s loses power for good with the runtime of epoch %d", rp.n.name, rp.epoch)
 		rp.n.powerOff()
-		a := u.Spec.Availability
+		pr := policy.NewPromise(u)
+		if b := u.Status.RuntimeBinding; b.Promise != nil {
+			pr = *b.Promise
+		}
 		if killLeader {
 			s.at(s.now+max(leaderAt, 0), nil, func() {
 				if c := s.leader(); c != nil {
@@ -95,7 +99,7 @@ func runLiveness(cfg Config, seed uint64, noise bool) *Liveness {
 				}
 			})
 		}
-		s.livenessSpec = &a
+		s.livenessPromise = &pr
 	}
 	s.at(heal+time.Minute, nil, watch)
 	end := heal + cfg.Horizon
@@ -172,12 +176,13 @@ func (s *Sim) laterHeld(epoch int64) time.Duration {
 
 // livenessBound is the latest instant a later epoch may first hold the
 // lease after the runtime died at died: the lease and the second the expiry
-// is rounded up to, the margin, the hold-off of any leader that took over
+// is rounded up to, the margin (both as the binding recorded them: a
+// person's shorter margin waits for the next binding), the hold-off of any leader that took over
 // since (its acquisition + stand-down + lease + margin), the longest
 // container start, and the slack.
 func (s *Sim) livenessBound(died, held time.Duration) (time.Duration, string) {
-	a := s.livenessSpec
-	lease, margin := a.LeaseDuration(), a.RebindMargin()
+	pr := s.livenessPromise
+	lease, margin := pr.LeaseDuration(), pr.RebindMargin()
 	rebind := died + lease + time.Second + margin
 	why := fmt.Sprintf("lease %v + 1s + margin %v", lease, margin)
 	for _, acq := range s.acquired {

@@ -30,6 +30,9 @@ type Result struct {
 func run(cfg Config, seed uint64, sched Schedule, noise bool) *Result {
 	s := newSim(cfg, seed, noise)
 	spec := initialAvailability(seed, cfg.Timings, false)
+	if cfg.Faults.Focused {
+		spec = focusedAvailability(seed, cfg.Timings)
+	}
 	s.start(unitSpec(spec))
 	for _, a := range sched {
 		s.at(a.At, nil, func() { s.apply(a) })

@@ -57,6 +57,10 @@ type Mix struct {
 	// acquisition and resumes after it); off, they stop short of it
 	// (shortPause).
 	LongLeaderPauses bool
+	// Focused draws each seed's schedule from one recipe aimed at a rule's
+	// edge (focus.go) instead of the swarm mix; PausedLeader adds the
+	// recipe of a leader paused past its successor's acquisition.
+	Focused, PausedLeader bool
 }
 
 // shortPause is the longest pause of a controller that never outlasts its
@@ -147,6 +151,9 @@ func (s Schedule) String() string {
 // few kinds, densely, reaches the combinations a schedule of every kind
 // thinly spreads.
 func generate(cfg Config, seed uint64) Schedule {
+	if cfg.Faults.Focused {
+		return generateFocused(cfg, seed)
+	}
 	r := rand.New(rand.NewPCG(seed, 0x5ced1e))
 	m := cfg.Faults
 	var pool []Kind
@@ -267,6 +274,11 @@ func pauseLength(r *rand.Rand) time.Duration {
 
 // apply carries out a at its instant.
 func (s *Sim) apply(a Action) {
+	a, ok := s.resolved(a)
+	if !ok {
+		s.log(nil, unitKey_, kFault, "%s: names no machine now, skipped", a)
+		return
+	}
 	s.log(nil, unitKey_, kFault, "%s", a)
 	undo := func(f func()) {
 		if a.Dur > 0 {

@@ -103,8 +103,10 @@ type Sim struct {
 	// (liveness).
 	held     map[string][]heldAt
 	acquired []time.Duration
-	// livenessSpec is the unit's availability when its runtime died.
-	livenessSpec *holdfastv1.Availability
+	// livenessPromise is the lease and margin the binding whose runtime
+	// died was recorded under (L11: a margin or lease shortened since
+	// waits for the next binding, so the spec's may be shorter).
+	livenessPromise *holdfastv1.RuntimePromise
 }
 
 // heldAt is when an epoch's runtime first held its lease, by its clock.
