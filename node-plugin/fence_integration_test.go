@@ -264,9 +264,11 @@ func TestWedgedRuntimeStoppedWhileApiserverAway(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Its deadline is 30s after its start on its own clock; the agent's
-	// clock is the fake one, stepped below.
-	wSB, wC := r.runtime("wedged", 1, pw, holdfastv1.Failover, "--deadline-in", "30s", "--hold-bound", "5s")
+	// Its deadline is 40s after its start on its own clock. The agent
+	// dates it from its last answer on the fake clock, stepped below: up to
+	// 40s after the clock's start, less the real time the set-up took
+	// before that answer (under 12s, or the wedged one is stopped early).
+	wSB, wC := r.runtime("wedged", 1, pw, holdfastv1.Failover, "--deadline-in", "40s", "--hold-bound", "5s")
 
 	agent := &fence.Agent{CRI: r.rt, Lease: fence.HTTPLease{}, Clock: clk, AuditDir: filepath.Join(r.dir, "audit")}
 	var cl client.Client
@@ -318,8 +320,8 @@ func TestWedgedRuntimeStoppedWhileApiserverAway(t *testing.T) {
 	if !r.sandboxGone(sSB) {
 		t.Fatal("the silent runtime was not stopped a lease and hold bound into the outage")
 	}
-	// Past it: stopped, and only it.
-	clk.Step(3 * time.Second)
+	// Past it (at most 40s + 5s): stopped, and only it.
+	clk.Step(13 * time.Second)
 	loop.Pass(ctx)
 	if !r.sandboxGone(wSB) {
 		t.Fatal("the wedged runtime was not stopped past its deadline plus hold bound")
