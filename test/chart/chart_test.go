@@ -268,14 +268,10 @@ func ExampleSplit() {
 	// Output: holdfast/templates/a.yaml ConfigMap a plant
 }
 
-// Every alert of the PrometheusRule watches a metric the code defines
-// (docs/reference.md lists them, generated from the code and held current by
-// docs/gen), with labels it has, and its runbook_url names a heading of
-// docs/operations.md; the voter role's metrics wait for controller/voters.
-// The Prometheus Operator's objects render only where the cluster serves
-// their kinds, and every scrape keeps the metrics' own labels (a unit's
-// namespace, not the target's).
-func TestMonitoringRendersOnlyWhereItsKindsExist(t *testing.T) {
+// renderMonitoring renders the chart with ci/monitoring-values.yaml for a
+// cluster that serves apiVersions.
+func renderMonitoring(t *testing.T, apiVersions []string) []Manifest {
+	t.Helper()
 	root := repoRoot(t)
 	ch, err := Load(root)
 	if err != nil {
@@ -289,19 +285,24 @@ func TestMonitoringRendersOnlyWhereItsKindsExist(t *testing.T) {
 	if err := yaml.Unmarshal(data, &values); err != nil {
 		t.Fatal(err)
 	}
-	without, _, err := RenderFor(ch, values, nil)
+	ms, _, err := RenderFor(ch, values, apiVersions)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return ms
+}
+
+// The Prometheus Operator's objects render only where the cluster serves
+// their kinds, and every scrape keeps the metrics' own labels (a unit's
+// namespace, not the target's).
+func TestMonitoringRendersOnlyWhereItsKindsExist(t *testing.T) {
+	without := renderMonitoring(t, nil)
 	for _, m := range without {
 		if m.Kind == "ServiceMonitor" || m.Kind == "PrometheusRule" {
 			t.Errorf("%s %s rendered for a cluster without its kind", m.Kind, m.Name)
 		}
 	}
-	with, _, err := RenderFor(ch, values, APIVersions)
-	if err != nil {
-		t.Fatal(err)
-	}
+	with := renderMonitoring(t, APIVersions)
 	kinds := map[string]int{}
 	for _, m := range with {
 		kinds[m.Kind]++
@@ -323,24 +324,13 @@ func TestMonitoringRendersOnlyWhereItsKindsExist(t *testing.T) {
 	}
 }
 
+// Every alert of the PrometheusRule watches a metric the code defines
+// (docs/reference.md lists them, generated from the code and held current by
+// docs/gen), with labels it has, and its runbook_url names a heading of
+// docs/operations.md; the voter role's metrics wait for controller/voters.
 func TestEveryAlertWatchesAMetricTheCodeDefines(t *testing.T) {
 	root := repoRoot(t)
-	ch, err := Load(root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	data, err := os.ReadFile(filepath.Join(Dir(root), "ci", "monitoring-values.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var values map[string]any
-	if err := yaml.Unmarshal(data, &values); err != nil {
-		t.Fatal(err)
-	}
-	ms, _, err := Render(ch, values)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ms := renderMonitoring(t, APIVersions)
 	ref, err := os.ReadFile(filepath.Join(root, "docs", "reference.md"))
 	if err != nil {
 		t.Fatal(err)
