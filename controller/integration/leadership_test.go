@@ -110,7 +110,10 @@ func TestALostLeadershipStandsDownRenewingWhatItHolds(t *testing.T) {
 	node(t, "lost-edge-1", map[string]string{"holdfast.io/device": "kiln-9"})
 	node(t, "lost-standby-1", nil)
 	endpoint := newConnCounter(t)
-	c := startController(t, controllerOptions{namespace: ns, identity: "ctl-lost", electionID: id, standDown: 5 * time.Second})
+	// The stand-down counts from the last renewal of the leadership (L6):
+	// the loss is noticed up to the renew deadline (4s) later, so 20s
+	// leaves a stand-down long enough to watch.
+	c := startController(t, controllerOptions{namespace: ns, identity: "ctl-lost", electionID: id, standDown: 20 * time.Second})
 	eventually(t, 30*time.Second, "leadership", func() (bool, string) {
 		h := holder(electionLease(t, id))
 		return strings.HasPrefix(h, "ctl-lost_"), h
