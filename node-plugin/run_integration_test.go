@@ -4,7 +4,10 @@ package nodeplugin_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -43,7 +46,7 @@ func TestRunWiresEveryPart(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- nodeplugin.Run(ctx, env.Config, nodeplugin.Options{NodeName: "w1",
+		done <- nodeplugin.Run(ctx, env.Config, nodeplugin.Options{NodeName: "w1", VoterSwaps: true,
 			HostDir: filepath.Join(dir, "holdfast"), SystemdDir: filepath.Join(dir, "systemd"),
 			MemberDataDir: filepath.Join(dir, "db"), ServerUnit: serverUnit, AgentUnit: agentUnit,
 			EtcdLocal: fmt.Sprintf("http://127.0.0.1:%d", ports[1]), CRIEndpoint: r.host.Endpoint,
@@ -69,4 +72,72 @@ func TestRunWiresEveryPart(t *testing.T) {
 	}
 	r.bind(u, 2)
 	waitFor(t, "stale runtime fenced through Run", func() bool { return r.sandboxGone(sb) })
+}
+
+// TestRunWithoutVoterSwapsNeedsNoSystemd starts holdfast-node as its main
+// does with --voter-swaps=false and its systemd bus address naming a socket
+// that does not exist: it starts, reports the server unit not provisioned
+// (over a stale "true") with no fitness, and fences a stale runtime. A dial
+// of systemd would fail Run.
+func TestRunWithoutVoterSwapsNeedsNoSystemd(t *testing.T) {
+	r := newRig(t)
+	dir := t.TempDir()
+	createNode(t, "w2")
+	stale := &corev1.Node{}
+	if err := env.Client.Get(context.Background(), client.ObjectKey{Name: "w2"}, stale); err != nil {
+		t.Fatal(err)
+	}
+	stale.Annotations = map[string]string{holdfastv1.AnnotationProvisioned: "true"}
+	if err := env.Client.Update(context.Background(), stale); err != nil {
+		t.Fatal(err)
+	}
+	port := freePort(t)
+	u := r.unit("nosystemd", holdfastv1.Failover, port, 1)
+	sb, _ := r.runtime("nosystemd", 1, port, holdfastv1.Failover)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- nodeplugin.Run(ctx, env.Config, nodeplugin.Options{NodeName: "w2", VoterSwaps: false,
+			HostDir: filepath.Join(dir, "holdfast"), SystemdDir: filepath.Join(dir, "no-systemd"),
+			MemberDataDir: filepath.Join(dir, "no-db"), CRIEndpoint: r.host.Endpoint,
+			SystemdBus: "unix:path=" + filepath.Join(dir, "no-bus"), MetricsAddr: "0", ProbeAddr: "0", SkipNameValidation: true})
+	}()
+	stopped := false
+	t.Cleanup(func() {
+		cancel()
+		if stopped {
+			return
+		}
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	waitFor(t, "the reporter's pass on the Node", func() bool {
+		select {
+		case err := <-done:
+			stopped = true
+			t.Fatalf("Run stopped with voter swaps off: %v", err)
+		default:
+		}
+		n := &corev1.Node{}
+		if err := env.Client.Get(context.Background(), client.ObjectKey{Name: "w2"}, n); err != nil {
+			return false
+		}
+		return n.Annotations[holdfastv1.AnnotationProvisioned] == "false"
+	})
+	n := &corev1.Node{}
+	if err := env.Client.Get(context.Background(), client.ObjectKey{Name: "w2"}, n); err != nil {
+		t.Fatal(err)
+	}
+	if f, ok := n.Annotations[holdfastv1.AnnotationFitness]; ok {
+		t.Errorf("fitness reported with voter swaps off: %s", f)
+	}
+	r.bind(u, 2)
+	waitFor(t, "stale runtime fenced with voter swaps off", func() bool { return r.sandboxGone(sb) })
+	for _, p := range []string{"no-systemd", "no-db"} {
+		if _, err := os.Stat(filepath.Join(dir, p)); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s touched with voter swaps off: %v", p, err)
+		}
+	}
 }
