@@ -1,7 +1,9 @@
 // Package nodeplugin wires holdfast-node: the role actuator (package role,
 // actuator), the tombstone watcher (tombstone), the fence agent (fence),
 // image pre-staging (prestage) and the reporter (report), on one
-// controller-runtime manager whose Node cache holds only this node.
+// controller-runtime manager whose Node cache holds only this node. With
+// voter swaps off (Options.VoterSwaps false) only the fence agent,
+// pre-staging and the reporter run, and nothing dials systemd.
 package nodeplugin
 
 import (
@@ -43,7 +45,10 @@ import (
 // Options are holdfast-node's flags.
 type Options struct {
 	// Version: print the build's version and exit.
-	Version       bool
+	Version bool
+	// VoterSwaps runs the voter-swap parts: the role actuator over systemd,
+	// the role reconciler, the tombstone watcher and the fitness probe.
+	VoterSwaps    bool
 	NodeName      string
 	HostDir       string
 	SystemdDir    string
@@ -71,6 +76,8 @@ type Options struct {
 func ParseFlags(args []string) (Options, error) {
 	o := Options{}
 	fs := flag.NewFlagSet("holdfast-node", flag.ContinueOnError)
+	fs.BoolVar(&o.VoterSwaps, "voter-swaps", true, "run the voter-swap parts: the role actuator (systemd over D-Bus, the server unit's drop-ins), the role reconciler, the tombstone watcher (etcd) and the fitness probe; "+
+		"false runs only the fence agent, image pre-staging and the reporter (the server unit reported not provisioned), and needs no systemd, D-Bus, member data or etcd access")
 	fs.StringVar(&o.NodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME)")
 	fs.StringVar(&o.HostDir, "host-dir", hoststate.DefaultDir, "the host directory for the role file, join target, member record and tombstone")
 	fs.StringVar(&o.SystemdDir, "systemd-dir", actuator.DefaultSystemdDir, "where the server unit's drop-ins are written")
@@ -164,37 +171,16 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
 		return err
 	}
-	if err := hostSettings(ctx, mgr.GetAPIReader(), &o); err != nil {
-		return fmt.Errorf("reading VoterPolicy %s: %w", holdfastv1.VoterPolicyName, err)
+	reporter := &report.Reporter{Client: mgr.GetClient(), NodeName: o.NodeName, Units: report.NoServerUnit{},
+		State: hoststate.State{Dir: o.HostDir}, Clock: clock.RealClock{}, NoFitness: true}
+	if o.VoterSwaps {
+		closeSystemd, err := addVoterSwaps(ctx, mgr, &o, reporter)
+		if err != nil {
+			return err
+		}
+		defer closeSystemd()
 	}
-	state := hoststate.State{Dir: o.HostDir, MemberDataDir: o.MemberDataDir, ServerTombstone: o.ServerTombstone}
-	var sd *actuator.DBusSystemd
-	if o.SystemdBus != "" {
-		sd, err = actuator.NewDBusSystemdAt(o.SystemdBus)
-	} else {
-		sd, err = actuator.NewDBusSystemd(ctx)
-	}
-	if err != nil {
-		return err
-	}
-	defer sd.Conn.Close()
-	act := actuator.New(sd, actuator.Config{ServerUnit: o.ServerUnit, AgentUnit: o.AgentUnit, SystemdDir: o.SystemdDir, State: state})
-	tlsCfg, err := etcdTLS(o)
-	if err != nil {
-		return err
-	}
-	reader := mgr.GetAPIReader()
-	etcd := &tombstone.ClientEtcd{LocalEndpoint: o.EtcdLocal, TLS: tlsCfg, Cluster: PolicyEndpoints(reader)}
-	watcher := &tombstone.Watcher{State: state, Clock: clock.RealClock{}, Every: 5 * time.Second, Etcd: etcd}
-	if err := mgr.Add(watcher); err != nil {
-		return err
-	}
-	if err := (&role.Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), NodeName: o.NodeName,
-		Actuator: act, State: state, Removal: watcher.Check}).SetupWithManager(mgr); err != nil {
-		return err
-	}
-	if err := mgr.Add(&report.Reporter{Client: mgr.GetClient(), NodeName: o.NodeName, Units: act, State: state,
-		Clock: clock.RealClock{}, Peers: etcd.VoterPeerURLs}); err != nil {
+	if err := mgr.Add(reporter); err != nil {
 		return err
 	}
 	cri, err := fence.NewCRI(ctx, o.CRIEndpoint)
@@ -221,6 +207,45 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		return err
 	}
 	return mgr.Start(ctx)
+}
+
+// addVoterSwaps adds the role actuator over systemd, the role reconciler and
+// the tombstone watcher, and points the reporter at systemd, the member data
+// directory and the voters; the returned func closes the systemd connection.
+func addVoterSwaps(ctx context.Context, mgr ctrl.Manager, o *Options, reporter *report.Reporter) (func(), error) {
+	if err := hostSettings(ctx, mgr.GetAPIReader(), o); err != nil {
+		return nil, fmt.Errorf("reading VoterPolicy %s: %w", holdfastv1.VoterPolicyName, err)
+	}
+	state := hoststate.State{Dir: o.HostDir, MemberDataDir: o.MemberDataDir, ServerTombstone: o.ServerTombstone}
+	tlsCfg, err := etcdTLS(*o)
+	if err != nil {
+		return nil, err
+	}
+	var sd *actuator.DBusSystemd
+	if o.SystemdBus != "" {
+		sd, err = actuator.NewDBusSystemdAt(o.SystemdBus)
+	} else {
+		sd, err = actuator.NewDBusSystemd(ctx)
+	}
+	if err != nil {
+		return nil, err
+	}
+	closeSystemd := func() { sd.Conn.Close() }
+	act := actuator.New(sd, actuator.Config{ServerUnit: o.ServerUnit, AgentUnit: o.AgentUnit, SystemdDir: o.SystemdDir, State: state})
+	reader := mgr.GetAPIReader()
+	etcd := &tombstone.ClientEtcd{LocalEndpoint: o.EtcdLocal, TLS: tlsCfg, Cluster: PolicyEndpoints(reader)}
+	watcher := &tombstone.Watcher{State: state, Clock: clock.RealClock{}, Every: 5 * time.Second, Etcd: etcd}
+	if err := mgr.Add(watcher); err != nil {
+		closeSystemd()
+		return nil, err
+	}
+	if err := (&role.Reconciler{Client: mgr.GetClient(), Reader: reader, NodeName: o.NodeName,
+		Actuator: act, State: state, Removal: watcher.Check}).SetupWithManager(mgr); err != nil {
+		closeSystemd()
+		return nil, err
+	}
+	reporter.Units, reporter.State, reporter.Peers, reporter.NoFitness = act, state, etcd.VoterPeerURLs, false
+	return closeSystemd, nil
 }
 
 // PolicyEndpoints reads the client URLs to reach etcd by from VoterPolicy

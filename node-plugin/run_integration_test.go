@@ -4,7 +4,10 @@ package nodeplugin_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -40,21 +43,11 @@ func TestRunWiresEveryPart(t *testing.T) {
 	u := r.unit("wired", holdfastv1.Failover, port, 1)
 	sb, _ := r.runtime("wired", 1, port, holdfastv1.Failover)
 
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- nodeplugin.Run(ctx, env.Config, nodeplugin.Options{NodeName: "w1",
-			HostDir: filepath.Join(dir, "holdfast"), SystemdDir: filepath.Join(dir, "systemd"),
-			MemberDataDir: filepath.Join(dir, "db"), ServerUnit: serverUnit, AgentUnit: agentUnit,
-			EtcdLocal: fmt.Sprintf("http://127.0.0.1:%d", ports[1]), CRIEndpoint: r.host.Endpoint,
-			SystemdBus: bus.Address, MetricsAddr: "0", ProbeAddr: "0", SkipNameValidation: true})
-	}()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	startRun(t, nodeplugin.Options{NodeName: "w1", VoterSwaps: true,
+		HostDir: filepath.Join(dir, "holdfast"), SystemdDir: filepath.Join(dir, "systemd"),
+		MemberDataDir: filepath.Join(dir, "db"), ServerUnit: serverUnit, AgentUnit: agentUnit,
+		EtcdLocal: fmt.Sprintf("http://127.0.0.1:%d", ports[1]), CRIEndpoint: r.host.Endpoint,
+		SystemdBus: bus.Address, MetricsAddr: "0", ProbeAddr: "0", SkipNameValidation: true})
 	waitFor(t, "reports on the Node", func() bool {
 		n := &corev1.Node{}
 		if err := env.Client.Get(context.Background(), client.ObjectKey{Name: "w1"}, n); err != nil {
@@ -69,4 +62,82 @@ func TestRunWiresEveryPart(t *testing.T) {
 	}
 	r.bind(u, 2)
 	waitFor(t, "stale runtime fenced through Run", func() bool { return r.sandboxGone(sb) })
+}
+
+// TestRunWithoutVoterSwapsNeedsNoSystemd starts holdfast-node as its main
+// does with --voter-swaps=false and its systemd bus address naming a socket
+// that does not exist: it starts, reports the server unit not provisioned
+// (over a stale "true") with no fitness, and fences a stale runtime. A dial
+// of systemd would fail Run.
+func TestRunWithoutVoterSwapsNeedsNoSystemd(t *testing.T) {
+	r := newRig(t)
+	dir := t.TempDir()
+	createNode(t, "w2")
+	stale := &corev1.Node{}
+	if err := env.Client.Get(context.Background(), client.ObjectKey{Name: "w2"}, stale); err != nil {
+		t.Fatal(err)
+	}
+	stale.Annotations = map[string]string{holdfastv1.AnnotationProvisioned: "true"}
+	if err := env.Client.Update(context.Background(), stale); err != nil {
+		t.Fatal(err)
+	}
+	port := freePort(t)
+	u := r.unit("nosystemd", holdfastv1.Failover, port, 1)
+	sb, _ := r.runtime("nosystemd", 1, port, holdfastv1.Failover)
+
+	exited := startRun(t, nodeplugin.Options{NodeName: "w2", VoterSwaps: false,
+		HostDir: filepath.Join(dir, "holdfast"), SystemdDir: filepath.Join(dir, "no-systemd"),
+		MemberDataDir: filepath.Join(dir, "no-db"), CRIEndpoint: r.host.Endpoint,
+		SystemdBus: "unix:path=" + filepath.Join(dir, "no-bus"), MetricsAddr: "0", ProbeAddr: "0", SkipNameValidation: true})
+	waitFor(t, "the reporter's pass on the Node", func() bool {
+		if stopped, err := exited(); stopped {
+			t.Fatalf("Run stopped with voter swaps off: %v", err)
+		}
+		n := &corev1.Node{}
+		if err := env.Client.Get(context.Background(), client.ObjectKey{Name: "w2"}, n); err != nil {
+			return false
+		}
+		return n.Annotations[holdfastv1.AnnotationProvisioned] == "false"
+	})
+	n := &corev1.Node{}
+	if err := env.Client.Get(context.Background(), client.ObjectKey{Name: "w2"}, n); err != nil {
+		t.Fatal(err)
+	}
+	if f, ok := n.Annotations[holdfastv1.AnnotationFitness]; ok {
+		t.Errorf("fitness reported with voter swaps off: %s", f)
+	}
+	r.bind(u, 2)
+	waitFor(t, "stale runtime fenced with voter swaps off", func() bool { return r.sandboxGone(sb) })
+	for _, p := range []string{"no-systemd", "no-db"} {
+		if _, err := os.Stat(filepath.Join(dir, p)); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s touched with voter swaps off: %v", p, err)
+		}
+	}
+}
+
+// startRun runs Run as the main does until the test ends, then checks it
+// stopped cleanly; exited says whether (and with what) Run already returned.
+func startRun(t *testing.T, o nodeplugin.Options) (exited func() (bool, error)) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- nodeplugin.Run(ctx, env.Config, o) }()
+	returned := false
+	t.Cleanup(func() {
+		cancel()
+		if returned {
+			return
+		}
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	return func() (bool, error) {
+		select {
+		case err := <-done:
+			returned = true
+			return true, err
+		default:
+			return false, nil
+		}
+	}
 }

@@ -39,6 +39,17 @@ type Units interface {
 	ActiveRole(ctx context.Context) (string, error)
 }
 
+// NoServerUnit is Units on a host whose voter swaps are off: holdfast-node
+// does not reach systemd, so no server unit is provisioned for it and no
+// unit's role is known.
+type NoServerUnit struct{}
+
+// Provisioned is false: holdfast cannot switch this host to server.
+func (NoServerUnit) Provisioned(context.Context) (bool, error) { return false, nil }
+
+// ActiveRole is unknown; the reporter falls back to the role file.
+func (NoServerUnit) ActiveRole(context.Context) (string, error) { return "", nil }
+
 // Reporter writes the node's reports.
 type Reporter struct {
 	Client   client.Client
@@ -53,6 +64,9 @@ type Reporter struct {
 	Every, FitnessEvery time.Duration
 	// FsyncSamples is how many O_DSYNC writes one probe makes.
 	FsyncSamples int
+	// NoFitness publishes no fitness: with voter swaps off the member data
+	// directory is not mounted and no voter's peers are known.
+	NoFitness bool
 
 	lastFitness *holdfastv1.Fitness
 }
@@ -104,7 +118,7 @@ func (r *Reporter) Pass(ctx context.Context) error {
 	}
 
 	now := r.Clock.Now()
-	if r.lastFitness == nil || now.Sub(r.lastFitness.At.Time) >= r.FitnessEvery {
+	if !r.NoFitness && (r.lastFitness == nil || now.Sub(r.lastFitness.At.Time) >= r.FitnessEvery) {
 		f, err := r.Fitness(ctx)
 		if err != nil {
 			klog.FromContext(ctx).Error(err, "Fitness probe failed")

@@ -22,8 +22,9 @@ import (
 	"github.com/holdfast-io/holdfast/test/ports"
 )
 
-// nodeScenario runs holdfast-node with systemd on the D-Bus double and CRI
-// on a real containerd, and makes each of its parts use the API: the
+// nodeScenario runs holdfast-node with voter swaps on (its RBAC is the same
+// in both modes), systemd on the D-Bus double and CRI on a real containerd,
+// and makes each of its parts use the API: the
 // reporter patches its Node, the fence agent stops a stale-epoch runtime and
 // posts an Event, the role reconciler reads the swap Lease for a role step.
 func nodeScenario(t *testing.T, bin, kubeconfig string, chartArgs []string) {
@@ -112,7 +113,7 @@ func nodeScenario(t *testing.T, bin, kubeconfig string, chartArgs []string) {
 		serviceAccountKubeconfig(ctx, t, "holdfast-webhook"), containerArgs(t, renderedDefaults, "webhook"))
 
 	proc := startProcess(t, bin, kubeconfig, override(chartArgs, map[string]string{
-		"node-name": nodeName, "host-dir": filepath.Join(dir, "holdfast"), "systemd-dir": filepath.Join(dir, "systemd"),
+		"voter-swaps": "true", "node-name": nodeName, "host-dir": filepath.Join(dir, "holdfast"), "systemd-dir": filepath.Join(dir, "systemd"),
 		"member-data-dir": filepath.Join(dir, "db"), "cri-endpoint": host.Endpoint, "systemd-bus-address": bus.Address,
 		"etcd-local-endpoint": fmt.Sprintf("http://127.0.0.1:%d", p[1]), "metrics-bind-address": "0",
 		"health-probe-bind-address": "127.0.0.1:0",
