@@ -174,13 +174,8 @@ func (a *apiserver) update(u user, obj client.Object, sub string) (client.Object
 			fmt.Errorf("the object has been modified; please apply your changes to the latest version and try again"))
 	}
 	next := a.merge(cur, obj, sub)
-	if err := finalizerAdded(cur, next); err != nil {
+	if err := a.admitUpdate(u, cur, next, sub); err != nil {
 		return nil, err
-	}
-	if unit, ok := next.(*holdfastv1.Unit); ok {
-		if err := a.admitUnit(u, cur.(*holdfastv1.Unit), unit, sub); err != nil {
-			return nil, err
-		}
 	}
 	return a.store(next), nil
 }
@@ -220,6 +215,18 @@ func (a *apiserver) merge(cur, obj client.Object, sub string) client.Object {
 	next.SetCreationTimestamp(cur.GetCreationTimestamp())
 	next.SetDeletionTimestamp(cur.GetDeletionTimestamp())
 	return next
+}
+
+// admitUpdate is what the apiserver and the webhook say to an update of
+// cur to next (sub "status": its status only), whether a put or a patch.
+func (a *apiserver) admitUpdate(u user, cur, next client.Object, sub string) error {
+	if err := finalizerAdded(cur, next); err != nil {
+		return err
+	}
+	if unit, ok := next.(*holdfastv1.Unit); ok {
+		return a.admitUnit(u, cur.(*holdfastv1.Unit), unit, sub)
+	}
+	return nil
 }
 
 // finalizerAdded refuses, as the apiserver does, a new finalizer on an
@@ -279,13 +286,8 @@ func (a *apiserver) patch(u user, obj client.Object, data []byte) (client.Object
 		return nil, apierrors.NewConflict(resources[kind], obj.GetName(), fmt.Errorf("resourceVersion %s is not %s", rv, cur.GetResourceVersion()))
 	}
 	next = a.merge(cur, next, "")
-	if err := finalizerAdded(cur, next); err != nil {
+	if err := a.admitUpdate(u, cur, next, ""); err != nil {
 		return nil, err
-	}
-	if unit, ok := next.(*holdfastv1.Unit); ok {
-		if err := a.admitUnit(u, cur.(*holdfastv1.Unit), unit, ""); err != nil {
-			return nil, err
-		}
 	}
 	return a.store(next), nil
 }
