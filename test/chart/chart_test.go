@@ -298,7 +298,7 @@ func renderMonitoring(t *testing.T, apiVersions []string) []Manifest {
 func TestMonitoringRendersOnlyWhereItsKindsExist(t *testing.T) {
 	without := renderMonitoring(t, nil)
 	for _, m := range without {
-		if m.Kind == "ServiceMonitor" || m.Kind == "PrometheusRule" {
+		if m.Kind == "ServiceMonitor" || m.Kind == "PodMonitor" || m.Kind == "PrometheusRule" {
 			t.Errorf("%s %s rendered for a cluster without its kind", m.Kind, m.Name)
 		}
 	}
@@ -306,20 +306,21 @@ func TestMonitoringRendersOnlyWhereItsKindsExist(t *testing.T) {
 	kinds := map[string]int{}
 	for _, m := range with {
 		kinds[m.Kind]++
-		if m.Kind != "ServiceMonitor" {
+		key := map[string]string{"ServiceMonitor": "endpoints", "PodMonitor": "podMetricsEndpoints"}[m.Kind]
+		if key == "" {
 			continue
 		}
-		eps, _ := m.Object["spec"].(map[string]any)["endpoints"].([]any)
+		eps, _ := m.Object["spec"].(map[string]any)[key].([]any)
 		for _, ep := range eps {
 			if hl, _ := ep.(map[string]any)["honorLabels"].(bool); !hl {
-				t.Errorf("ServiceMonitor %s scrapes without honorLabels: the target's namespace would overwrite the metrics' own", m.Name)
+				t.Errorf("%s %s scrapes without honorLabels: the target's namespace would overwrite the metrics' own", m.Kind, m.Name)
 			}
 		}
 		if len(eps) == 0 {
-			t.Errorf("ServiceMonitor %s has no endpoints", m.Name)
+			t.Errorf("%s %s has no endpoints", m.Kind, m.Name)
 		}
 	}
-	if kinds["ServiceMonitor"] == 0 || kinds["PrometheusRule"] != 1 {
+	if kinds["ServiceMonitor"] == 0 || kinds["PodMonitor"] != 1 || kinds["PrometheusRule"] != 1 {
 		t.Errorf("for a cluster with the Prometheus Operator: %v", kinds)
 	}
 }
