@@ -110,6 +110,10 @@ $(CONTROLLER_GEN):
 	GOBIN=$(CURDIR)/bin/tools/.gobin $(GO) install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)
 	mv $(CURDIR)/bin/tools/.gobin/controller-gen $@
 
+.PHONY: release
+release: ## Build release VERSION into dist/VERSION without Docker: binaries and OCI image archives (linux/amd64, linux/arm64), kubectl-holdfast's krew archives and filled manifest, the packaged chart, an SPDX SBOM, SHA256SUMS; REGISTRY=<registry> also pushes the images
+	$(GO) run ./hack/release -version $(VERSION) $(if $(REGISTRY),-registry $(REGISTRY))
+
 .PHONY: images
 images: ## Build the static, non-root image of every binary (build/Dockerfile; needs Docker: IMAGE_REPO, IMAGE_TAG, default VERSION)
 	IMAGE_TAG="$${IMAGE_TAG:-$(VERSION)}" hack/images.sh
