@@ -10,6 +10,10 @@ K8S_VERSION := $(shell awk '$$1 == "k8s.io/kubernetes" { print $$2; exit }' go.m
 K8S_BIN := $(CURDIR)/bin/k8s/$(K8S_VERSION)
 CONTROLLER_GEN_VERSION := v0.23.0
 CONTROLLER_GEN := $(CURDIR)/bin/tools/controller-gen-$(CONTROLLER_GEN_VERSION)
+# promtool checks and unit-tests the chart's alert rules (test/chart); built
+# without service discovery (remove_all_sd), which it does not need here.
+PROMTOOL_VERSION := v0.316.0
+PROMTOOL := $(CURDIR)/bin/tools/promtool-$(PROMTOOL_VERSION)
 TEST_TIMEOUT ?= 25m
 GO_TEST_FLAGS ?=
 
@@ -22,6 +26,7 @@ BIN_DIR ?= bin
 export KUBEBUILDER_ASSETS := $(K8S_BIN)
 # The chart checks generate third-party CRDs (test/chart) with it.
 export CONTROLLER_GEN
+export PROMTOOL
 
 .PHONY: help
 help: ## Show every target and what it does
@@ -62,19 +67,19 @@ cni-bin: ## Build the CNI plugins the e2e cluster's nodes name (test/cluster) in
 	hack/build-cni-bin.sh
 
 .PHONY: test-unit
-test-unit: node-deps ## Run the tests that need no control plane
+test-unit: node-deps $(PROMTOOL) ## Run the tests that need no control plane
 	$(GO) test -timeout $(TEST_TIMEOUT) $(GO_TEST_FLAGS) ./...
 
 .PHONY: test-integration
-test-integration: k8s-bin node-deps modbus-deps cri-bin cni-bin $(CONTROLLER_GEN) ## Run only the packages with tests against the real apiserver, etcd and kubectl
+test-integration: k8s-bin node-deps modbus-deps cri-bin cni-bin $(CONTROLLER_GEN) $(PROMTOOL) ## Run only the packages with tests against the real apiserver, etcd and kubectl
 	$(GO) test -tags integration -timeout $(TEST_TIMEOUT) $(GO_TEST_FLAGS) $$(hack/integration-packages.sh)
 
 .PHONY: test
-test: k8s-bin node-deps modbus-deps cri-bin cni-bin $(CONTROLLER_GEN) ## Run everything CI runs: unit and integration tests (the README's test command)
+test: k8s-bin node-deps modbus-deps cri-bin cni-bin $(CONTROLLER_GEN) $(PROMTOOL) ## Run everything CI runs: unit and integration tests (the README's test command)
 	$(GO) test -tags integration -timeout $(TEST_TIMEOUT) $(GO_TEST_FLAGS) ./...
 
 .PHONY: test-e2e
-test-e2e: k8s-bin node-deps modbus-deps cri-bin cni-bin $(CONTROLLER_GEN) ## Run everything make test runs plus the long drills (build tag e2e): the matrix on real kubelets (once with owner-epoch devices, once with plain ones), the voter swap drills
+test-e2e: k8s-bin node-deps modbus-deps cri-bin cni-bin $(CONTROLLER_GEN) $(PROMTOOL) ## Run everything make test runs plus the long drills (build tag e2e): the matrix on real kubelets (once with owner-epoch devices, once with plain ones), the voter swap drills
 	$(GO) test -tags integration,e2e -timeout 90m $(GO_TEST_FLAGS) ./...
 	HOLDFAST_E2E_DEVICE=plain $(GO) test -tags integration,e2e -timeout 90m $(GO_TEST_FLAGS) ./test/e2e/
 
@@ -97,9 +102,17 @@ bench-e2e: k8s-bin node-deps cri-bin cni-bin ## Run the e2e benchmarks on real k
 demo: k8s-bin node-deps cri-bin cni-bin ## Start a local cluster of real kubelets, fail a unit over, print the timeline, swap an etcd voter and print its steps; Ctrl-C cleans up
 	$(GO) run ./test/e2e/demo
 
+$(PROMTOOL):
+	GOBIN=$(CURDIR)/bin/tools/.gobin $(GO) install -tags remove_all_sd github.com/prometheus/prometheus/cmd/promtool@$(PROMTOOL_VERSION)
+	mv $(CURDIR)/bin/tools/.gobin/promtool $@
+
 $(CONTROLLER_GEN):
 	GOBIN=$(CURDIR)/bin/tools/.gobin $(GO) install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)
 	mv $(CURDIR)/bin/tools/.gobin/controller-gen $@
+
+.PHONY: release
+release: ## Build release VERSION into dist/VERSION without Docker: binaries and OCI image archives (linux/amd64, linux/arm64), kubectl-holdfast's krew archives and filled manifest, the packaged chart, an SPDX SBOM, SHA256SUMS; REGISTRY=<registry> also pushes the images
+	$(GO) run ./hack/release -version $(VERSION) $(if $(REGISTRY),-registry $(REGISTRY))
 
 .PHONY: images
 images: ## Build the static, non-root image of every binary (build/Dockerfile; needs Docker: IMAGE_REPO, IMAGE_TAG, default VERSION)

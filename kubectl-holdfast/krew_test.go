@@ -1,15 +1,13 @@
 package plugin
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
-	"os"
 	"regexp"
 	"strings"
 	"testing"
-	"text/template"
 
+	"github.com/holdfast-io/holdfast/kubectl-holdfast/krew"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
@@ -44,33 +42,19 @@ type krewPlugin struct {
 // The krew manifest, rendered as krew-release-bot renders it, is a krew
 // Plugin that installs the binary on every platform it names.
 func TestKrewManifestIsAValidPlugin(t *testing.T) {
-	src, err := os.ReadFile("krew/holdfast.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
 	const tag = "v0.1.0"
 	var uris []string
-	// The bot's function: render the inner template, then write uri and sha256.
-	funcs := template.FuncMap{"addURIAndSha": func(uri, tag string) (string, error) {
-		var b bytes.Buffer
-		if err := template.Must(template.New("uri").Parse(uri)).Execute(&b, map[string]string{"TagName": tag}); err != nil {
-			return "", err
-		}
-		uris = append(uris, b.String())
-		sum := sha256.Sum256(b.Bytes())
-		return "uri: " + b.String() + "\n    sha256: " + hex.EncodeToString(sum[:]), nil
-	}}
-	tmpl, err := template.New("krew").Funcs(funcs).Parse(string(src))
+	out, err := krew.Render(tag, func(uri string) (string, error) {
+		uris = append(uris, uri)
+		sum := sha256.Sum256([]byte(uri))
+		return hex.EncodeToString(sum[:]), nil
+	})
 	if err != nil {
-		t.Fatal(err)
-	}
-	var out bytes.Buffer
-	if err := tmpl.Execute(&out, map[string]string{"TagName": tag}); err != nil {
 		t.Fatal(err)
 	}
 	var p krewPlugin
-	if err := yaml.UnmarshalStrict(out.Bytes(), &p); err != nil {
-		t.Fatalf("the rendered manifest is not a krew Plugin: %v\n%s", err, out.String())
+	if err := yaml.UnmarshalStrict(out, &p); err != nil {
+		t.Fatalf("the rendered manifest is not a krew Plugin: %v\n%s", err, out)
 	}
 	if p.APIVersion != "krew.googlecontainertools.github.com/v1alpha2" || p.Kind != "Plugin" || p.Name != "holdfast" {
 		t.Errorf("header: %s %s %s", p.APIVersion, p.Kind, p.Name)

@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/holdfast-io/holdfast/internal/version"
 	"github.com/holdfast-io/holdfast/test/devicesim"
 )
 
@@ -51,7 +52,12 @@ Flags:
 	httpAddr := fs.String("http", "127.0.0.1:5080", "HTTP address of the write log and control endpoint; empty disables it")
 	epochRegister := fs.Uint("epoch-register", devicesim.DefaultEpochRegister, "first of the four owner-epoch registers")
 	logFile := fs.String("write-log", "", "append every write to this file as JSON lines")
+	showVersion := version.Flag(fs)
 	_ = fs.Parse(os.Args[1:])
+	if *showVersion {
+		version.Print(os.Stdout, "device-simulator")
+		return
+	}
 	if *epochRegister > 65532 {
 		fmt.Fprintln(os.Stderr, "--epoch-register: must be at most 65532")
 		os.Exit(2)

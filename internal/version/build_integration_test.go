@@ -32,7 +32,7 @@ func TestEveryBinaryReportsTheChartsAppVersion(t *testing.T) {
 	if out, err := exec.Command("make", "-s", "-C", root, "build", "BIN_DIR="+dir).CombinedOutput(); err != nil {
 		t.Fatalf("make build: %v\n%s", err, out)
 	}
-	for _, bin := range []string{"holdfast-controller", "holdfast-node", "holdfast-webhook", "holdfast-scheduler", "unit-runtime"} {
+	for _, bin := range []string{"holdfast-controller", "holdfast-node", "holdfast-webhook", "holdfast-scheduler", "unit-runtime", "device-simulator"} {
 		out, err := exec.Command(filepath.Join(dir, bin), "--version").CombinedOutput()
 		if err != nil || !strings.HasPrefix(string(out), bin+" "+want+" ") {
 			t.Errorf("%s --version: %v\n%s\nwant a first line starting %q", bin, err, out, bin+" "+want+" ")

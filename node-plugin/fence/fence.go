@@ -251,6 +251,7 @@ func (a *Agent) stop(ctx context.Context, r runtimeSandbox, reason string, bound
 func (a *Agent) audit(ctx context.Context, act Action) {
 	klog.FromContext(ctx).Info("Fenced a runtime", "reason", act.Reason, "unit", klog.KRef(act.Namespace, act.Unit),
 		"pod", act.Pod, "epoch", act.Epoch, "bindingEpoch", act.BindingEpoch, "sandbox", act.Sandbox, "message", act.Message)
+	fences.WithLabelValues(act.Namespace, act.Unit, act.Reason).Inc()
 	if a.AuditDir != "" {
 		line, _ := json.Marshal(act)
 		if err := appendLine(filepath.Join(a.AuditDir, auditFile), line); err != nil {

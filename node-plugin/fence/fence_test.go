@@ -12,6 +12,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	critesting "k8s.io/cri-api/pkg/apis/testing"
 	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/holdfast-io/holdfast/api/lease"
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
@@ -118,6 +119,7 @@ func TestWedgedRuntimeStoppedOncePerApiserverOutage(t *testing.T) {
 	dir := t.TempDir()
 	agent := &fence.Agent{CRI: cri, Units: units{"plant/u": u}, Lease: answers, Clock: clk, AuditDir: dir}
 	stops := func() int { return stopCalls(cri) }
+	counted0 := fencesCounted(t, "plant", "u", fence.ReasonWedgedRuntime)
 	audited := func() int {
 		b, err := os.ReadFile(filepath.Join(dir, "fence-audit.jsonl"))
 		if errors.Is(err, os.ErrNotExist) {
@@ -145,6 +147,9 @@ func TestWedgedRuntimeStoppedOncePerApiserverOutage(t *testing.T) {
 		t.Helper()
 		if s, a := stops(), audited(); s != n || a != n {
 			t.Fatalf("%s: %d StopContainer calls and %d audit records, want %d of each (calls %v)", when, s, a, n, cri.GetCalls())
+		}
+		if c := fencesCounted(t, "plant", "u", fence.ReasonWedgedRuntime) - counted0; c != float64(n) {
+			t.Fatalf("%s: holdfast_node_fences_total rose by %v, want %d", when, c, n)
 		}
 	}
 
@@ -333,4 +338,29 @@ func TestTheWatchdogWaitsOutThePromisedLease(t *testing.T) {
 	if n := pass(11 * time.Second); n != 1 {
 		t.Fatalf("%d stops 91s into the outage, past the promised lease and hold bound; want 1", n)
 	}
+}
+
+// fencesCounted reads holdfast_node_fences_total of one unit and reason
+// from the registry the node plugin serves.
+func fencesCounted(t *testing.T, namespace, unit, reason string) float64 {
+	t.Helper()
+	mfs, err := metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "holdfast_node_fences_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			l := map[string]string{}
+			for _, p := range m.GetLabel() {
+				l[p.GetName()] = p.GetValue()
+			}
+			if l["namespace"] == namespace && l["unit"] == unit && l["reason"] == reason {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
 }

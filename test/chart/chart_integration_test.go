@@ -92,6 +92,7 @@ func installMonitoringCRDs(t *testing.T) {
 	}
 	opts := envtest.CRDInstallOptions{Paths: []string{
 		filepath.Join(dir, "monitoring.coreos.com_servicemonitors.yaml"),
+		filepath.Join(dir, "monitoring.coreos.com_podmonitors.yaml"),
 		filepath.Join(dir, "monitoring.coreos.com_prometheusrules.yaml"),
 	}, ErrorIfPathMissing: true}
 	crds, err := envtest.InstallCRDs(env.Config, opts)

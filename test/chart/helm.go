@@ -83,7 +83,7 @@ func Lint(root string, values map[string]any) ([]support.Message, error) {
 
 // APIVersions are the API versions a client-only render assumes, beyond
 // helm's defaults: the Prometheus Operator's kinds the chart may render.
-var APIVersions = []string{"monitoring.coreos.com/v1", "monitoring.coreos.com/v1/ServiceMonitor", "monitoring.coreos.com/v1/PrometheusRule"}
+var APIVersions = []string{"monitoring.coreos.com/v1", "monitoring.coreos.com/v1/ServiceMonitor", "monitoring.coreos.com/v1/PodMonitor", "monitoring.coreos.com/v1/PrometheusRule"}
 
 // Render renders the chart as helm template does (no cluster; lookup finds
 // nothing) and returns the manifests, one object per entry, without CRDs and
