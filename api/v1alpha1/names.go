@@ -47,6 +47,9 @@ const (
 	AnnotationTombstone = "holdfast.io/tombstone"
 	// AnnotationFitness carries the node's fitness probe results.
 	AnnotationFitness = "holdfast.io/fitness"
+	// AnnotationRuntimes is the node plugin's list of the unit runtimes
+	// running on its host (RuntimesReport, JSON).
+	AnnotationRuntimes = "holdfast.io/runtimes"
 	// AnnotationReportRepair carries, in the person's words, why a member of
 	// the report-repair groups removes a node report (break-glass; the
 	// webhook audits it). Only removals are allowed this way.
@@ -59,16 +62,16 @@ const (
 
 // IsNodeReport says whether a Node label (label true) or annotation key is
 // one of a node plugin's reports of its own host: its observed role, its
-// actuator report, provisioned, tombstone and fitness. Only that node's
-// plugin writes them; only the voter controller clears them (or a person in
-// the webhook's report-repair groups, with a reason in
+// actuator report, provisioned, tombstone, fitness and the runtimes it runs.
+// Only that node's plugin writes them; only the voter controller clears them
+// (or a person in the webhook's report-repair groups, with a reason in
 // AnnotationReportRepair).
 func IsNodeReport(key string, label bool) bool {
 	if label {
 		return key == LabelRole
 	}
 	switch key {
-	case AnnotationActuator, AnnotationProvisioned, AnnotationTombstone, AnnotationFitness:
+	case AnnotationActuator, AnnotationProvisioned, AnnotationTombstone, AnnotationFitness, AnnotationRuntimes:
 		return true
 	}
 	return false
