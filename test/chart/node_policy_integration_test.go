@@ -31,7 +31,7 @@ type nodeChange struct {
 }
 
 // nodeChanges touch every part of a Node: spec (cordon), taints, labels,
-// annotations and status.
+// annotations (a holdfast report among them) and status.
 var nodeChanges = []nodeChange{
 	{what: "cordon", patch: func(p int) map[string]any {
 		return map[string]any{"spec": map[string]any{"unschedulable": p%2 == 0}}
@@ -44,6 +44,10 @@ var nodeChanges = []nodeChange{
 	}},
 	{what: "annotate", patch: func(p int) map[string]any {
 		return map[string]any{"metadata": map[string]any{"annotations": map[string]any{"example.com/note": fmt.Sprint(p)}}}
+	}},
+	{what: "runtimes report (a runtime still running hidden from another node's hand-over)", patch: func(p int) map[string]any {
+		return map[string]any{"metadata": map[string]any{"annotations": map[string]any{
+			"holdfast.io/runtimes": fmt.Sprintf(`{"at":"2026-12-02T08:00:0%dZ","runtimes":[]}`, p)}}}
 	}},
 	{what: "status capacity", subresource: "status", patch: func(p int) map[string]any {
 		return map[string]any{"status": map[string]any{"capacity": map[string]any{"example.com/widgets": fmt.Sprint(p + 1)}}}
