@@ -225,8 +225,9 @@ const (
 	// runtime to stop writing, and False once it is done or cancelled.
 	ConditionRuntimeHandOver = "RuntimeHandOver"
 	// RuntimeHandOver: AwaitingFence (a Failover runtime fences by its own
-	// lease), AwaitingPodGone (an Autonomy runtime's pod is being deleted),
-	// HandedOver, HandOverCancelled. HandOver is the Held reason of a
+	// lease), AwaitingPodGone (an Autonomy runtime's pod is being deleted and
+	// its node's plugin must list no container of it, or a person certify
+	// the stop), HandedOver, HandOverCancelled. HandOver is the Held reason of a
 	// hand-over.
 	ReasonHandOver          = "HandOver"
 	ReasonAwaitingFence     = "AwaitingFence"
@@ -236,8 +237,10 @@ const (
 )
 
 // FinalizerRuntimeStopped holds a Unit's deletion until the runtime of its
-// binding has provably stopped writing: fenced by its own lease, or its pod
-// confirmed gone (docs/design.md §3 L13). Until then the Unit's name cannot
+// binding has provably stopped writing: fenced by its own lease, its pod
+// gone and its node's plugin listing no container of it after that
+// (AnnotationRuntimes), or a person's certification
+// (AnnotationFailoverConfirmFenced) (docs/design.md §3 L13). Until then the Unit's name cannot
 // be created again, so a re-created Unit never binds a second writer beside
 // a runtime of the deleted one that still holds its lease.
 const FinalizerRuntimeStopped = "holdfast.io/runtime-stopped"
