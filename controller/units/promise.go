@@ -217,8 +217,13 @@ func stopState(b *holdfastv1.RuntimeBinding, t terms, in *Inputs) stopWait {
 		// nothing of the process it runs.
 		h.PodGoneAt = nil
 	}
-	if c := in.Unit.Annotations[holdfastv1.AnnotationFailoverConfirmFenced]; c != "" {
+	switch c := in.Unit.Annotations[holdfastv1.AnnotationFailoverConfirmFenced]; {
+	case c != "":
 		return stopWait{done: true, byPerson: true, evidence: fmt.Sprintf("a person certified it (%s: %q)", holdfastv1.AnnotationFailoverConfirmFenced, c)}
+	case in.PodGone && b.Node == "":
+		// The scheduler records the node before it binds the pod: a
+		// binding with no node had its pod on none, so it never ran.
+		return stopWait{done: true, evidence: fmt.Sprintf("its pod %s is gone and was never placed on a node, so it never ran", b.Pod)}
 	}
 	node := nodeOrUnknown(b.Node)
 	confirm := fmt.Sprintf("a person who has stopped it sets %s on the Unit to how", holdfastv1.AnnotationFailoverConfirmFenced)

@@ -232,6 +232,10 @@ func TestAPodGoneIsNotAStoppedWriter(t *testing.T) {
 			s.nodeRuntimes.Runtimes = []holdfastv1.NodeRuntime{runtime("plant", "kiln-2", 1), runtime("other", "kiln-1", 1), runtime("plant", "kiln-1", 2)}
 		}, done: true},
 		{name: "the pod back after the report", mutate: func(s *sim) { s.podGone = false }, awaiting: "the apiserver to confirm pod"},
+		{name: "a binding never placed, no report", mutate: func(s *sim) { s.u.Status.RuntimeBinding.Node, s.nodeRuntimes = "", nil }, done: true},
+		{name: "a binding never placed, its pod still there", mutate: func(s *sim) {
+			s.u.Status.RuntimeBinding.Node, s.nodeRuntimes, s.podGone = "", nil, false
+		}, awaiting: "the apiserver to confirm pod"},
 		{name: "no report, a person certifies the stop", mutate: func(s *sim) {
 			s.nodeRuntimes = nil
 			s.u.Annotations = map[string]string{holdfastv1.AnnotationFailoverConfirmFenced: "powered off at the breaker"}
