@@ -34,19 +34,9 @@ func TestAPodGoneIsNotAStoppedWriterUntilItsNodeConfirms(t *testing.T) {
 	t.Run("a deleted Unit whose Node was deleted", func(t *testing.T) {
 		t.Parallel()
 		ctx := context.Background()
-		dev := plainDevice(t)
-		p := newPlantWith(t, func(u *holdfastv1.Unit) {
-			u.Spec.Availability.Mode = holdfastv1.Autonomy
-			u.Spec.Runtime.Args = plainArgs(dev, "100")
-		}, "standby-1")
+		dev, p, pod, old := autonomyWriting(t)
 		other := p.ns + "-other"
 		p.k.node(other, map[string]string{"holdfast.io/device": other})
-		p.place(1)
-		eventually(t, 30*time.Second, "the runtime writing", func() (bool, string) {
-			return len(writesTo(dev, 100)) >= 3, fmt.Sprintf("%d writes", len(writesTo(dev, 100)))
-		})
-		pod := units.PodName("kiln", p.epoch(1))
-		old := p.k.proc(pod)
 
 		p.k.setNode(p.primary, func(n *simNode) { n.cut = true })
 		gone := p.unit()
@@ -103,17 +93,7 @@ func TestAPodGoneIsNotAStoppedWriterUntilItsNodeConfirms(t *testing.T) {
 
 	t.Run("an Autonomy hand-over after kubectl delete --force", func(t *testing.T) {
 		t.Parallel()
-		dev := plainDevice(t)
-		p := newPlantWith(t, func(u *holdfastv1.Unit) {
-			u.Spec.Availability.Mode = holdfastv1.Autonomy
-			u.Spec.Runtime.Args = plainArgs(dev, "100")
-		}, "standby-1")
-		p.place(1)
-		eventually(t, 30*time.Second, "the runtime writing", func() (bool, string) {
-			return len(writesTo(dev, 100)) >= 3, fmt.Sprintf("%d writes", len(writesTo(dev, 100)))
-		})
-		pod := units.PodName("kiln", p.epoch(1))
-		old := p.k.proc(pod)
+		dev, p, pod, old := autonomyWriting(t)
 
 		p.k.setNode(p.primary, func(n *simNode) { n.cut = true })
 		p.edit(func(s *holdfastv1.UnitSpec) { s.Runtime.Args = plainArgs(dev, "101") })
@@ -145,14 +125,26 @@ func TestAPodGoneIsNotAStoppedWriterUntilItsNodeConfirms(t *testing.T) {
 	})
 }
 
-func plainDevice(t *testing.T) *devicesim.Sim {
+// autonomyWriting is an Autonomy plant on a plain device, its runtime at
+// binding 1 on the primary writing to register 100: the device, the
+// plant, the runtime's pod and process.
+func autonomyWriting(t *testing.T) (*devicesim.Sim, *plant, string, *runtimeProc) {
 	t.Helper()
 	dev, err := devicesim.Start(devicesim.Config{Address: "127.0.0.1:0", Mode: devicesim.Plain})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = dev.Close() })
-	return dev
+	p := newPlantWith(t, func(u *holdfastv1.Unit) {
+		u.Spec.Availability.Mode = holdfastv1.Autonomy
+		u.Spec.Runtime.Args = plainArgs(dev, "100")
+	}, "standby-1")
+	p.place(1)
+	eventually(t, 30*time.Second, "the runtime writing", func() (bool, string) {
+		return len(writesTo(dev, 100)) >= 3, fmt.Sprintf("%d writes", len(writesTo(dev, 100)))
+	})
+	pod := units.PodName("kiln", p.epoch(1))
+	return dev, p, pod, p.k.proc(pod)
 }
 
 // awaitHandOver waits for the Unit's RuntimeHandOver condition, True, to
