@@ -249,8 +249,9 @@ func stopState(b *holdfastv1.RuntimeBinding, t terms, in *Inputs) stopWait {
 	return stopWait{done: !in.Now.Before(due), evidence: fence, awaiting: awaiting, due: due}
 }
 
-// answers says whether report r was listed after its node's plugin read
-// podGoneAt on the unit's hand-over: it lists nothing older than that.
+// answers says whether report r was listed after its node's plugin read the
+// unit's hand-over's podGoneAt, so after the pod was seen gone: the order
+// needs no comparison of the two machines' clocks.
 func answers(r *holdfastv1.RuntimesReport, u *holdfastv1.Unit, podGoneAt *metav1.Time) bool {
 	if podGoneAt == nil {
 		return false
