@@ -196,7 +196,8 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	if err != nil {
 		return err
 	}
-	if err := mgr.Add(&fence.Loop{Agent: agent, Probe: probe, Every: time.Second, Clock: clock.RealClock{}}); err != nil {
+	runtimes := &fence.RuntimesReporter{Agent: agent, Client: mgr.GetClient(), Units: mgr.GetClient(), NodeName: o.NodeName, Clock: clock.RealClock{}}
+	if err := mgr.Add(&fence.Loop{Agent: agent, Runtimes: runtimes, Probe: probe, Every: time.Second, Clock: clock.RealClock{}}); err != nil {
 		return err
 	}
 	images, err := prestage.NewCRI(ctx, o.CRIEndpoint)

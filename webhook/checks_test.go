@@ -141,6 +141,18 @@ func TestNodeRules(t *testing.T) {
 			[]string{"metadata.annotations[holdfast.io/provisioned]: Forbidden: " + reportOnly}},
 		{"a Node registered with a report", admin, nil, nodeWith("n1", nil, map[string]string{holdfastv1.AnnotationFitness: "{}"}), nodeFacts{},
 			[]string{"metadata.annotations[holdfast.io/fitness]: Forbidden: " + reportOnly}},
+		{"the runtimes report written by its node's plugin", pluginOn("n1"), nodeWith("n1", nil, nil),
+			nodeWith("n1", nil, map[string]string{holdfastv1.AnnotationRuntimes: `{"runtimes":[]}`}), nodeFacts{}, nil},
+		{"the runtimes report written by another node's plugin", pluginOn("n2"), nodeWith("n1", nil, nil),
+			nodeWith("n1", nil, map[string]string{holdfastv1.AnnotationRuntimes: `{"runtimes":[]}`}), nodeFacts{},
+			[]string{"metadata.annotations[holdfast.io/runtimes]: Forbidden: the node plugin on node n2 may write holdfast annotations only on its own Node, not on n1"}},
+		{"a runtimes report forged by an admin (a runtime still writing hidden)", admin,
+			nodeWith("n1", nil, map[string]string{holdfastv1.AnnotationRuntimes: `{"runtimes":[{"namespace":"plant","unit":"kiln-1","epoch":1}]}`}),
+			nodeWith("n1", nil, map[string]string{holdfastv1.AnnotationRuntimes: `{"runtimes":[]}`}), nodeFacts{},
+			[]string{"metadata.annotations[holdfast.io/runtimes]: Forbidden: " + reportOnly}},
+		{"a runtimes report written by the controller", controller, nodeWith("n1", nil, nil),
+			nodeWith("n1", nil, map[string]string{holdfastv1.AnnotationRuntimes: `{"runtimes":[]}`}), nodeFacts{},
+			[]string{"metadata.annotations[holdfast.io/runtimes]: Forbidden: " + reportOnly}},
 		{"a report written by the controller", controller, nodeWith("n1", nil, nil), nodeWith("n1", nil, map[string]string{holdfastv1.AnnotationTombstone: "{}"}), nodeFacts{},
 			[]string{"metadata.annotations[holdfast.io/tombstone]: Forbidden: " + reportOnly}},
 		{"reports cleared by the controller", controller,
@@ -321,6 +333,15 @@ func TestUnitRules(t *testing.T) {
 		{"fence outside the groups", operator, held, ann(held, fence, "breaker off"), []string{
 			"metadata.annotations[holdfast.io/failover-confirm-fenced]: Forbidden: user olivia (groups plant-operators, system:authenticated) may not confirm a fence: requires membership in one of the groups [system:masters]",
 		}, nil},
+		// A deleted Autonomy Unit (or a hand-over) waits on its node's report
+		// or this certification: admitted on a Terminating Unit, to the same
+		// groups only.
+		{"a fence certified on a Unit being deleted", admin, deleting(unitBound(holdfastv1.Autonomy, "")),
+			ann(deleting(unitBound(holdfastv1.Autonomy, "")), fence, "powered off at the breaker"), nil, []string{AuditConfirmFenced}},
+		{"a fence certified on a Unit being deleted, outside the groups", operator, deleting(unitBound(holdfastv1.Autonomy, "")),
+			ann(deleting(unitBound(holdfastv1.Autonomy, "")), fence, "powered off at the breaker"), []string{
+				"metadata.annotations[holdfast.io/failover-confirm-fenced]: Forbidden: user olivia (groups plant-operators, system:authenticated) may not confirm a fence: requires membership in one of the groups [system:masters]",
+			}, nil},
 		{"a restart by anyone allowed to patch the unit is audited", operator, held, ann(held, holdfastv1.AnnotationRestart, "2026-11-29T20:15:00Z"), nil,
 			[]string{AuditRestart}},
 		{"a restart the controller writes is not a person's", controller, held, ann(held, holdfastv1.AnnotationRestart, "2026-11-29T20:15:00Z"), nil, nil},
@@ -674,4 +695,13 @@ func TestAuditLinesAreWholeJSON(t *testing.T) {
 	if rec.User != "sam" || rec.RequestID != "u-1" || !rec.DryRun || !rec.Time.Equal(t0) || rec.Reason != "breaker" {
 		t.Fatalf("record %+v", rec)
 	}
+}
+
+// deleting is u as the apiserver keeps it while its finalizer holds it.
+func deleting(u *holdfastv1.Unit) *holdfastv1.Unit {
+	u = u.DeepCopy()
+	at := metav1.NewTime(t0)
+	u.DeletionTimestamp = &at
+	u.Finalizers = []string{holdfastv1.FinalizerRuntimeStopped}
+	return u
 }

@@ -47,6 +47,9 @@ const (
 	AnnotationTombstone = "holdfast.io/tombstone"
 	// AnnotationFitness carries the node's fitness probe results.
 	AnnotationFitness = "holdfast.io/fitness"
+	// AnnotationRuntimes is the node plugin's list of the unit runtimes
+	// running on its host (RuntimesReport, JSON).
+	AnnotationRuntimes = "holdfast.io/runtimes"
 	// AnnotationReportRepair carries, in the person's words, why a member of
 	// the report-repair groups removes a node report (break-glass; the
 	// webhook audits it). Only removals are allowed this way.
@@ -59,16 +62,16 @@ const (
 
 // IsNodeReport says whether a Node label (label true) or annotation key is
 // one of a node plugin's reports of its own host: its observed role, its
-// actuator report, provisioned, tombstone and fitness. Only that node's
-// plugin writes them; only the voter controller clears them (or a person in
-// the webhook's report-repair groups, with a reason in
+// actuator report, provisioned, tombstone, fitness and the runtimes it runs.
+// Only that node's plugin writes them; only the voter controller clears them
+// (or a person in the webhook's report-repair groups, with a reason in
 // AnnotationReportRepair).
 func IsNodeReport(key string, label bool) bool {
 	if label {
 		return key == LabelRole
 	}
 	switch key {
-	case AnnotationActuator, AnnotationProvisioned, AnnotationTombstone, AnnotationFitness:
+	case AnnotationActuator, AnnotationProvisioned, AnnotationTombstone, AnnotationFitness, AnnotationRuntimes:
 		return true
 	}
 	return false
@@ -222,8 +225,9 @@ const (
 	// runtime to stop writing, and False once it is done or cancelled.
 	ConditionRuntimeHandOver = "RuntimeHandOver"
 	// RuntimeHandOver: AwaitingFence (a Failover runtime fences by its own
-	// lease), AwaitingPodGone (an Autonomy runtime's pod is being deleted),
-	// HandedOver, HandOverCancelled. HandOver is the Held reason of a
+	// lease), AwaitingPodGone (an Autonomy runtime's pod is being deleted and
+	// its node's plugin must list no container of it, or a person certify
+	// the stop), HandedOver, HandOverCancelled. HandOver is the Held reason of a
 	// hand-over.
 	ReasonHandOver          = "HandOver"
 	ReasonAwaitingFence     = "AwaitingFence"
@@ -233,8 +237,10 @@ const (
 )
 
 // FinalizerRuntimeStopped holds a Unit's deletion until the runtime of its
-// binding has provably stopped writing: fenced by its own lease, or its pod
-// confirmed gone (docs/design.md §3 L13). Until then the Unit's name cannot
+// binding has provably stopped writing: fenced by its own lease, its pod
+// gone and its node's plugin listing no container of it after that
+// (AnnotationRuntimes), or a person's certification
+// (AnnotationFailoverConfirmFenced) (docs/design.md §3 L13). Until then the Unit's name cannot
 // be created again, so a re-created Unit never binds a second writer beside
 // a runtime of the deleted one that still holds its lease.
 const FinalizerRuntimeStopped = "holdfast.io/runtime-stopped"

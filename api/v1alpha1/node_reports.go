@@ -123,3 +123,53 @@ func ParseRoleJoin(s string) (map[string]string, field.ErrorList) {
 	}
 	return members, errs
 }
+
+// RuntimesReport is the node plugin's list of the unit runtimes on its
+// host, the JSON value of AnnotationRuntimes on its own Node. It is read
+// from the container runtime (CRI), not from Pod objects, so a runtime whose
+// Pod object was removed without the kubelet (a deleted Node, a forced
+// delete) is still listed while it runs.
+type RuntimesReport struct {
+	// At is when the host was listed, on the node's clock (for people:
+	// holdfast compares no clocks across machines; Answers orders the
+	// listing after a hand-over's podGoneAt).
+	At metav1.Time `json:"at"`
+	// Runtimes are the runtime pods on the host whose sandbox is ready or
+	// has a container that has not exited.
+	Runtimes []NodeRuntime `json:"runtimes"`
+	// Answers are the hand-overs this listing answers: each unit bound to
+	// this node whose binding's handOver.podGoneAt the plugin read before it
+	// listed the host, with that time.
+	Answers []RuntimesAnswer `json:"answers,omitempty"`
+}
+
+// NodeRuntime is one runtime pod on a host.
+type NodeRuntime struct {
+	Namespace string `json:"namespace"`
+	Unit      string `json:"unit"`
+	Epoch     int64  `json:"epoch"`
+	Pod       string `json:"pod,omitempty"`
+	PodUID    string `json:"podUID,omitempty"`
+}
+
+// RuntimesAnswer names a hand-over a RuntimesReport answers.
+type RuntimesAnswer struct {
+	Namespace string      `json:"namespace"`
+	Unit      string      `json:"unit"`
+	PodGoneAt metav1.Time `json:"podGoneAt"`
+}
+
+// RuntimesReportOf is the node plugin's runtimes report among a Node's
+// annotations; nil when there is none or it cannot be read (a reader then
+// has no evidence and waits for the next one).
+func RuntimesReportOf(annotations map[string]string) *RuntimesReport {
+	v, ok := annotations[AnnotationRuntimes]
+	if !ok {
+		return nil
+	}
+	var r RuntimesReport
+	if err := json.Unmarshal([]byte(v), &r); err != nil {
+		return nil
+	}
+	return &r
+}

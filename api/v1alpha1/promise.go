@@ -69,7 +69,9 @@ type ShorterLease struct {
 // started because the Unit asks for a process the binding's promise does
 // not describe (another mode, another spec.runtime). The new epoch starts
 // on the same node only once the old runtime has provably stopped writing:
-// fenced by its own lease (Failover), or its pod confirmed gone.
+// fenced by its own lease (Failover), its pod confirmed gone and its node's
+// plugin reporting no container of it (RuntimesReport), or a person's
+// certification (AnnotationFailoverConfirmFenced).
 type HandOver struct {
 	// reason names the fields that need another runtime process.
 	// +required
@@ -79,6 +81,13 @@ type HandOver struct {
 	// deleted from it.
 	// +required
 	Since metav1.Time `json:"since"`
+	// podGoneAt is when holdfast first found the apiserver without the
+	// runtime's pod. A pod gone is not a process gone (a Node's deletion
+	// or a forced delete removes the object without the kubelet): the pod's
+	// absence counts only with a report of the node's plugin that answers
+	// this time (RuntimesReport.Answers), so listed after it.
+	// +optional
+	PodGoneAt *metav1.Time `json:"podGoneAt,omitempty"`
 }
 
 // OriginHandOver: a planned hand-over to a new runtime process on the same

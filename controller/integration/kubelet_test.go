@@ -28,12 +28,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	leaseapi "github.com/holdfast-io/holdfast/api/lease"
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/controller/units"
 	"github.com/holdfast-io/holdfast/internal/leasetls/leasetlstest"
+	"github.com/holdfast-io/holdfast/node-plugin/fence"
 )
 
 // nextIP hands each simulated node its own loopback address, so two
@@ -67,6 +70,8 @@ type kubelet struct {
 	creds map[types.UID]*projection
 	stop  chan struct{}
 	done  chan struct{}
+	// plugins are the nodes' node plugins publishing their runtimes.
+	plugins map[string]*fence.RuntimesReporter
 }
 
 // projection is one pod's projected volumes: written (ready) or failed.
@@ -92,11 +97,15 @@ type runtimeProc struct {
 	exited  chan struct{}
 	ready   bool
 	logPath string
+	// namespace and labels are the pod's, as the kubelet copies them onto
+	// its sandbox.
+	namespace string
+	labels    map[string]string
 }
 
 func newKubelet(t testing.TB, ns string) *kubelet {
 	k := &kubelet{t: t, ns: ns, binary: unitRuntimeBinary, dir: t.TempDir(),
-		nodes: map[string]*simNode{}, procs: map[string]*runtimeProc{}, creds: map[types.UID]*projection{},
+		nodes: map[string]*simNode{}, procs: map[string]*runtimeProc{}, creds: map[types.UID]*projection{}, plugins: map[string]*fence.RuntimesReporter{},
 		stop: make(chan struct{}), done: make(chan struct{})}
 	go k.run()
 	t.Cleanup(k.shutdown)
@@ -178,6 +187,7 @@ func (k *kubelet) run() {
 		for i := range pods.Items {
 			k.sync(&pods.Items[i])
 		}
+		k.reportRuntimes()
 	}
 }
 
@@ -348,7 +358,8 @@ func (k *kubelet) start(pod *corev1.Pod, ip string) {
 		k.t.Errorf("kubelet: starting the runtime of %s: %v", pod.Name, err)
 		return
 	}
-	p := &runtimeProc{pod: pod.Name, uid: pod.UID, node: pod.Spec.NodeName, ip: ip, cmd: cmd, exited: make(chan struct{}), logPath: logPath}
+	p := &runtimeProc{pod: pod.Name, uid: pod.UID, node: pod.Spec.NodeName, ip: ip, cmd: cmd, exited: make(chan struct{}), logPath: logPath,
+		namespace: pod.Namespace, labels: pod.Labels}
 	for _, port := range c.Ports {
 		switch port.Name {
 		case "health":
@@ -474,3 +485,88 @@ func runtimeArgs(deviceAddr string) []string {
 }
 
 func itoa(i int64) string { return strconv.FormatInt(i, 10) }
+
+// reportRuntimes runs a pass of each reachable node's node plugin: the real
+// runtimes reporter (package fence) over the node's container runtime,
+// which here is the kubelet's processes (nodeCRI). A cut node's plugin,
+// like its kubelet, does not reach the apiserver.
+func (k *kubelet) reportRuntimes() {
+	k.mu.Lock()
+	var reachable []string
+	for name, n := range k.nodes {
+		if !n.cut {
+			reachable = append(reachable, name)
+		}
+	}
+	k.mu.Unlock()
+	for _, name := range reachable {
+		r := k.plugins[name]
+		if r == nil {
+			cri := nodeCRI{k: k, node: name}
+			r = &fence.RuntimesReporter{Agent: &fence.Agent{CRI: cri}, Client: env.Client, Units: env.Client, NodeName: name, Clock: clock.RealClock{}}
+			k.plugins[name] = r
+		}
+		if err := r.Pass(context.Background()); err != nil && !apierrors.IsNotFound(err) {
+			k.t.Logf("node plugin of %s: %v", name, err)
+		}
+	}
+}
+
+// nodeCRI is a node's container runtime as CRI shows it to the node
+// plugin: a ready sandbox, with the pod's labels and the kubelet's, for
+// each runtime process on the node that has not exited, whether or not its
+// Pod object still exists. The simulated kubelet runs processes, not
+// containers, so this is where the real containerd would answer; the node
+// plugin's reporter runs on real containerd in node-plugin's tests.
+type nodeCRI struct {
+	k    *kubelet
+	node string
+}
+
+func (c nodeCRI) ListPodSandbox(_ context.Context, f *runtimeapi.PodSandboxFilter) ([]*runtimeapi.PodSandbox, error) {
+	c.k.mu.Lock()
+	defer c.k.mu.Unlock()
+	var out []*runtimeapi.PodSandbox
+	for _, p := range c.k.procs {
+		select {
+		case <-p.exited:
+			continue
+		default:
+		}
+		if p.node != c.node {
+			continue
+		}
+		labels := map[string]string{"io.kubernetes.pod.name": p.pod, "io.kubernetes.pod.namespace": p.namespace, "io.kubernetes.pod.uid": string(p.uid)}
+		for k, v := range p.labels {
+			labels[k] = v
+		}
+		match := true
+		for k, v := range f.GetLabelSelector() {
+			match = match && labels[k] == v
+		}
+		if match {
+			out = append(out, &runtimeapi.PodSandbox{Id: string(p.uid), State: runtimeapi.PodSandboxState_SANDBOX_READY, Labels: labels,
+				Metadata: &runtimeapi.PodSandboxMetadata{Name: p.pod, Namespace: p.namespace, Uid: string(p.uid)}})
+		}
+	}
+	return out, nil
+}
+
+func (c nodeCRI) ListContainers(context.Context, *runtimeapi.ContainerFilter) ([]*runtimeapi.Container, error) {
+	return nil, nil
+}
+
+// The node plugin's reporter only lists; the fence agent's other calls are
+// not part of these tests.
+func (c nodeCRI) PodSandboxStatus(context.Context, string, bool) (*runtimeapi.PodSandboxStatusResponse, error) {
+	return nil, fmt.Errorf("node %s: not simulated", c.node)
+}
+func (c nodeCRI) StopContainer(context.Context, string, int64) error {
+	return fmt.Errorf("node %s: not simulated", c.node)
+}
+func (c nodeCRI) StopPodSandbox(context.Context, string) error {
+	return fmt.Errorf("node %s: not simulated", c.node)
+}
+func (c nodeCRI) RemovePodSandbox(context.Context, string) error {
+	return fmt.Errorf("node %s: not simulated", c.node)
+}

@@ -36,16 +36,7 @@ func TestARecreatedUnitNeverStartsASecondWriter(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = dev.Close() })
-	// Each Unit's runtime counts on its own register of the one device, so
-	// the log tells the two processes apart (both reach it from loopback).
-	plainArgs := func(register string) []string {
-		var args []string
-		for _, a := range runtimeArgs(dev.Addr()) {
-			a = strings.Replace(a, "epochRegister=9000", "epochRegister=none", 1)
-			args = append(args, strings.Replace(a, "coupler:100", "coupler:"+register, 1))
-		}
-		return args
-	}
+	plainArgs := func(register string) []string { return plainArgs(dev, register) }
 	p := newPlantWith(t, func(u *holdfastv1.Unit) { u.Spec.Runtime.Args = plainArgs("100") }, "standby-1")
 	ctx := context.Background()
 	eventually(t, 20*time.Second, "the finalizer on the Unit", func() (bool, string) {
@@ -56,15 +47,7 @@ func TestARecreatedUnitNeverStartsASecondWriter(t *testing.T) {
 	p.k.node(other, map[string]string{"holdfast.io/device": p.ns + "-other"})
 	p.place(1)
 	p.waitLease(1, holdfastv1.LeaseHeld, 30*time.Second)
-	writesTo := func(register uint16) []devicesim.Write {
-		var out []devicesim.Write
-		for _, w := range dev.Writes() {
-			if w.Register == register && w.Accepted {
-				out = append(out, w)
-			}
-		}
-		return out
-	}
+	writesTo := func(register uint16) []devicesim.Write { return writesTo(dev, register) }
 	eventually(t, 20*time.Second, "the first runtime writing", func() (bool, string) {
 		return len(writesTo(100)) >= 3, fmt.Sprintf("%d writes", len(writesTo(100)))
 	})
@@ -123,4 +106,28 @@ func TestARecreatedUnitNeverStartsASecondWriter(t *testing.T) {
 	if !slices.Contains(reasons, units.EventRetiring) || !slices.Contains(reasons, units.EventRetired) {
 		t.Fatalf("the deleted Unit's events %v, want %s and %s", reasons, units.EventRetiring, units.EventRetired)
 	}
+}
+
+// plainArgs are a runtime's arguments for a plain device (no owner-epoch
+// register) writing to register: each Unit's runtime counts on its own
+// register of the one device, so the log tells the processes apart (all
+// reach it from loopback).
+func plainArgs(dev *devicesim.Sim, register string) []string {
+	var args []string
+	for _, a := range runtimeArgs(dev.Addr()) {
+		a = strings.Replace(a, "epochRegister=9000", "epochRegister=none", 1)
+		args = append(args, strings.Replace(a, "coupler:100", "coupler:"+register, 1))
+	}
+	return args
+}
+
+// writesTo are the device's accepted writes to register, in order.
+func writesTo(dev *devicesim.Sim, register uint16) []devicesim.Write {
+	var out []devicesim.Write
+	for _, w := range dev.Writes() {
+		if w.Register == register && w.Accepted {
+			out = append(out, w)
+		}
+	}
+	return out
 }

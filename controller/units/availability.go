@@ -42,9 +42,15 @@ type Inputs struct {
 	// NodeExists answers whether a node of that name exists.
 	NodeExists func(string) bool
 	// PodGone: the apiserver (read past the cache) has no pod of the
-	// current binding's name, so its runtime process is confirmed stopped.
-	// Read only while the binding is handed over.
+	// current binding's name. That alone is no evidence the process
+	// stopped (a Node's deletion or a forced delete removes the object
+	// without the kubelet); NodeRuntimes says whether it did. Read only
+	// while the binding is handed over.
 	PodGone bool
+	// NodeRuntimes is the runtimes report of the binding's node
+	// (holdfast.io/runtimes), nil when the Node or its report is absent.
+	// Read only while the binding is handed over.
+	NodeRuntimes *holdfastv1.RuntimesReport
 	// EpochFloor is the least epoch a new binding may take
 	// (policy.EpochFloor of the cluster's epoch record and the clock, L13);
 	// the reconciler reserves the epoch a plan binds before it writes it.
@@ -88,6 +94,9 @@ type Plan struct {
 	Status holdfastv1.UnitStatus
 	Record *Record
 	Rebind *Rebind
+	// ConsumeConfirm: remove the person's holdfast.io/failover-confirm-fenced
+	// once it certified a hand-over's stop, so it certifies no later one.
+	ConsumeConfirm bool
 	// ConsumeRequest: remove the person's failover annotations once the
 	// status is written.
 	ConsumeRequest bool

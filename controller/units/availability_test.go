@@ -35,6 +35,8 @@ type sim struct {
 	unavailable map[string]string
 	// podGone: the apiserver has no pod of the current binding.
 	podGone bool
+	// nodeRuntimes is the binding's node's runtimes report.
+	nodeRuntimes *holdfastv1.RuntimesReport
 	// devices is what the runtime reports of its devices (L13).
 	devices DeviceReport
 	records []*Record
@@ -68,7 +70,7 @@ func newSim(t *testing.T, u *holdfastv1.Unit) *sim {
 func (s *sim) pass() Plan {
 	s.t.Helper()
 	p := Decide(Inputs{Unit: s.u, Pod: s.pod, Obs: s.obs, Now: s.now, HoldOffUntil: s.holdOff, FreeTargets: s.free, Unavailable: s.unavailable,
-		NodeExists: func(n string) bool { return n != "nowhere" }, PodGone: s.podGone, Devices: s.devices})
+		NodeExists: func(n string) bool { return n != "nowhere" }, PodGone: s.podGone, NodeRuntimes: s.nodeRuntimes, Devices: s.devices})
 	s.u.Status = p.Status
 	if p.Record != nil {
 		s.records = append(s.records, p.Record)
@@ -77,9 +79,12 @@ func (s *sim) pass() Plan {
 		delete(s.u.Annotations, holdfastv1.AnnotationFailoverTo)
 		delete(s.u.Annotations, holdfastv1.AnnotationFailoverConfirmFenced)
 	}
+	if p.ConsumeConfirm {
+		delete(s.u.Annotations, holdfastv1.AnnotationFailoverConfirmFenced)
+	}
 	if p.Rebind != nil {
 		// The reconciler forgets the old loop and creates a fresh pod.
-		s.pod, s.obs, s.podGone = nil, nil, false
+		s.pod, s.obs, s.podGone, s.nodeRuntimes = nil, nil, false, nil
 	}
 	return p
 }

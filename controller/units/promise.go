@@ -145,21 +145,23 @@ func handOver(p *Plan, in *Inputs) bool {
 	case w.done:
 	case t.mode != holdfastv1.Failover:
 		p.DeletePod = true
-		msg := fmt.Sprintf("Hand-over of epoch %d (%s): pod %s is being deleted; %s, so epoch %d starts on node %s only once the apiserver confirms the pod gone (the kubelet stopped it; for a node that is powered off, kubectl delete pod --force certifies it)",
-			b.Epoch, h.Reason, b.Pod, w.evidence, b.Epoch+1, nodeOrUnknown(b.Node))
+		msg := fmt.Sprintf("Hand-over of epoch %d (%s): pod %s is being deleted; %s, so epoch %d starts on node %s only once it has provably stopped; awaiting %s",
+			b.Epoch, h.Reason, b.Pod, w.evidence, b.Epoch+1, nodeOrUnknown(b.Node), w.awaiting)
 		setCondition(&p.Status, metav1.Condition{Type: holdfastv1.ConditionRuntimeHandOver, Status: metav1.ConditionTrue,
 			Reason: holdfastv1.ReasonAwaitingPodGone, Message: msg}, in.Now)
 		p.at(in, in.Now.Add(5*time.Second))
 		return true
 	default:
-		msg := fmt.Sprintf("Hand-over of epoch %d (%s): no grant sent since %s; %s; epoch %d starts on node %s at %s",
-			b.Epoch, h.Reason, h.Since.UTC().Format(time.RFC3339), w.evidence, b.Epoch+1, nodeOrUnknown(b.Node), w.due.UTC().Format(time.RFC3339))
+		msg := fmt.Sprintf("Hand-over of epoch %d (%s): no grant sent since %s; %s; epoch %d starts on node %s at %s, or earlier on %s",
+			b.Epoch, h.Reason, h.Since.UTC().Format(time.RFC3339), w.evidence, b.Epoch+1, nodeOrUnknown(b.Node), w.due.UTC().Format(time.RFC3339), w.awaiting)
 		setCondition(&p.Status, metav1.Condition{Type: holdfastv1.ConditionRuntimeHandOver, Status: metav1.ConditionTrue,
 			Reason: holdfastv1.ReasonAwaitingFence, Message: msg}, in.Now)
 		p.at(in, w.due)
+		p.at(in, in.Now.Add(5*time.Second))
 		return true
 	}
 	evidence := w.evidence
+	p.ConsumeConfirm = w.byPerson
 
 	rb := &Rebind{Origin: holdfastv1.OriginHandOver, Node: b.Node}
 	p.Rebind = rb
@@ -178,26 +180,103 @@ func handOver(p *Plan, in *Inputs) bool {
 }
 
 // stopWait is where a binding handed over stands in stopping its runtime:
-// done, with the evidence that it stopped writing; or what it waits on, and
-// until when (zero: only the pod's confirmed deletion ends the wait).
+// done, with the evidence that it stopped writing; or what it waits on
+// (evidence, awaiting: what would end the wait, for people), and until when
+// (zero: only the node's report or a person ends the wait).
 type stopWait struct {
 	done     bool
 	evidence string
+	awaiting string
 	due      time.Time
+	// byPerson: a person's holdfast.io/failover-confirm-fenced ended it.
+	byPerson bool
 }
 
 // stopState judges whether the runtime of binding b, handed over (no grant
 // sent since b.HandOver.Since), has provably stopped writing. The hand-over
-// and a deleted Unit's retirement both judge by it.
+// and a deleted Unit's retirement both judge by it (L11, L13). A pod gone
+// from the apiserver is not a process gone: PodGC removes every pod of a
+// deleted Node, and a forced delete removes the object without the kubelet,
+// while the process on a node cut from the control network still writes.
+// So the pod's absence counts only with the report of the one component
+// that sees the process, the node plugin on the binding's node, listed
+// after the pod was seen gone (it answers b.HandOver.PodGoneAt, recorded
+// here on the first pass that finds the pod gone) and listing no container
+// of the unit at the binding's epoch or an earlier one. Without that, a
+// Failover runtime is fenced by its own lease and the margin (fenceDue) and
+// an Autonomy runtime, which never fences itself, waits for the report or
+// for a person's certification (holdfast.io/failover-confirm-fenced).
 func stopState(b *holdfastv1.RuntimeBinding, t terms, in *Inputs) stopWait {
+	h := b.HandOver
 	switch {
-	case in.PodGone:
-		return stopWait{done: true, evidence: fmt.Sprintf("its pod %s is confirmed gone", b.Pod)}
-	case t.mode != holdfastv1.Failover:
-		return stopWait{evidence: "an Autonomy runtime never fences itself"}
+	case in.PodGone && h.PodGoneAt == nil:
+		at := metav1.NewTime(policy.CeilSecond(in.Now))
+		h.PodGoneAt = &at
+	case !in.PodGone && h.PodGoneAt != nil:
+		// The pod is back: a report answering its earlier absence says
+		// nothing of the process it runs.
+		h.PodGoneAt = nil
+	}
+	switch c := in.Unit.Annotations[holdfastv1.AnnotationFailoverConfirmFenced]; {
+	case c != "":
+		return stopWait{done: true, byPerson: true, evidence: fmt.Sprintf("a person certified it (%s: %q)", holdfastv1.AnnotationFailoverConfirmFenced, c)}
+	case in.PodGone && b.Node == "":
+		// The scheduler records the node before it binds the pod: a
+		// binding with no node had its pod on none, so it never ran.
+		return stopWait{done: true, evidence: fmt.Sprintf("its pod %s is gone and was never placed on a node, so it never ran", b.Pod)}
+	}
+	node := nodeOrUnknown(b.Node)
+	confirm := fmt.Sprintf("a person who has stopped it sets %s on the Unit to how", holdfastv1.AnnotationFailoverConfirmFenced)
+	var awaiting string
+	switch running := nodeRuntimesOf(b, in.Unit, in.NodeRuntimes); {
+	case !in.PodGone:
+		awaiting = fmt.Sprintf("the apiserver to confirm pod %s gone and then node %s's plugin to list no container of it (%s on Node %s); if the node is down for good, %s",
+			b.Pod, node, holdfastv1.AnnotationRuntimes, node, confirm)
+	case in.NodeRuntimes == nil || !answers(in.NodeRuntimes, in.Unit, h.PodGoneAt):
+		awaiting = fmt.Sprintf("pod %s is gone from the apiserver since %s, which is no proof its process stopped: waiting for node %s's plugin to list the node's runtimes after that (%s on Node %s); if the node is down or cut off for good, %s",
+			b.Pod, h.PodGoneAt.UTC().Format(time.RFC3339), node, holdfastv1.AnnotationRuntimes, node, confirm)
+	case len(running) > 0:
+		awaiting = fmt.Sprintf("pod %s is gone from the apiserver but node %s's plugin lists its runtime still running there (%s): stop it on the node (its kubelet does once it reaches the apiserver), or %s",
+			b.Pod, node, strings.Join(running, ", "), confirm)
+	default:
+		return stopWait{done: true, evidence: fmt.Sprintf("its pod %s is gone and node %s's plugin, listing the node after that, runs no container of it at epoch %d or earlier",
+			b.Pod, node, b.Epoch)}
+	}
+	if t.mode != holdfastv1.Failover {
+		return stopWait{evidence: "an Autonomy runtime never fences itself", awaiting: awaiting}
 	}
 	due, fence := fenceDue(b, t, in)
-	return stopWait{done: !in.Now.Before(due), evidence: fence, due: due}
+	return stopWait{done: !in.Now.Before(due), evidence: fence, awaiting: awaiting, due: due}
+}
+
+// answers says whether report r was listed after its node's plugin read the
+// unit's hand-over's podGoneAt, so after the pod was seen gone: the order
+// needs no comparison of the two machines' clocks.
+func answers(r *holdfastv1.RuntimesReport, u *holdfastv1.Unit, podGoneAt *metav1.Time) bool {
+	if podGoneAt == nil {
+		return false
+	}
+	for _, a := range r.Answers {
+		if a.Namespace == u.Namespace && a.Unit == u.Name && a.PodGoneAt.Equal(podGoneAt) {
+			return true
+		}
+	}
+	return false
+}
+
+// nodeRuntimesOf names the unit's runtimes report r lists at the binding's
+// epoch or an earlier one: each may still write.
+func nodeRuntimesOf(b *holdfastv1.RuntimeBinding, u *holdfastv1.Unit, r *holdfastv1.RuntimesReport) []string {
+	if r == nil {
+		return nil
+	}
+	var out []string
+	for _, rt := range r.Runtimes {
+		if rt.Namespace == u.Namespace && rt.Unit == u.Name && rt.Epoch <= b.Epoch {
+			out = append(out, fmt.Sprintf("pod %s uid %s at epoch %d", rt.Pod, rt.PodUID, rt.Epoch))
+		}
+	}
+	return out
 }
 
 // fenceDue is when a Failover runtime handed over has certainly stopped
@@ -241,8 +320,8 @@ func startHandOver(p *Plan, in *Inputs, why string) {
 	} else {
 		p.DeletePod = true
 		reason = holdfastv1.ReasonAwaitingPodGone
-		msg += fmt.Sprintf("An Autonomy runtime never fences itself: its pod %s is deleted, and epoch %d starts on the same node once the pod is confirmed gone",
-			b.Pod, b.Epoch+1)
+		msg += fmt.Sprintf("An Autonomy runtime never fences itself: its pod %s is deleted, and epoch %d starts on the same node once the pod is gone and node %s's plugin lists no container of it (%s), or a person certifies it stopped (%s)",
+			b.Pod, b.Epoch+1, nodeOrUnknown(b.Node), holdfastv1.AnnotationRuntimes, holdfastv1.AnnotationFailoverConfirmFenced)
 	}
 	msg += "; the unit is held until a person restarts it"
 	setCondition(&p.Status, metav1.Condition{Type: holdfastv1.ConditionRuntimeHandOver, Status: metav1.ConditionTrue, Reason: reason, Message: msg}, in.Now)

@@ -292,7 +292,7 @@ func TestALiveSpecChangeNeverWeakensAHeldPromise(t *testing.T) {
 		if c := s.cond(holdfastv1.ConditionRuntimeHandOver); c.Reason != holdfastv1.ReasonAwaitingPodGone {
 			t.Fatalf("RuntimeHandOver %+v", c)
 		}
-		s.podGone = true
+		s.goneAndListed()
 		s.pass()
 		nb := s.u.Status.RuntimeBinding
 		if got := s.reasons(); !slices.Equal(got, []string{EventHandOver, EventHandedOver}) ||

@@ -75,7 +75,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Notify == nil {
 		r.Notify = make(chan event.GenericEvent, 1024)
 	}
-	nodeToUnits := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
+	nodeToUnits := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, node client.Object) []reconcile.Request {
 		// A node becoming fit or unfit can change any Failover unit's
 		// free targets; units are few.
 		var list holdfastv1.UnitList
@@ -84,7 +84,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		}
 		var out []reconcile.Request
 		for _, u := range list.Items {
-			if u.Spec.Availability.Mode == holdfastv1.Failover {
+			// A handed-over binding on the node waits on its runtimes report.
+			if b := u.Status.RuntimeBinding; u.Spec.Availability.Mode == holdfastv1.Failover || (b != nil && b.HandOver != nil && b.Node == node.GetName()) {
 				out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: u.Namespace, Name: u.Name}})
 			}
 		}
@@ -127,7 +128,8 @@ func nodeFitChanged(o, n client.Object) bool {
 	if !ok1 || !ok2 {
 		return true
 	}
-	return nodeFit(a) != nodeFit(b) || !equality.Semantic.DeepEqual(a.Labels, b.Labels)
+	return nodeFit(a) != nodeFit(b) || !equality.Semantic.DeepEqual(a.Labels, b.Labels) ||
+		a.Annotations[holdfastv1.AnnotationRuntimes] != b.Annotations[holdfastv1.AnnotationRuntimes]
 }
 
 // Reconcile is one pass over a unit.
@@ -466,6 +468,9 @@ func (r *Reconciler) inputs(ctx context.Context, u *holdfastv1.Unit, pod *corev1
 	names := map[string]bool{}
 	for _, n := range nodes.Items {
 		names[n.Name] = true
+		if b := u.Status.RuntimeBinding; b != nil && b.HandOver != nil && b.Node == n.Name {
+			in.NodeRuntimes = holdfastv1.RuntimesReportOf(n.Annotations)
+		}
 	}
 	in.NodeExists = func(n string) bool { return names[n] }
 	if a.Mode == holdfastv1.Failover && u.Status.RuntimeBinding != nil {
@@ -606,9 +611,11 @@ func (r *Reconciler) execute(ctx context.Context, u *holdfastv1.Unit, pod *corev
 		}
 		log.Info("Created runtime pod", "pod", klog.KObj(np), "epoch", b.Epoch, "origin", b.Origin)
 	}
-	if plan.ConsumeRequest {
+	if plan.ConsumeRequest || plan.ConsumeConfirm {
 		patch := client.MergeFrom(u.DeepCopy())
-		delete(u.Annotations, holdfastv1.AnnotationFailoverTo)
+		if plan.ConsumeRequest {
+			delete(u.Annotations, holdfastv1.AnnotationFailoverTo)
+		}
 		delete(u.Annotations, holdfastv1.AnnotationFailoverConfirmFenced)
 		if err := r.Client.Patch(ctx, u, patch); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("removing the carried-out failover request: %w", err)

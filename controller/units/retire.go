@@ -23,7 +23,8 @@ const reasonDeleted = "the Unit is deleted"
 // writer: a hand-over to no new epoch. No grant is sent from the start and
 // the runtime's pod is deleted; the Unit's finalizer goes (Release) only
 // once the runtime has provably stopped writing, by the rule a hand-over
-// uses (stopState): its pod confirmed gone, or a Failover runtime's own
+// uses (stopState): its pod gone and its node's plugin listing no container
+// of it after that, a person's certification, or a Failover runtime's own
 // lease and the margin run out since the last grant, never before the
 // leadership hold-off. Until then the Unit's name cannot be created again,
 // so a re-created Unit never starts a second writer on the device beside a
@@ -61,13 +62,12 @@ func retire(p *Plan, in *Inputs) {
 		reason := holdfastv1.ReasonAwaitingFence
 		if w.due.IsZero() {
 			reason = holdfastv1.ReasonAwaitingPodGone
-			msg += fmt.Sprintf("%s, so only the apiserver's confirmation that pod %s is gone ends the wait (the kubelet stopped it; for a node that is powered off, kubectl delete pod --force certifies it)", w.evidence, b.Pod)
-			p.at(in, in.Now.Add(5*time.Second))
+			msg += fmt.Sprintf("%s, so only its node's report or a person ends the wait; awaiting %s", w.evidence, w.awaiting)
 		} else {
-			msg += fmt.Sprintf("%s; it completes at %s, or earlier once pod %s is confirmed gone", w.evidence, w.due.UTC().Format(time.RFC3339), b.Pod)
+			msg += fmt.Sprintf("%s; it completes at %s, or earlier on %s", w.evidence, w.due.UTC().Format(time.RFC3339), w.awaiting)
 			p.at(in, w.due)
-			p.at(in, in.Now.Add(5*time.Second))
 		}
+		p.at(in, in.Now.Add(5*time.Second))
 		setCondition(&p.Status, metav1.Condition{Type: holdfastv1.ConditionRuntimeHandOver, Status: metav1.ConditionTrue, Reason: reason, Message: msg}, in.Now)
 		return
 	}

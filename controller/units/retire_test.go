@@ -1,6 +1,7 @@
 package units
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -17,6 +18,30 @@ func (s *sim) deleted() {
 	t := metav1.NewTime(s.now)
 	s.u.DeletionTimestamp = &t
 	s.u.Finalizers = []string{holdfastv1.FinalizerRuntimeStopped}
+}
+
+// nodeLists has the binding's node's plugin list the node after it read
+// the hand-over's podGoneAt (a pass must have seen the pod gone), with
+// running on it.
+func (s *sim) nodeLists(running ...holdfastv1.NodeRuntime) {
+	s.t.Helper()
+	h := s.u.Status.RuntimeBinding.HandOver
+	if h == nil || h.PodGoneAt == nil {
+		s.t.Fatalf("setup: no podGoneAt to answer: %+v", h)
+	}
+	s.nodeRuntimes = &holdfastv1.RuntimesReport{At: metav1.NewTime(s.now), Runtimes: running,
+		Answers: []holdfastv1.RuntimesAnswer{{Namespace: s.u.Namespace, Unit: s.u.Name, PodGoneAt: *h.PodGoneAt}}}
+}
+
+// goneAndListed: the pod is gone, a pass sees it, and the node's plugin then
+// lists no runtime of the unit.
+func (s *sim) goneAndListed() {
+	s.t.Helper()
+	s.podGone = true
+	if p := s.pass(); p.Release || p.Rebind != nil {
+		s.t.Fatalf("the pod's absence alone ended the wait: %+v", p)
+	}
+	s.nodeLists()
 }
 
 // releasedAt passes at every second from now up to and including at, and
@@ -89,14 +114,21 @@ func TestADeletedUnitIsHeldUntilItsRuntimeStoppedWriting(t *testing.T) {
 		}
 	})
 
-	t.Run("a Failover runtime whose pod is confirmed gone: released at once", func(t *testing.T) {
+	t.Run("a Failover runtime whose pod is gone and whose node lists none of it: released at once", func(t *testing.T) {
 		s := newSim(t, failoverUnit())
 		start(t, s)
 		s.advance(2 * time.Second)
-		s.podGone = true
-		if p := s.pass(); !p.Release || !strings.Contains(s.records[len(s.records)-1].Message, "confirmed gone") {
+		s.goneAndListed()
+		if p := s.pass(); !p.Release || !strings.Contains(s.records[len(s.records)-1].Message, "plugin, listing the node after that, runs no container of it") {
 			t.Fatalf("release %v, records %+v", p.Release, s.records)
 		}
+	})
+
+	t.Run("a Failover runtime whose pod is gone with no report from its node: released only once its lease and the margin ran out", func(t *testing.T) {
+		s := newSim(t, failoverUnit())
+		start(t, s)
+		s.podGone = true // force-deleted (PodGC after its Node's deletion): no proof
+		s.releasedAt(t0.Add(53 * time.Second))
 	})
 
 	t.Run("under a new leader's hold-off: released no earlier than its end", func(t *testing.T) {
@@ -131,10 +163,10 @@ func TestADeletedUnitIsHeldUntilItsRuntimeStoppedWriting(t *testing.T) {
 			}
 		}
 		if c := s.cond(holdfastv1.ConditionRuntimeHandOver); c.Reason != holdfastv1.ReasonAwaitingPodGone ||
-			!strings.Contains(c.Message, "kubectl delete pod --force") {
+			!strings.Contains(c.Message, holdfastv1.AnnotationRuntimes) || !strings.Contains(c.Message, holdfastv1.AnnotationFailoverConfirmFenced) {
 			t.Fatalf("RuntimeHandOver %+v", c)
 		}
-		s.podGone = true
+		s.goneAndListed()
 		s.releasedAt(s.now)
 	})
 
@@ -158,4 +190,103 @@ func TestADeletedUnitIsHeldUntilItsRuntimeStoppedWriting(t *testing.T) {
 			t.Fatalf("plan %+v", p)
 		}
 	})
+}
+
+// L11/L13: a pod gone from the apiserver is not a stopped writer (PodGC
+// removes every pod of a deleted Node, a forced delete skips the kubelet).
+// An Autonomy runtime's stop, for a retirement and a hand-over alike, is
+// proven only by its node's plugin listing the node after the pod was seen
+// gone with no container of the unit at the binding's epoch or earlier, or
+// by a person's certification. The fixture: an Autonomy unit at epoch 1 on
+// edge-1 stopped by the caller, its pod gone 10s later and seen so, and the
+// node's plugin then listing nothing of it; each mutation takes one piece
+// of that evidence away or adds one.
+func TestAPodGoneIsNotAStoppedWriter(t *testing.T) {
+	runtime := func(ns, unit string, epoch int64) holdfastv1.NodeRuntime {
+		return holdfastv1.NodeRuntime{Namespace: ns, Unit: unit, Epoch: epoch, Pod: fmt.Sprintf("%s-e%d", unit, epoch), PodUID: "uid-1"}
+	}
+	callers := []struct {
+		name  string
+		start func(*sim)
+		done  func(Plan) bool
+	}{
+		{"retirement", func(s *sim) { s.deleted() }, func(p Plan) bool { return p.Release }},
+		{"hand-over", func(s *sim) { s.u.Spec.Availability.Mode = holdfastv1.Failover }, func(p Plan) bool { return p.Rebind != nil }},
+	}
+	for _, tc := range []struct {
+		name   string
+		mutate func(*sim)
+		done   bool
+		// certified: a person's certification ended the wait.
+		certified bool
+		// awaiting is in the RuntimeHandOver condition while it waits.
+		awaiting string
+	}{
+		{name: "the fixture: gone, then listed without it", mutate: func(*sim) {}, done: true},
+		{name: "no report from the node", mutate: func(s *sim) { s.nodeRuntimes = nil }, awaiting: "waiting for node edge-1's plugin to list"},
+		{name: "a report listed before the pod was seen gone", mutate: func(s *sim) { s.nodeRuntimes.Answers = nil }, awaiting: "waiting for node edge-1's plugin to list"},
+		{name: "a report answering an earlier absence", mutate: func(s *sim) {
+			s.nodeRuntimes.Answers[0].PodGoneAt = metav1.NewTime(s.nodeRuntimes.Answers[0].PodGoneAt.Add(-time.Minute))
+		}, awaiting: "waiting for node edge-1's plugin to list"},
+		{name: "a report answering another unit", mutate: func(s *sim) { s.nodeRuntimes.Answers[0].Unit = "kiln-2" }, awaiting: "waiting for node edge-1's plugin to list"},
+		{name: "the runtime still running at the binding's epoch", mutate: func(s *sim) {
+			s.nodeRuntimes.Runtimes = []holdfastv1.NodeRuntime{runtime("plant", "kiln-1", 1)}
+		}, awaiting: "lists its runtime still running there (pod kiln-1-e1 uid uid-1 at epoch 1)"},
+		{name: "a runtime of an earlier epoch still running", mutate: func(s *sim) {
+			s.nodeRuntimes.Runtimes = []holdfastv1.NodeRuntime{runtime("plant", "kiln-1", 0)}
+		}, awaiting: "still running"},
+		{name: "other units' runtimes and a later epoch running", mutate: func(s *sim) {
+			s.nodeRuntimes.Runtimes = []holdfastv1.NodeRuntime{runtime("plant", "kiln-2", 1), runtime("other", "kiln-1", 1), runtime("plant", "kiln-1", 2)}
+		}, done: true},
+		{name: "the pod back after the report", mutate: func(s *sim) { s.podGone = false }, awaiting: "the apiserver to confirm pod"},
+		{name: "a binding never placed, no report", mutate: func(s *sim) { s.u.Status.RuntimeBinding.Node, s.nodeRuntimes = "", nil }, done: true},
+		{name: "a binding never placed, its pod still there", mutate: func(s *sim) {
+			s.u.Status.RuntimeBinding.Node, s.nodeRuntimes, s.podGone = "", nil, false
+		}, awaiting: "the apiserver to confirm pod"},
+		{name: "no report, a person certifies the stop", mutate: func(s *sim) {
+			s.nodeRuntimes = nil
+			s.u.Annotations = map[string]string{holdfastv1.AnnotationFailoverConfirmFenced: "powered off at the breaker"}
+		}, done: true, certified: true},
+		{name: "the pod still there, a person certifies the stop", mutate: func(s *sim) {
+			s.podGone, s.nodeRuntimes = false, nil
+			s.u.Annotations = map[string]string{holdfastv1.AnnotationFailoverConfirmFenced: "powered off at the breaker"}
+		}, done: true, certified: true},
+	} {
+		for _, c := range callers {
+			t.Run(c.name+": "+tc.name, func(t *testing.T) {
+				s := newSim(t, autonomyUnit())
+				s.placed(true)
+				s.pass()
+				c.start(s)
+				if p := s.pass(); !p.DeletePod || c.done(p) {
+					t.Fatalf("start: plan %+v", p)
+				}
+				s.advance(10 * time.Second)
+				s.goneAndListed()
+				if at := s.u.Status.RuntimeBinding.HandOver.PodGoneAt; at == nil || !at.Time.Equal(s.now) {
+					t.Fatalf("podGoneAt %v, want %v", at, s.now)
+				}
+				tc.mutate(s)
+				for i := range 3 {
+					p := s.pass()
+					if c.done(p) != tc.done {
+						t.Fatalf("pass %d: done %v, want %v; condition %+v", i, c.done(p), tc.done, s.cond(holdfastv1.ConditionRuntimeHandOver))
+					}
+					if tc.done {
+						// A hand-over a person certified removes the
+						// certification, so it certifies no later one.
+						if c.name == "hand-over" && p.ConsumeConfirm != tc.certified {
+							t.Fatalf("consume confirm %v, want %v", p.ConsumeConfirm, tc.certified)
+						}
+						return
+					}
+					if cond := s.cond(holdfastv1.ConditionRuntimeHandOver); cond.Status != metav1.ConditionTrue || !strings.Contains(cond.Message, tc.awaiting) ||
+						!strings.Contains(cond.Message, holdfastv1.AnnotationFailoverConfirmFenced) {
+						t.Fatalf("condition %+v, want it to say %q and name the certification", cond, tc.awaiting)
+					}
+					s.advance(time.Hour)
+				}
+			})
+		}
+	}
 }

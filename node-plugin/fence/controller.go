@@ -127,12 +127,15 @@ func (r *UnitReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 }
 
 // Loop is the agent's periodic pass (a manager Runnable): probe the
-// apiserver, poll the local runtimes' lease status, then fence stale epochs
-// and post queued Events while the apiserver answers, or stop wedged
-// runtimes while it does not.
+// apiserver, poll the local runtimes' lease status, then fence stale epochs,
+// post queued Events and publish the host's runtimes while the apiserver
+// answers, or stop wedged runtimes while it does not.
 type Loop struct {
 	Agent *Agent
-	Probe func(ctx context.Context) error
+	// Runtimes publishes the host's runtimes while the apiserver answers
+	// (nil: not published).
+	Runtimes *RuntimesReporter
+	Probe    func(ctx context.Context) error
 	// Every is the pass interval (1s when zero), on Clock (the real clock
 	// when nil).
 	Every time.Duration
@@ -158,6 +161,11 @@ func (l *Loop) Pass(ctx context.Context) {
 		log.Error(ferr, "Fencing stale runtimes")
 	}
 	l.Agent.Flush(ctx)
+	if l.Runtimes != nil {
+		if rerr := l.Runtimes.Pass(ctx); rerr != nil {
+			log.Error(rerr, "Publishing the host's runtimes")
+		}
+	}
 }
 
 // Start runs passes until ctx ends.

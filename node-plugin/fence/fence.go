@@ -63,6 +63,7 @@ type Notifier interface {
 const (
 	labelPodName      = "io.kubernetes.pod.name"
 	labelPodNamespace = "io.kubernetes.pod.namespace"
+	labelPodUID       = "io.kubernetes.pod.uid"
 )
 
 // Reasons of fence actions (Event reasons, audit lines).

@@ -28,10 +28,13 @@ type nodeChange struct {
 	subresource string
 	// patch is the merge patch; phase makes each phase's write a change.
 	patch func(phase int) map[string]any
+	// report: a holdfast node report, which the webhook also checks (fail
+	// closed: refused on the plugin's own Node too while it is down).
+	report bool
 }
 
 // nodeChanges touch every part of a Node: spec (cordon), taints, labels,
-// annotations and status.
+// annotations (a holdfast report among them) and status.
 var nodeChanges = []nodeChange{
 	{what: "cordon", patch: func(p int) map[string]any {
 		return map[string]any{"spec": map[string]any{"unschedulable": p%2 == 0}}
@@ -45,6 +48,10 @@ var nodeChanges = []nodeChange{
 	{what: "annotate", patch: func(p int) map[string]any {
 		return map[string]any{"metadata": map[string]any{"annotations": map[string]any{"example.com/note": fmt.Sprint(p)}}}
 	}},
+	{what: "runtimes report (a runtime still running hidden from another node's hand-over)", patch: func(p int) map[string]any {
+		return map[string]any{"metadata": map[string]any{"annotations": map[string]any{
+			"holdfast.io/runtimes": fmt.Sprintf(`{"at":"2026-12-02T08:00:0%dZ","runtimes":[]}`, p)}}}
+	}, report: true},
 	{what: "status capacity", subresource: "status", patch: func(p int) map[string]any {
 		return map[string]any{"status": map[string]any{"capacity": map[string]any{"example.com/widgets": fmt.Sprint(p + 1)}}}
 	}},
@@ -126,7 +133,12 @@ func TestTheNodePluginChangesOnlyItsOwnNode(t *testing.T) {
 			} else {
 				t.Logf("webhook %s: %s on n1 refused: %v", webhook, ch.what, err)
 			}
-			if err := apply(onN2, "n2", ch, phase, false); err != nil {
+			switch err := apply(onN2, "n2", ch, phase, false); {
+			case ch.report && webhook == "stopped":
+				if err == nil {
+					t.Errorf("webhook stopped: the node plugin of n2: %s on its own Node admitted; the webhook's checks of holdfast reports fail closed", ch.what)
+				}
+			case err != nil:
 				t.Errorf("webhook %s: the node plugin of n2: %s on its own Node: %v", webhook, ch.what, err)
 			}
 			if err := apply(unbound, "n2", ch, phase, false); !refusedByPolicy(err, "pod-bound service account token") {
