@@ -14,6 +14,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -79,7 +80,8 @@ func ParseFlags(args []string) (Options, error) {
 	fs.BoolVar(&o.VoterSwaps, "voter-swaps", true, "run the voter-swap parts: the role actuator (systemd over D-Bus, the server unit's drop-ins), the role reconciler, the tombstone watcher (etcd) and the fitness probe; "+
 		"false runs only the fence agent, image pre-staging and the reporter (the server unit reported not provisioned), and needs no systemd, D-Bus, member data or etcd access")
 	fs.StringVar(&o.NodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME)")
-	fs.StringVar(&o.HostDir, "host-dir", hoststate.DefaultDir, "the host directory for the role file, join target, member record and tombstone")
+	fs.StringVar(&o.HostDir, "host-dir", hoststate.DefaultDir, "the host directory for the role file, join target, member record and tombstone (voter swaps), and the fence audit in its "+
+		hoststate.FenceAuditDir+"/ subdirectory (always)")
 	fs.StringVar(&o.SystemdDir, "systemd-dir", actuator.DefaultSystemdDir, "where the server unit's drop-ins are written")
 	fs.StringVar(&o.MemberDataDir, "member-data-dir", "", "the etcd member's data directory (default: the VoterPolicy's spec.host.memberDataDir)")
 	fs.StringVar(&o.ServerTombstone, "server-tombstone", "", "the file the server writes when its member is removed (default: the VoterPolicy's spec.host.serverTombstone, else "+
@@ -171,8 +173,10 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
 		return err
 	}
+	// Voter swaps off: the host state is not the plugin's (not mounted),
+	// so the reporter neither reads it nor publishes fitness.
 	reporter := &report.Reporter{Client: mgr.GetClient(), NodeName: o.NodeName, Units: report.NoServerUnit{},
-		State: hoststate.State{Dir: o.HostDir}, Clock: clock.RealClock{}, NoFitness: true}
+		Clock: clock.RealClock{}, NoHostState: true, NoFitness: true}
 	if o.VoterSwaps {
 		closeSystemd, err := addVoterSwaps(ctx, mgr, &o, reporter)
 		if err != nil {
@@ -188,7 +192,8 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		return fmt.Errorf("connecting to CRI at %s: %w", o.CRIEndpoint, err)
 	}
 	agent := &fence.Agent{CRI: cri, Units: fence.CacheUnits{Client: mgr.GetClient()}, Lease: fence.HTTPLease{},
-		Notifier: fence.EventNotifier{Client: mgr.GetClient(), NodeName: o.NodeName}, Clock: clock.RealClock{}, AuditDir: o.HostDir}
+		Notifier: fence.EventNotifier{Client: mgr.GetClient(), NodeName: o.NodeName}, Clock: clock.RealClock{},
+		AuditDir: filepath.Join(o.HostDir, hoststate.FenceAuditDir)}
 	if err := (&fence.UnitReconciler{Agent: agent}).SetupWithManager(mgr); err != nil {
 		return err
 	}
@@ -245,7 +250,8 @@ func addVoterSwaps(ctx context.Context, mgr ctrl.Manager, o *Options, reporter *
 		closeSystemd()
 		return nil, err
 	}
-	reporter.Units, reporter.State, reporter.Peers, reporter.NoFitness = act, state, etcd.VoterPeerURLs, false
+	reporter.Units, reporter.State, reporter.Peers = act, state, etcd.VoterPeerURLs
+	reporter.NoHostState, reporter.NoFitness = false, false
 	return closeSystemd, nil
 }
 

@@ -9,6 +9,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,6 +19,7 @@ import (
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	nodeplugin "github.com/holdfast-io/holdfast/node-plugin"
+	"github.com/holdfast-io/holdfast/node-plugin/hoststate"
 	"github.com/holdfast-io/holdfast/test/dbusdouble"
 )
 
@@ -68,16 +71,29 @@ func TestRunWiresEveryPart(t *testing.T) {
 // does with --voter-swaps=false and its systemd bus address naming a socket
 // that does not exist: it starts, reports the server unit not provisioned
 // (over a stale "true") with no fitness, and fences a stale runtime. A dial
-// of systemd would fail Run.
+// of systemd would fail Run. Of the host directory it uses only the fence
+// audit's subdirectory (the one host directory the chart mounts then): a
+// role file and a tombstone there from an earlier voter-swap install are
+// neither published nor taken as gone (the Node's tombstone annotation
+// stays).
 func TestRunWithoutVoterSwapsNeedsNoSystemd(t *testing.T) {
 	r := newRig(t)
 	dir := t.TempDir()
+	hostDir := filepath.Join(dir, "holdfast")
+	earlier := hoststate.State{Dir: hostDir}
+	if err := earlier.SetRole(holdfastv1.RoleServer); err != nil {
+		t.Fatal(err)
+	}
+	if err := earlier.SetTombstone(holdfastv1.Tombstone{MemberID: "8e9e05c52164694d", ClusterID: "cdf818194e3a8c32"}); err != nil {
+		t.Fatal(err)
+	}
+	const tombstone = `{"memberID":"1","clusterID":"2","at":null}`
 	createNode(t, "w2")
 	stale := &corev1.Node{}
 	if err := env.Client.Get(context.Background(), client.ObjectKey{Name: "w2"}, stale); err != nil {
 		t.Fatal(err)
 	}
-	stale.Annotations = map[string]string{holdfastv1.AnnotationProvisioned: "true"}
+	stale.Annotations = map[string]string{holdfastv1.AnnotationProvisioned: "true", holdfastv1.AnnotationTombstone: tombstone}
 	if err := env.Client.Update(context.Background(), stale); err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +102,7 @@ func TestRunWithoutVoterSwapsNeedsNoSystemd(t *testing.T) {
 	sb, _ := r.runtime("nosystemd", 1, port, holdfastv1.Failover)
 
 	exited := startRun(t, nodeplugin.Options{NodeName: "w2", VoterSwaps: false,
-		HostDir: filepath.Join(dir, "holdfast"), SystemdDir: filepath.Join(dir, "no-systemd"),
+		HostDir: hostDir, SystemdDir: filepath.Join(dir, "no-systemd"),
 		MemberDataDir: filepath.Join(dir, "no-db"), CRIEndpoint: r.host.Endpoint,
 		SystemdBus: "unix:path=" + filepath.Join(dir, "no-bus"), MetricsAddr: "0", ProbeAddr: "0", SkipNameValidation: true})
 	waitFor(t, "the reporter's pass on the Node", func() bool {
@@ -106,8 +122,33 @@ func TestRunWithoutVoterSwapsNeedsNoSystemd(t *testing.T) {
 	if f, ok := n.Annotations[holdfastv1.AnnotationFitness]; ok {
 		t.Errorf("fitness reported with voter swaps off: %s", f)
 	}
+	if role, ok := n.Labels[holdfastv1.LabelRole]; ok {
+		t.Errorf("role %q published from the host directory with voter swaps off", role)
+	}
+	if got := n.Annotations[holdfastv1.AnnotationTombstone]; got != tombstone {
+		t.Errorf("tombstone annotation %q with voter swaps off; want it left as it was, %q", got, tombstone)
+	}
 	r.bind(u, 2)
 	waitFor(t, "stale runtime fenced with voter swaps off", func() bool { return r.sandboxGone(sb) })
+	// In the fence audit's own directory. (The unit reconciler and the loop
+	// may both stop the one sandbox and audit it twice.)
+	waitFor(t, "the fence audit line", func() bool { return len(auditLines(t, filepath.Join(hostDir, hoststate.FenceAuditDir))) > 0 })
+	for _, l := range auditLines(t, filepath.Join(hostDir, hoststate.FenceAuditDir)) {
+		if !strings.Contains(l, `"reason":"StaleRuntimeStopped"`) || !strings.Contains(l, `"pod":"nosystemd-runtime-e1"`) {
+			t.Errorf("fence audit line %s; want the stale nosystemd runtime's stop", l)
+		}
+	}
+	entries, err := os.ReadDir(hostDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	if want := []string{hoststate.FenceAuditDir, hoststate.RoleFile, hoststate.TombstoneFile}; !slices.Equal(names, want) {
+		t.Errorf("host directory holds %v with voter swaps off; want %v (the earlier install's files and the fence audit's directory)", names, want)
+	}
 	for _, p := range []string{"no-systemd", "no-db"} {
 		if _, err := os.Stat(filepath.Join(dir, p)); !errors.Is(err, fs.ErrNotExist) {
 			t.Errorf("%s touched with voter swaps off: %v", p, err)

@@ -478,8 +478,16 @@ func wedged(now, outage time.Time, o observation, u *holdfastv1.Unit) string {
 }
 
 func appendLine(path string, line []byte) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+	dir := filepath.Dir(path)
+	_, dirErr := os.Stat(dir)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
+	}
+	if os.IsNotExist(dirErr) {
+		// A new directory's name survives a crash only with its parent.
+		if err := atomicfile.SyncDir(filepath.Dir(dir)); err != nil {
+			return err
+		}
 	}
 	_, statErr := os.Stat(path)
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)

@@ -35,6 +35,11 @@ const (
 	// RetiredTombstoneFile keeps the last tombstone once its member data was
 	// moved aside by finish-demote, for people.
 	RetiredTombstoneFile = "tombstone.retired.json"
+	// FenceAuditDir is the fence agent's own directory under Dir, holding
+	// only its audit (fence-audit.jsonl): with voter swaps off it is the one
+	// host directory mounted, so the agent reaches none of the files above,
+	// which the host's units read.
+	FenceAuditDir = "fence"
 )
 
 // MovedAsideSuffix is appended to the member data directory when a

@@ -64,6 +64,11 @@ type Reporter struct {
 	Every, FitnessEvery time.Duration
 	// FsyncSamples is how many O_DSYNC writes one probe makes.
 	FsyncSamples int
+	// NoHostState reads no role file or tombstone and leaves the Node's
+	// role label and tombstone annotation as they are: with voter swaps off
+	// the host state directory is not mounted, and a file not seen is not a
+	// file gone (a tombstone stays until voter swaps read it again).
+	NoHostState bool
 	// NoFitness publishes no fitness: with voter swaps off the member data
 	// directory is not mounted and no voter's peers are known.
 	NoFitness bool
@@ -97,7 +102,7 @@ func (r *Reporter) Pass(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if role == "" {
+	if role == "" && !r.NoHostState {
 		if role, err = r.State.Role(); err != nil {
 			return err
 		}
@@ -106,15 +111,17 @@ func (r *Reporter) Pass(ctx context.Context) error {
 		setIfChanged(lbl, node.Labels, holdfastv1.LabelRole, &role)
 	}
 
-	ts, err := r.State.Tombstone()
-	if err != nil {
-		return err
-	}
-	if ts != nil {
-		b, _ := json.Marshal(ts)
-		setIfChanged(ann, node.Annotations, holdfastv1.AnnotationTombstone, new(string(b)))
-	} else if _, ok := node.Annotations[holdfastv1.AnnotationTombstone]; ok {
-		ann[holdfastv1.AnnotationTombstone] = nil
+	if !r.NoHostState {
+		ts, err := r.State.Tombstone()
+		if err != nil {
+			return err
+		}
+		if ts != nil {
+			b, _ := json.Marshal(ts)
+			setIfChanged(ann, node.Annotations, holdfastv1.AnnotationTombstone, new(string(b)))
+		} else if _, ok := node.Annotations[holdfastv1.AnnotationTombstone]; ok {
+			ann[holdfastv1.AnnotationTombstone] = nil
+		}
 	}
 
 	now := r.Clock.Now()

@@ -294,12 +294,17 @@ func webhookTLS(t *testing.T) (*corev1.Secret, []byte) {
 // storing releases as Secrets like the helm CLI does.
 func helmConfig(t *testing.T) *action.Configuration {
 	t.Helper()
+	return helmConfigIn(t, Namespace)
+}
+
+// helmConfigIn is helmConfig for releases in namespace ns.
+func helmConfigIn(t *testing.T, ns string) *action.Configuration {
+	t.Helper()
 	flags := genericclioptions.NewConfigFlags(false)
 	flags.KubeConfig = &env.Kubeconfig
-	ns := Namespace
 	flags.Namespace = &ns
 	cfg := &action.Configuration{}
-	if err := cfg.Init(flags, Namespace, "secret", func(format string, v ...any) { t.Logf("helm: "+format, v...) }); err != nil {
+	if err := cfg.Init(flags, ns, "secret", func(format string, v ...any) { t.Logf("helm: "+format, v...) }); err != nil {
 		t.Fatal(err)
 	}
 	return cfg

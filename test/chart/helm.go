@@ -95,10 +95,15 @@ func Render(c *chart.Chart, values map[string]any) ([]Manifest, string, error) {
 // RenderFor is Render for a cluster that serves apiVersions beyond helm's
 // defaults.
 func RenderFor(c *chart.Chart, values map[string]any, apiVersions []string) ([]Manifest, string, error) {
+	return RenderIn(c, Namespace, values, apiVersions)
+}
+
+// RenderIn is RenderFor into the release namespace ns.
+func RenderIn(c *chart.Chart, ns string, values map[string]any, apiVersions []string) ([]Manifest, string, error) {
 	cfg := &action.Configuration{}
 	inst := action.NewInstall(cfg)
 	inst.DryRun, inst.ClientOnly, inst.Replace = true, true, true
-	inst.ReleaseName, inst.Namespace = "holdfast", Namespace
+	inst.ReleaseName, inst.Namespace = "holdfast", ns
 	inst.SkipCRDs = true
 	kv, err := chartutil.ParseKubeVersion(KubeVersion)
 	if err != nil {

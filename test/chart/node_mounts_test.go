@@ -10,24 +10,27 @@ import (
 
 // The node plugin's DaemonSet mounts only what its enabled features use:
 // with voter swaps off (controller.voters.enabled false) the host paths are
-// the fence agent's CRI socket and node.hostDir (role file, fence audit), no
-// systemd directory, D-Bus socket, k3s server directory or etcd TLS, and the
-// plugin is told --voter-swaps=false; with them on, every voter-swap mount is
-// there and --voter-swaps=true.
+// exactly the fence agent's CRI socket and the fence audit's own directory
+// (node.hostDir/fence: the audit of runtimes stopped while the apiserver was
+// away must outlive the pod, docs/operations.md), not node.hostDir itself
+// (the role file and tombstone the host's units read), no systemd
+// directory, D-Bus socket, k3s server directory or etcd TLS, and the plugin
+// is told --voter-swaps=false; with them on, every voter-swap mount is there
+// and --voter-swaps=true.
 func TestTheNodePluginMountsOnlyWhatItsFeaturesUse(t *testing.T) {
 	ch, err := Load(repoRoot(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	node := map[string]any{"etcd": map[string]any{"hostTLSDir": "/etc/etcd-tls"}}
-	voterPaths := []string{"/etc/systemd/system", "/run/dbus/system_bus_socket", "/var/lib/rancher/k3s/server", "/etc/etcd-tls"}
+	voterPaths := []string{"/var/lib/holdfast", "/etc/systemd/system", "/run/dbus/system_bus_socket", "/var/lib/rancher/k3s/server", "/etc/etcd-tls"}
 	for _, tc := range []struct {
 		name   string
 		voters bool
 		paths  []string
 	}{
-		{"voter swaps off", false, []string{"/run/containerd/containerd.sock", "/var/lib/holdfast"}},
-		{"voter swaps on", true, append([]string{"/run/containerd/containerd.sock", "/var/lib/holdfast"}, voterPaths...)},
+		{"voter swaps off", false, []string{"/run/containerd/containerd.sock", "/var/lib/holdfast/fence"}},
+		{"voter swaps on", true, append([]string{"/run/containerd/containerd.sock"}, voterPaths...)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ms, _, err := Render(ch, map[string]any{"node": node,
@@ -49,6 +52,9 @@ func TestTheNodePluginMountsOnlyWhatItsFeaturesUse(t *testing.T) {
 			for _, m := range c.VolumeMounts {
 				if p, ok := vols[m.Name]; ok {
 					mounted = append(mounted, p)
+					if m.MountPath != p {
+						t.Errorf("host path %s mounted at %s; the plugin's flags name host paths", p, m.MountPath)
+					}
 				}
 			}
 			slices.Sort(paths)
@@ -66,6 +72,9 @@ func TestTheNodePluginMountsOnlyWhatItsFeaturesUse(t *testing.T) {
 			}
 			if !slices.Contains(c.Args, flag) {
 				t.Errorf("args %v lack %s", c.Args, flag)
+			}
+			if !slices.Contains(c.Args, "--host-dir=/var/lib/holdfast") {
+				t.Errorf("args %v lack --host-dir=/var/lib/holdfast (the fence audit is under it)", c.Args)
 			}
 			dbusEnv := slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "DBUS_SYSTEM_BUS_ADDRESS" })
 			if dbusEnv != tc.voters {
@@ -94,4 +103,79 @@ func nodePodSpec(t *testing.T, ms []Manifest) corev1.PodSpec {
 	}
 	t.Fatal("no holdfast-node DaemonSet rendered")
 	return corev1.PodSpec{}
+}
+
+// Each privilege holdfast-node has, per mode, is the set docs/operations.md
+// and values.yaml name with their reasons, and no more: uid 0 on the host
+// network in both modes, never privileged, no host PID or IPC, no privilege
+// escalation; no capabilities with voter swaps off (uid 0 owns the CRI
+// socket and the fence audit's directory), CHOWN, DAC_OVERRIDE and FOWNER
+// with them; and RBAC to watch and patch Nodes, watch Units and create
+// Events only with voter swaps off, plus a Node read past the cache,
+// VoterPolicies, VoterSwaps and the swap Lease with them.
+func TestTheNodePluginsPrivilegesFollowItsFeatures(t *testing.T) {
+	ch, err := Load(repoRoot(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	common := []string{
+		"watch nodes (ClusterRole/holdfast-node)", "patch nodes (ClusterRole/holdfast-node)",
+		"watch units.holdfast.io (ClusterRole/holdfast-node)", "create events (ClusterRole/holdfast-node)",
+	}
+	for _, tc := range []struct {
+		name   string
+		voters bool
+		caps   []corev1.Capability
+		grants []string
+	}{
+		{"voter swaps off", false, nil, common},
+		{"voter swaps on", true, []corev1.Capability{"CHOWN", "DAC_OVERRIDE", "FOWNER"}, append(slices.Clone(common),
+			"get nodes (ClusterRole/holdfast-node-voters)",
+			"get voterpolicies.holdfast.io (ClusterRole/holdfast-node-voters)",
+			"list voterswaps.holdfast.io (ClusterRole/holdfast-node-voters)",
+			"get leases.coordination.k8s.io/holdfast-voter-swap in kube-system (Role/kube-system/holdfast-node-swap-lease)")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ms, _, err := Render(ch, map[string]any{"controller": map[string]any{"voters": map[string]any{"enabled": tc.voters}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			pod := nodePodSpec(t, ms)
+			if !pod.HostNetwork || pod.HostPID || pod.HostIPC {
+				t.Errorf("hostNetwork %v, hostPID %v, hostIPC %v; want the host network only", pod.HostNetwork, pod.HostPID, pod.HostIPC)
+			}
+			if len(pod.InitContainers) > 0 || len(pod.Containers) != 1 {
+				t.Fatalf("%d init containers, %d containers; want the one node container", len(pod.InitContainers), len(pod.Containers))
+			}
+			if psc := pod.SecurityContext; psc == nil || psc.RunAsUser == nil || *psc.RunAsUser != 0 {
+				t.Errorf("pod securityContext %+v; want runAsUser 0 (the CRI socket is root's)", psc)
+			}
+			sc := pod.Containers[0].SecurityContext
+			if sc == nil || sc.Privileged == nil || *sc.Privileged || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation ||
+				sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem || sc.Capabilities == nil {
+				t.Fatalf("container securityContext %+v; want not privileged, no escalation, read-only root, capabilities listed", sc)
+			}
+			if !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) {
+				t.Errorf("capabilities dropped %v; want ALL", sc.Capabilities.Drop)
+			}
+			if got := slices.Sorted(slices.Values(sc.Capabilities.Add)); !slices.Equal(got, tc.caps) {
+				t.Errorf("capabilities added %v; want %v", got, tc.caps)
+			}
+			b, err := Grants(ms, Namespace, "holdfast-node")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, g := range b.Grants {
+				got = append(got, g.String())
+			}
+			slices.Sort(got)
+			if want := slices.Sorted(slices.Values(tc.grants)); !slices.Equal(got, want) {
+				t.Errorf("holdfast-node may:\n  %s\nwant exactly:\n  %s", Describe(b.Grants), want)
+			}
+			if len(b.Foreign) > 0 || len(b.Wildcards) > 0 {
+				t.Errorf("holdfast-node bound to roles the chart does not define %v, or wildcards %v", b.Foreign, b.Wildcards)
+			}
+		})
+	}
 }

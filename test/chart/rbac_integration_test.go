@@ -49,6 +49,9 @@ type component struct {
 	// sa is the service account when it is not holdfast-<name> (a second
 	// role of one binary).
 	sa string
+	// workload is the component whose workload's args the scenario gets,
+	// when not name (a second mode of one binary).
+	workload string
 	// values is a file under charts/holdfast/ci the role is rendered with;
 	// its RBAC is applied for the scenario, and only the grants it adds to
 	// the defaults' are judged "used" (the defaults' are the other role's).
@@ -84,6 +87,7 @@ var components = []component{
 		"get units.holdfast.io (ClusterRole/holdfast-scheduler)": "UnitPlacement's Bind reads the apiserver's copy only when its cached copy conflicts or refuses (scheduler-plugin/unitplacement: Bind)",
 	}},
 	{name: "node", cmd: "./cmd/holdfast-node", scenario: nodeScenario},
+	{name: "node-voters", sa: "holdfast-node", workload: "node", values: "voters-values.yaml", cmd: "./cmd/holdfast-node", scenario: nodeScenario},
 	{name: "controller-voters", sa: "holdfast-controller-voters", values: "voters-values.yaml", cmd: "./cmd/holdfast-controller", scenario: votersScenario,
 		unexercised: votersUnexercised},
 }
@@ -146,7 +150,11 @@ func TestRBACGrantsEachComponentOnlyWhatItUses(t *testing.T) {
 					}
 				}
 			})
-			c.scenario(t, bin, kubeconfig, containerArgs(t, cms, c.name))
+			workload := c.name
+			if c.workload != "" {
+				workload = c.workload
+			}
+			c.scenario(t, bin, kubeconfig, containerArgs(t, cms, workload))
 			all, err := Requests(auditLog, saUser(sa))
 			if err != nil {
 				t.Fatal(err)

@@ -5,7 +5,10 @@ package chart
 import (
 	"context"
 	"fmt"
+	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -22,13 +25,24 @@ import (
 	"github.com/holdfast-io/holdfast/test/ports"
 )
 
-// nodeScenario runs holdfast-node with voter swaps on (its RBAC is the same
-// in both modes), systemd on the D-Bus double and CRI on a real containerd,
-// and makes each of its parts use the API: the
-// reporter patches its Node, the fence agent stops a stale-epoch runtime and
-// posts an Event, the role reconciler reads the swap Lease for a role step.
+// nodeScenario runs holdfast-node in the mode its chart args name
+// (--voter-swaps), with only the capabilities the chart's container adds in
+// that mode (every other one dropped, though it runs as uid 0 as in the
+// chart), CRI on a real containerd and, with voter swaps, systemd on the
+// D-Bus double, and makes each of its parts use the API: the reporter
+// patches its Node, the fence agent stops a stale-epoch runtime and posts
+// an Event; with voter swaps, the role reconciler reads the swap Lease for a
+// role step and the swaps for a finish-demote.
 func nodeScenario(t *testing.T, bin, kubeconfig string, chartArgs []string) {
 	ctx := context.Background()
+	voters := slices.Contains(chartArgs, "--voter-swaps=true")
+	if !voters && !slices.Contains(chartArgs, "--voter-swaps=false") {
+		t.Fatalf("the chart's args %v name no --voter-swaps mode", chartArgs)
+	}
+	mode := "off"
+	if voters {
+		mode = "on"
+	}
 	dir := t.TempDir()
 	host, err := crihost.Start(filepath.Join(dir, "cri"))
 	if err != nil {
@@ -59,7 +73,7 @@ func nodeScenario(t *testing.T, bin, kubeconfig string, chartArgs []string) {
 	}
 	t.Cleanup(m.Close)
 
-	const nodeName = "rb-node-1"
+	nodeName := "rb-node-voters-" + mode
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}}
 	if err := env.Client.Create(ctx, node); err != nil {
 		t.Fatal(err)
@@ -100,7 +114,7 @@ func nodeScenario(t *testing.T, bin, kubeconfig string, chartArgs []string) {
 	// front, and the plugin's token bound to its DaemonSet pod on this node,
 	// so its writes on its own Node pass the own-node rule.
 	dsPod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: "holdfast-node-rb"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: "holdfast-node-rb-voters-" + mode},
 		Spec: corev1.PodSpec{ServiceAccountName: "holdfast-node", NodeName: nodeName,
 			Containers: []corev1.Container{{Name: "node", Image: "holdfast.local/holdfast-node:dev"}}},
 	}
@@ -112,12 +126,14 @@ func nodeScenario(t *testing.T, bin, kubeconfig string, chartArgs []string) {
 	webhook := serveChartWebhook(t, installedVWC, buildBinary(t, repoRoot(t), "./cmd/holdfast-webhook"),
 		serviceAccountKubeconfig(ctx, t, "holdfast-webhook"), containerArgs(t, renderedDefaults, "webhook"))
 
-	proc := startProcess(t, bin, kubeconfig, override(chartArgs, map[string]string{
-		"voter-swaps": "true", "node-name": nodeName, "host-dir": filepath.Join(dir, "holdfast"), "systemd-dir": filepath.Join(dir, "systemd"),
-		"member-data-dir": filepath.Join(dir, "db"), "cri-endpoint": host.Endpoint, "systemd-bus-address": bus.Address,
-		"etcd-local-endpoint": fmt.Sprintf("http://127.0.0.1:%d", p[1]), "metrics-bind-address": "0",
-		"health-probe-bind-address": "127.0.0.1:0",
-	}))
+	flags := map[string]string{"node-name": nodeName, "host-dir": filepath.Join(dir, "holdfast"), "cri-endpoint": host.Endpoint,
+		"metrics-bind-address": "0", "health-probe-bind-address": "127.0.0.1:0"}
+	if voters {
+		flags["systemd-dir"], flags["member-data-dir"] = filepath.Join(dir, "systemd"), filepath.Join(dir, "db")
+		flags["systemd-bus-address"] = bus.Address
+		flags["etcd-local-endpoint"] = fmt.Sprintf("http://127.0.0.1:%d", p[1])
+	}
+	proc := startProcess(t, setpriv(t), kubeconfig, append(chartCapabilities(t, voters), append([]string{"--", bin}, override(chartArgs, flags)...)...))
 	getNode := func() *corev1.Node {
 		n := &corev1.Node{}
 		if err := env.Client.Get(ctx, client.ObjectKey{Name: nodeName}, n); err != nil {
@@ -127,7 +143,7 @@ func nodeScenario(t *testing.T, bin, kubeconfig string, chartArgs []string) {
 	}
 	poll(t, "the reporter's annotations on the Node", func() bool {
 		n := getNode()
-		return n.Annotations[holdfastv1.AnnotationProvisioned] != "" && n.Annotations[holdfastv1.AnnotationFitness] != ""
+		return n.Annotations[holdfastv1.AnnotationProvisioned] == fmt.Sprint(voters) && (!voters || n.Annotations[holdfastv1.AnnotationFitness] != "")
 	})
 
 	// A re-bind: the runtime at epoch 1 is stale and is fenced, with an Event.
@@ -148,6 +164,14 @@ func nodeScenario(t *testing.T, bin, kubeconfig string, chartArgs []string) {
 		}
 		return false
 	})
+	poll(t, "the fence audit line", func() bool {
+		b, err := os.ReadFile(filepath.Join(dir, "holdfast", "fence", "fence-audit.jsonl"))
+		return err == nil && strings.Contains(string(b), `"reason":"StaleRuntimeStopped"`)
+	})
+	if !voters {
+		proc.stop(t)
+		return
+	}
 
 	// A role step without the swap Lease: read, refused, reported. Only the
 	// voter controller may set a desired role through the webhook; this
@@ -214,4 +238,42 @@ func poll(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// setpriv is util-linux's setpriv, which runs the plugin with the chart's
+// capabilities.
+func setpriv(t *testing.T) string {
+	t.Helper()
+	p, err := exec.LookPath("setpriv")
+	if err != nil {
+		t.Fatalf("setpriv (util-linux) runs holdfast-node with only the chart's capabilities: %v", err)
+	}
+	if os.Geteuid() != 0 {
+		t.Fatalf("the node scenario runs holdfast-node as uid 0, as the chart does; euid %d", os.Geteuid())
+	}
+	return p
+}
+
+// chartCapabilities are setpriv's flags for the capabilities the chart's
+// holdfast-node container keeps in a mode: uid 0 gets exactly its bounding
+// set across exec when its inheritable set is empty.
+func chartCapabilities(t *testing.T, voters bool) []string {
+	t.Helper()
+	ch, err := Load(repoRoot(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, _, err := Render(ch, map[string]any{"controller": map[string]any{"voters": map[string]any{"enabled": voters}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := nodePodSpec(t, ms).Containers[0].SecurityContext
+	if sc == nil || sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) {
+		t.Fatalf("the chart's holdfast-node securityContext %+v drops not ALL", sc)
+	}
+	set := "-all"
+	for _, c := range sc.Capabilities.Add {
+		set += ",+" + strings.ToLower(string(c))
+	}
+	return []string{"--inh-caps=-all", "--ambient-caps=-all", "--bounding-set=" + set, "--no-new-privs"}
 }

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/holdfast-io/holdfast/node-plugin/fence"
+	"github.com/holdfast-io/holdfast/node-plugin/hoststate"
 	"github.com/holdfast-io/holdfast/test/cluster"
 	"github.com/holdfast-io/holdfast/test/dbusdouble"
 )
@@ -251,7 +252,7 @@ func (w *World) FenceActions(node string) ([]fence.Action, error) {
 	if !ok {
 		return nil, fmt.Errorf("no node %s", node)
 	}
-	b, err := os.ReadFile(filepath.Join(n.HostDir(), "holdfast", "fence-audit.jsonl"))
+	b, err := os.ReadFile(filepath.Join(n.HostDir(), "holdfast", hoststate.FenceAuditDir, "fence-audit.jsonl"))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
