@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -238,8 +239,23 @@ func addVoterSwaps(ctx context.Context, mgr ctrl.Manager, o *Options, reporter *
 	}
 	closeSystemd := func() { sd.Conn.Close() }
 	act := actuator.New(sd, actuator.Config{ServerUnit: o.ServerUnit, AgentUnit: o.AgentUnit, SystemdDir: o.SystemdDir, State: state})
+	// The server unit starts only once this binary, on the host, has judged
+	// the host: at boot too, before this pod runs.
+	if err := installHostBinary(o.HostDir); err != nil {
+		closeSystemd()
+		return nil, fmt.Errorf("copying holdfast-node to the host for the server's start condition: %w", err)
+	}
+	if err := act.InstallStartCondition(ctx, startConditionArgs(o)); err != nil {
+		closeSystemd()
+		return nil, fmt.Errorf("installing the server's start condition: %w", err)
+	}
 	reader := mgr.GetAPIReader()
-	etcd := &tombstone.ClientEtcd{LocalEndpoint: o.EtcdLocal, TLS: tlsCfg, Cluster: PolicyEndpoints(reader)}
+	etcd := &tombstone.ClientEtcd{LocalEndpoint: o.EtcdLocal, TLS: tlsCfg, Cluster: PolicyEndpoints(reader),
+		Learned: func(urls []string) {
+			if err := state.SetMemberEndpoints(urls); err != nil {
+				klog.FromContext(ctx).Error(err, "Recording the voters' client URLs for the server's start condition")
+			}
+		}}
 	watcher := &tombstone.Watcher{State: state, Clock: clock.RealClock{}, Every: 5 * time.Second, Etcd: etcd}
 	if err := mgr.Add(watcher); err != nil {
 		closeSystemd()

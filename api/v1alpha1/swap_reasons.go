@@ -22,6 +22,10 @@ const (
 	SwapReasonLeaseLapsed = "LeaseLapsed"
 	// SwapReasonSnapshotTaken: a verified snapshot was taken from a voter that stays.
 	SwapReasonSnapshotTaken = "SnapshotTaken"
+	// SwapReasonSnapshotVerified: a controller that started mid-swap found the recorded snapshot and verified it (size, sha256, revision).
+	SwapReasonSnapshotVerified = "SnapshotVerified"
+	// SwapReasonSnapshotLost: a controller that started mid-swap did not find the recorded snapshot, or it did not match its record: a new one is taken before the swap goes on.
+	SwapReasonSnapshotLost = "SnapshotLost"
 	// SwapReasonSnapshotFailed: no verified snapshot (yet, or within the operation timeout: abandoned).
 	SwapReasonSnapshotFailed = "SnapshotFailed"
 	// SwapReasonCordoned: a swap node was cordoned and tainted holdfast.io/voter-swap.

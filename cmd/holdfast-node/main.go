@@ -1,7 +1,8 @@
 // holdfast-node runs beside the kubelet as a DaemonSet: the role actuator,
 // the tombstone watcher, the fence agent, image pre-staging and the node
 // reporter (node-plugin/). `holdfast-node role-is server|agent` is the
-// ExecCondition check for the server and agent units.
+// ExecCondition check for the server and agent units; `holdfast-node
+// start-condition` is the server's, which the node plugin installs.
 package main
 
 import (
@@ -19,6 +20,9 @@ import (
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "role-is" {
 		os.Exit(hoststate.RoleIsMain(os.Args[2:], os.Stderr))
+	}
+	if len(os.Args) > 1 && os.Args[1] == nodeplugin.StartConditionCommand {
+		os.Exit(nodeplugin.StartConditionMain(os.Args[2:], os.Stderr))
 	}
 	opts, err := nodeplugin.ParseFlags(os.Args[1:])
 	if err != nil {

@@ -469,12 +469,17 @@ type ctrlOpts struct {
 	// shipped runs the passes at the shipped intervals (2s with a swap,
 	// 15s without) and the shipped Lease duration, for a benchmark.
 	shipped bool
+	// snapshotDir is the controller's snapshot volume (empty: a new one).
+	snapshotDir string
 }
 
 func startController(t testing.TB, o ctrlOpts) *controller {
 	t.Helper()
 	if o.identity == "" {
 		o.identity = "holdfast-controller-test"
+	}
+	if o.snapshotDir == "" {
+		o.snapshotDir = t.TempDir()
 	}
 	mgr, err := ctrl.NewManager(as(controllerUser, nil), ctrl.Options{
 		Scheme: voters.Scheme(), Cache: voters.CacheOptions(), Metrics: metricsserver.Options{BindAddress: "0"},
@@ -492,7 +497,7 @@ func startController(t testing.TB, o ctrlOpts) *controller {
 		EtcdFor: func(context.Context, *holdfastv1.VoterPolicy) (voters.Etcd, error) {
 			return &voters.ClientEtcd{StatusTimeout: time.Second, RequestTimeout: 3 * time.Second}, nil
 		},
-		SnapshotDir: t.TempDir(), SnapshotVolume: testSnapshotVolume, CandidateNamespace: releaseNS,
+		SnapshotDir: o.snapshotDir, SnapshotVolume: testSnapshotVolume, CandidateNamespace: releaseNS,
 		RunningEvery: 200 * time.Millisecond, IdleEvery: time.Second,
 	}
 	if o.shipped {

@@ -117,6 +117,9 @@ func nextRunning(o *Observation, c *Cluster, s *holdfastv1.VoterSwap) Decision {
 			return d
 		}
 	}
+	if d, ok := checkSnapshot(c, s, o.SnapshotCheck); ok {
+		return d
+	}
 	st, ok := stepNamed(s.Status.Step)
 	if !ok {
 		return wait(s, holdfastv1.SwapReasonUnknownStep, fmt.Sprintf("swap %s is at an unknown step %q", s.Status.SwapID, s.Status.Step))

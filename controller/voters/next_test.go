@@ -268,6 +268,47 @@ func TestNextGatesAndSnapshot(t *testing.T) {
 	})
 }
 
+// TestASwapGoesOnOnlyFromASnapshotItsControllerVerified: a controller
+// that checked the recorded snapshot on its own volume says so before
+// going on when it matches; when it is lost or does not match, it takes a
+// new one from a voter that stays before any other step, and waits when
+// none answers. Release does not need it.
+func TestASwapGoesOnOnlyFromASnapshotItsControllerVerified(t *testing.T) {
+	recorded := func(o *Observation, step holdfastv1.SwapStep, err string) {
+		s := running(o, step)
+		s.Status.Snapshot = &holdfastv1.SnapshotRecord{Name: "holdfast-" + swapID + ".db", SHA256: "ab", SizeBytes: 1024, Revision: 7}
+		o.SnapshotCheck = &SnapshotCheck{Err: err}
+	}
+	lost := "recorded snapshot holdfast-" + swapID + ".db: no such file"
+	runNext(t, []nextCase{
+		{"verified: said so before the step", func(o *Observation) { recorded(o, holdfastv1.StepPromote, "") },
+			want{kind: Record, says: []string{"found and verified: 1024 bytes, sha256 ab, revision 7"}, check: func(t *testing.T, d Decision) {
+				if d.Action.Then.Step != "" || d.Action.Reason != holdfastv1.SwapReasonSnapshotVerified {
+					t.Errorf("a verified snapshot records %s and moves to step %q, want %s and no move", d.Action.Reason, d.Action.Then.Step, holdfastv1.SwapReasonSnapshotVerified)
+				}
+			}}},
+		{"lost before the promotion: a new one from a voter that stays", func(o *Observation) {
+			setLeader(o, "n2")
+			recorded(o, holdfastv1.StepPromote, lost)
+		}, want{kind: Snapshot, node: "n3", says: []string{lost, "a new verified snapshot is taken from n3"}}},
+		{"lost before the removal: a new one, never from the outgoing voter", func(o *Observation) {
+			setLeader(o, "n3")
+			recorded(o, holdfastv1.StepRemoveMember, lost)
+			pause(o, "n2")
+		}, want{kind: Snapshot, node: "n3"}},
+		{"lost and no voter that stays answers: waits", func(o *Observation) {
+			recorded(o, holdfastv1.StepRegate, lost)
+			pause(o, "n2")
+			pause(o, "n3")
+		}, want{waitFor: holdfastv1.SwapReasonSnapshotLost, says: []string{lost}}},
+	})
+	o := fixture()
+	recorded(o, holdfastv1.StepRelease, lost)
+	if d := Next(o); d.WaitReason == holdfastv1.SwapReasonSnapshotLost || (d.Action != nil && d.Action.Kind == Snapshot) {
+		t.Errorf("Release waits for or takes a snapshot: %+v", d)
+	}
+}
+
 func TestNextPromote(t *testing.T) {
 	started := t0.Add(-time.Minute)
 	promoteDone := func(o *Observation) {

@@ -96,8 +96,18 @@ type Observation struct {
 	// UnfitSince is, per voter node, since when every fitness report seen
 	// has been over a threshold (fitness.go).
 	UnfitSince map[string]time.Time
+	// SnapshotCheck is this process's check of the running swap's
+	// recorded snapshot on its own volume, made until one is recorded as
+	// verified (SnapshotGuarded steps only); nil when not made this pass.
+	SnapshotCheck *SnapshotCheck
 
 	cluster *Cluster
+}
+
+// SnapshotCheck is the outcome of VerifySnapshot on the recorded snapshot.
+type SnapshotCheck struct {
+	// Err says why the file is not the recorded snapshot; empty when it is.
+	Err string
 }
 
 // Cluster is Assess(o), judged once per observation: a pass reads it for

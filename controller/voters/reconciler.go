@@ -61,7 +61,10 @@ type Reconciler struct {
 	// it is recorded; an error ends the pass there, as a crash would.
 	AfterAction func(Action) error
 
-	lastEtcd   EtcdView
+	lastEtcd EtcdView
+	// snapshotOK is, per swap ID, the sha256 of the recorded snapshot this
+	// process verified (or took) and recorded as such.
+	snapshotOK map[string]string
 	unfitSince map[string]time.Time
 	stepStart  map[string]time.Time
 	passes     atomic.Int64
@@ -93,6 +96,7 @@ func (r *Reconciler) defaults() {
 	if r.unfitSince == nil {
 		r.unfitSince = map[string]time.Time{}
 		r.stepStart = map[string]time.Time{}
+		r.snapshotOK = map[string]string{}
 	}
 	if r.EtcdFor == nil {
 		r.EtcdFor = r.clientEtcd
@@ -183,6 +187,9 @@ func (r *Reconciler) Pass(ctx context.Context) (time.Duration, error) {
 	if err := r.record(ctx, o, swap, a); err != nil {
 		return 0, err
 	}
+	if swap != nil && swap.Status.Snapshot != nil && (a.Kind == Snapshot || a.Reason == holdfastv1.SwapReasonSnapshotVerified) {
+		r.snapshotOK[swap.Status.SwapID] = swap.Status.Snapshot.SHA256
+	}
 	// The next action follows at once.
 	return time.Millisecond, nil
 }
@@ -257,6 +264,12 @@ func (r *Reconciler) observe(ctx context.Context) (*Observation, Etcd, error) {
 	var focus *holdfastv1.VoterSwap
 	if s := runningSwap(o.Swaps); s != nil {
 		focus = s
+		if recd := s.Status.Snapshot; recd != nil && SnapshotGuarded(s.Status.Step) && r.snapshotOK[s.Status.SwapID] != recd.SHA256 {
+			o.SnapshotCheck = &SnapshotCheck{}
+			if err := VerifySnapshot(filepath.Join(r.SnapshotDir, recd.Name), recd); err != nil {
+				o.SnapshotCheck.Err = err.Error()
+			}
+		}
 		for _, n := range swapNodes(s) {
 			pods, err := (&Nodes{Reader: r.Reader}).PodsOn(ctx, n)
 			if err != nil {

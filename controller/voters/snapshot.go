@@ -103,6 +103,37 @@ func (e *ClientEtcd) Snapshot(ctx context.Context, endpoint, path string) (*hold
 		Revision: status.Revision, TakenAt: &metav1.Time{Time: time.Now()}}, nil
 }
 
+// VerifySnapshot checks that the file at path is the snapshot rec records:
+// its size, the sha256 of the whole file and, opened by etcdutl's snapshot
+// status, its revision. A controller that restarted mid-swap runs it before
+// going on: its volume may be another pod's, or new.
+func VerifySnapshot(path string, rec *holdfastv1.SnapshotRecord) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("recorded snapshot %s: %w", rec.Name, err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	size, err := io.Copy(h, f)
+	if err != nil {
+		return fmt.Errorf("recorded snapshot %s: reading %s: %w", rec.Name, path, err)
+	}
+	if size != rec.SizeBytes {
+		return fmt.Errorf("recorded snapshot %s: %s is %d bytes, %d were recorded", rec.Name, path, size, rec.SizeBytes)
+	}
+	if sum := hex.EncodeToString(h.Sum(nil)); sum != rec.SHA256 {
+		return fmt.Errorf("recorded snapshot %s: %s has sha256 %s, %s was recorded", rec.Name, path, sum, rec.SHA256)
+	}
+	status, err := snapshot.NewV3(zap.NewNop()).Status(path)
+	if err != nil {
+		return fmt.Errorf("recorded snapshot %s: %s does not pass etcdutl's status check: %w", rec.Name, path, err)
+	}
+	if status.Revision != rec.Revision {
+		return fmt.Errorf("recorded snapshot %s: %s holds revision %d, %d was recorded", rec.Name, path, status.Revision, rec.Revision)
+	}
+	return nil
+}
+
 // SnapshotLocation is a snapshot's recorded location: its path, then what
 // holds it (SnapshotVolume).
 func SnapshotLocation(path, volume string) string {

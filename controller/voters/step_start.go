@@ -87,7 +87,18 @@ func stepSnapshot(o *Observation, c *Cluster, s *holdfastv1.VoterSwap) Decision 
 		return toRelease(s, holdfastv1.SwapAbandoned, holdfastv1.StepSnapshot, holdfastv1.SwapOutcomeFailed, holdfastv1.SwapReasonSnapshotFailed,
 			"no verified snapshot within the operation timeout; nothing was changed")
 	}
-	// A voter that stays, preferably not the leader.
+	pick := snapshotSource(c, s)
+	if pick == "" {
+		return wait(s, holdfastv1.SwapReasonSnapshotFailed, "no voter that stays answers: no snapshot source")
+	}
+	m := c.ByNode[pick]
+	return act(&Action{Kind: Snapshot, Swap: s.Name, SwapID: s.Status.SwapID, Node: pick, Member: m.ID, Endpoint: m.ClientURLs[0],
+		Reason: holdfastv1.SwapReasonSnapshotTaken, Then: advance(o, s, promoteStarted)})
+}
+
+// snapshotSource is the voter a snapshot is streamed from: one that stays
+// and answers, preferably not the leader. Empty when there is none.
+func snapshotSource(c *Cluster, s *holdfastv1.VoterSwap) string {
 	var pick string
 	for _, v := range c.Voters {
 		m := c.ByNode[v]
@@ -98,10 +109,44 @@ func stepSnapshot(o *Observation, c *Cluster, s *holdfastv1.VoterSwap) Decision 
 			pick = v
 		}
 	}
+	return pick
+}
+
+// SnapshotGuarded says whether a swap at step changes the membership again
+// (a learner added or promoted, the outgoing member removed): those steps
+// go on only from a snapshot this process has verified on its own volume,
+// since a controller that restarted may hold another pod's volume, or an
+// empty one.
+func SnapshotGuarded(step holdfastv1.SwapStep) bool {
+	switch step {
+	case holdfastv1.StepPromote, holdfastv1.StepRegate, holdfastv1.StepStepDown, holdfastv1.StepRemoveMember:
+		return true
+	}
+	return false
+}
+
+// checkSnapshot acts on this process's first check of the running swap's
+// recorded snapshot: found and verified, it says so on the swap; lost or
+// not matching its record, a new verified snapshot is taken from a voter
+// that stays, before any other step.
+func checkSnapshot(c *Cluster, s *holdfastv1.VoterSwap, chk *SnapshotCheck) (Decision, bool) {
+	recd := s.Status.Snapshot
+	if chk == nil || recd == nil || !SnapshotGuarded(s.Status.Step) {
+		return Decision{}, false
+	}
+	step := s.Status.Step
+	if chk.Err == "" {
+		msg := fmt.Sprintf("recorded snapshot %s found and verified: %d bytes, sha256 %s, revision %d", recd.Name, recd.SizeBytes, recd.SHA256, recd.Revision)
+		return act(&Action{Kind: Record, Swap: s.Name, SwapID: s.Status.SwapID, Reason: holdfastv1.SwapReasonSnapshotVerified, Message: msg,
+			Then: &Change{History: []holdfastv1.SwapStepRecord{rec(step, holdfastv1.SwapReasonSnapshotVerified, holdfastv1.SwapReasonSnapshotVerified, msg)}}}), true
+	}
+	pick := snapshotSource(c, s)
 	if pick == "" {
-		return wait(s, holdfastv1.SwapReasonSnapshotFailed, "no voter that stays answers: no snapshot source")
+		return wait(s, holdfastv1.SwapReasonSnapshotLost, chk.Err+"; no voter that stays answers: no source for a new snapshot"), true
 	}
 	m := c.ByNode[pick]
+	msg := chk.Err + "; a new verified snapshot is taken from " + pick + " before the swap goes on"
 	return act(&Action{Kind: Snapshot, Swap: s.Name, SwapID: s.Status.SwapID, Node: pick, Member: m.ID, Endpoint: m.ClientURLs[0],
-		Reason: holdfastv1.SwapReasonSnapshotTaken, Then: advance(o, s, promoteStarted)})
+		Reason: holdfastv1.SwapReasonSnapshotLost, Then: &Change{Warning: true,
+			History: []holdfastv1.SwapStepRecord{rec(step, holdfastv1.SwapReasonSnapshotLost, holdfastv1.SwapReasonSnapshotLost, msg)}}}), true
 }

@@ -15,11 +15,13 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"k8s.io/utils/clock"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/internal/atomicfile"
 	"github.com/holdfast-io/holdfast/node-plugin/hoststate"
 )
 
@@ -55,6 +57,10 @@ const (
 	// LevelDropIn holds a stepped-down server out of serving:
 	// HOLDFAST_LEVEL=etcd-only (the member keeps voting until removed).
 	LevelDropIn = "50-holdfast-level.conf"
+	// StartDropIn holds the server unit's start condition: the node
+	// plugin's judgment of the host (holdfast-node start-condition). It
+	// stays for good: every start, a boot's included, is judged.
+	StartDropIn = "40-holdfast-start.conf"
 )
 
 // Environment variables the drop-ins set for the server unit.
@@ -331,6 +337,32 @@ func (a *Actuator) writeDropIn(name string, env map[string]string) error {
 		return err
 	}
 	return os.Rename(tmp, filepath.Join(dir, name))
+}
+
+// InstallStartCondition writes StartDropIn with argv as the server unit's
+// ExecCondition (persistent, in SystemdDir: it holds after a reboot, before
+// the node plugin runs) and reloads systemd when it changed.
+func (a *Actuator) InstallStartCondition(ctx context.Context, argv []string) error {
+	for _, w := range argv {
+		if w == "" || strings.ContainsAny(w, " \t\"'\\$%;") {
+			return fmt.Errorf("start condition argument %q: quote-free paths and flags only", w)
+		}
+	}
+	body := "# Written by holdfast-node: the server starts only once holdfast-node has judged this\n" +
+		"# host's member (the tombstones and the live member list). Kept for good.\n" +
+		"[Service]\nExecCondition=" + strings.Join(argv, " ") + "\n"
+	dir := a.dropInDir()
+	path := filepath.Join(dir, StartDropIn)
+	if old, err := os.ReadFile(path); err == nil && string(old) == body {
+		return nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if err := atomicfile.Write(dir, StartDropIn, []byte(body), 0o644); err != nil {
+		return err
+	}
+	return a.sd.Reload(ctx)
 }
 
 func (a *Actuator) removeDropIn(name string) error {

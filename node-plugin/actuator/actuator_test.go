@@ -523,3 +523,42 @@ func TestTombstoneCheckNeverInterleavesWithRollback(t *testing.T) {
 		t.Fatalf("a check after the rollback = %v, %v; want no tombstone", ok, err)
 	}
 }
+
+// TestTheStartConditionIsInstalledOnceAndKept: InstallStartCondition
+// writes the server unit's ExecCondition drop-in and reloads systemd so it
+// holds from the next start; installing the same again changes nothing and
+// reloads nothing; an argument systemd would split or expand is refused and
+// nothing is written. A finish-demote keeps it: every later start is judged.
+func TestTheStartConditionIsInstalledOnceAndKept(t *testing.T) {
+	h := newHost(t, true)
+	path := filepath.Join(h.cfg.SystemdDir, server+".d", actuator.StartDropIn)
+	if err := h.act.InstallStartCondition(ctx(t), []string{"/host/a b", "start-condition"}); err == nil {
+		t.Fatal("an argument with a space was installed")
+	}
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a refused start condition wrote %s: %v", path, err)
+	}
+	argv := []string{"/var/lib/holdfast/bin/holdfast-node", "start-condition", "--host-dir=/var/lib/holdfast"}
+	if err := h.act.InstallStartCondition(ctx(t), argv); err != nil {
+		t.Fatal(err)
+	}
+	h.wantCalls("Reload()")
+	b, err := os.ReadFile(path)
+	if err != nil || !strings.Contains(string(b), "\n[Service]\nExecCondition="+strings.Join(argv, " ")+"\n") {
+		t.Fatalf("drop-in %s = %q (%v), want the ExecCondition line", path, b, err)
+	}
+	h.mgr.ResetCalls()
+	if err := h.act.InstallStartCondition(ctx(t), argv); err != nil {
+		t.Fatal(err)
+	}
+	h.wantCalls()
+	if err := h.state.SetTombstone(holdfastv1.Tombstone{MemberID: "1", ClusterID: "2"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.act.FinishDemote(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("finish-demote removed the start condition: %v", err)
+	}
+}

@@ -32,6 +32,10 @@ const (
 	MemberFile = "member.json"
 	// TombstoneFile records the local member's removal.
 	TombstoneFile = "tombstone.json"
+	// EndpointsFile holds the voters' client URLs of the last member list
+	// the node plugin read: where the server's start condition asks at
+	// boot, before the node plugin runs.
+	EndpointsFile = "member-endpoints.json"
 	// RetiredTombstoneFile keeps the last tombstone once its member data was
 	// moved aside by finish-demote, for people.
 	RetiredTombstoneFile = "tombstone.retired.json"
@@ -120,6 +124,17 @@ func (s State) Member() (*Member, error) {
 
 // SetMember records the local member.
 func (s State) SetMember(m Member) error { return s.writeJSON(MemberFile, m) }
+
+// MemberEndpoints are the voters' client URLs the node plugin last read;
+// none when it never read a member list.
+func (s State) MemberEndpoints() ([]string, error) {
+	var urls []string
+	_, err := s.readJSON(EndpointsFile, &urls)
+	return urls, err
+}
+
+// SetMemberEndpoints records the voters' client URLs of a member list.
+func (s State) SetMemberEndpoints(urls []string) error { return s.writeJSON(EndpointsFile, urls) }
 
 // Tombstone returns the tombstone, nil when there is none.
 func (s State) Tombstone() (*holdfastv1.Tombstone, error) {

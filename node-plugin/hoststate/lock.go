@@ -21,14 +21,27 @@ const LockFile = ".lock"
 // flock on Dir/.lock, so it also holds across two holdfast-node processes
 // on one host (a DaemonSet rollout with surge).
 func (s State) Lock() (func(), error) {
+	unlock, _, err := s.lock(true)
+	return unlock, err
+}
+
+// TryLock takes the member lock only if it is free: ok is false, and
+// nothing is held, when another holder has it.
+func (s State) TryLock() (unlock func(), ok bool, err error) { return s.lock(false) }
+
+func (s State) lock(wait bool) (func(), bool, error) {
 	if err := os.MkdirAll(s.Dir, 0o755); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	f, err := os.OpenFile(filepath.Join(s.Dir, LockFile), os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+	if errors.Is(err, unix.EWOULDBLOCK) && !wait {
+		f.Close()
+		return nil, false, nil
+	}
 	if errors.Is(err, unix.EWOULDBLOCK) {
 		if s.OnLockWait != nil {
 			s.OnLockWait()
@@ -37,7 +50,7 @@ func (s State) Lock() (func(), error) {
 	}
 	if err != nil {
 		f.Close()
-		return nil, fmt.Errorf("locking %s: %w", f.Name(), err)
+		return nil, false, fmt.Errorf("locking %s: %w", f.Name(), err)
 	}
-	return func() { _ = f.Close() }, nil // closing the descriptor releases the flock
+	return func() { _ = f.Close() }, true, nil // closing the descriptor releases the flock
 }

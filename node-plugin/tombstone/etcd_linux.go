@@ -29,6 +29,10 @@ type ClientEtcd struct {
 	// local one is left out of the member list of the removal check.
 	Cluster func(ctx context.Context) ([]string, error)
 	TLS     *tls.Config
+	// Learned, when set, is told each new list of the voters' client URLs
+	// (the node plugin records it on the host for the server's start
+	// condition).
+	Learned func(urls []string)
 
 	mu sync.Mutex
 	// known are the voters' client URLs in the last member list read.
@@ -67,8 +71,12 @@ func (c *ClientEtcd) learn(members []*etcdserverpb.Member) {
 		return
 	}
 	c.mu.Lock()
+	changed := !slices.Equal(c.known, urls)
 	c.known = urls
 	c.mu.Unlock()
+	if changed && c.Learned != nil {
+		c.Learned(urls)
+	}
 }
 
 func (c *ClientEtcd) client(endpoints []string) (*clientv3.Client, error) {

@@ -57,12 +57,17 @@ func FormatID(id uint64) string { return strconv.FormatUint(id, 16) }
 // check that read the member before they cleared it cannot write a
 // tombstone after they finished.
 func (w *Watcher) Check(ctx context.Context) (bool, error) {
-	st := w.State
-	unlock, err := st.Lock()
+	unlock, err := w.State.Lock()
 	if err != nil {
 		return false, err
 	}
 	defer unlock()
+	return w.CheckLocked(ctx)
+}
+
+// CheckLocked is Check for a caller that holds the host's member lock.
+func (w *Watcher) CheckLocked(ctx context.Context) (bool, error) {
+	st := w.State
 	if ts, err := st.Tombstone(); err != nil || ts != nil {
 		return ts != nil, err
 	}
@@ -91,15 +96,26 @@ func (w *Watcher) Check(ctx context.Context) (bool, error) {
 	if recorded == nil {
 		return false, nil
 	}
-	clusterID, ids, err := w.Etcd.Members(ctx)
+	how := Gone(ctx, w.Etcd, *recorded)
+	if how == "" {
+		return false, nil
+	}
+	return w.write(ctx, *recorded, how)
+}
+
+// Gone says how the member list, as the other members answer it, shows
+// member m removed; "" when it names m, is another cluster's, or does not
+// answer (no guess).
+func Gone(ctx context.Context, e Etcd, m hoststate.Member) string {
+	clusterID, ids, err := e.Members(ctx)
 	if err != nil {
 		klog.FromContext(ctx).V(2).Info("Member list unavailable", "err", err)
-		return false, nil
+		return ""
 	}
-	if clusterID != recorded.ClusterID || slices.Contains(ids, recorded.ID) {
-		return false, nil
+	if clusterID != m.ClusterID || slices.Contains(ids, m.ID) {
+		return ""
 	}
-	return w.write(ctx, *recorded, fmt.Sprintf("the member list of cluster %s no longer names member %s", clusterID, recorded.ID))
+	return fmt.Sprintf("the member list of cluster %s no longer names member %s", clusterID, m.ID)
 }
 
 // write records the removal of member m: it returns whether a tombstone

@@ -66,12 +66,12 @@ func TestChartRendersEveryCase(t *testing.T) {
 		for _, m := range ms {
 			kinds[m.Kind]++
 		}
-		if kinds["Deployment"] < 3 || kinds["DaemonSet"] != 1 || kinds["ValidatingWebhookConfiguration"] != 1 || kinds["ServiceAccount"] != kinds["Deployment"]+kinds["DaemonSet"] {
+		if kinds["Deployment"] < 3 || kinds["DaemonSet"] != 1 || kinds["ValidatingWebhookConfiguration"] != 1 || kinds["ServiceAccount"] != kinds["Deployment"]+kinds["StatefulSet"]+kinds["DaemonSet"] {
 			t.Errorf("%s: rendered kinds %v", c.Name, kinds)
 		}
 		// One account per workload: each controller role runs under its own.
 		for _, m := range ms {
-			if m.Kind != "Deployment" || !strings.HasPrefix(m.Name, "holdfast-controller-") {
+			if (m.Kind != "Deployment" && m.Kind != "StatefulSet") || !strings.HasPrefix(m.Name, "holdfast-controller-") {
 				continue
 			}
 			want := map[string]string{"holdfast-controller-units": "holdfast-controller", "holdfast-controller-voters": "holdfast-controller-voters"}[m.Name]
@@ -92,7 +92,7 @@ func TestChartRendersEveryCase(t *testing.T) {
 func containerArgs(t *testing.T, ms []Manifest, component string) []string {
 	t.Helper()
 	for _, m := range ms {
-		if (m.Kind != "Deployment" && m.Kind != "DaemonSet") || !strings.HasPrefix(m.Name, "holdfast-"+component) {
+		if (m.Kind != "Deployment" && m.Kind != "StatefulSet" && m.Kind != "DaemonSet") || !strings.HasPrefix(m.Name, "holdfast-"+component) {
 			continue
 		}
 		spec, _ := m.Object["spec"].(map[string]any)
@@ -181,7 +181,8 @@ func TestValuesSchemaRefusesUnknownKeysAndWrongTypes(t *testing.T) {
 		{"controller: {units: {leaseStandDown: ninety}}", []string{"/controller/units/leaseStandDown"}},
 		{"controller: {units: {grantor: {apiserverPingTimeout: 1500ms}}}", []string{"/controller/units/grantor/apiserverPingTimeout"}},
 		{"node: {hostDir: var/lib/holdfast}", []string{"/node/hostDir"}},
-		{"controller: {voters: {enabled: true, snapshotVolume: {emptyDir: {}, hostPath: {path: /srv/snapshots}}}}", []string{"/controller/voters/snapshotVolume"}},
+		{"controller: {voters: {enabled: true, persistence: {enabled: true, size: lots}}}", []string{"/controller/voters/persistence/size"}},
+		{"controller: {voters: {enabled: true, snapshotVolume: {hostPath: {path: /srv/snapshots}}}}", []string{"/controller/voters", "snapshotVolume"}},
 		{"metrics: {prometheusRule: {enabled: yes please}}", []string{"/metrics/prometheusRule/enabled", "boolean"}},
 		{"controller: {units: {leaseTLS: {mode: cert-manager}}}", []string{"/controller/units/leaseTLS/mode"}},
 		{"controller: {units: {insecurePlaintextLease: \"no\"}}", []string{"/controller/units/insecurePlaintextLease", "boolean"}},

@@ -53,7 +53,7 @@ func TestThePodSecurityLevelsTheChartNeeds(t *testing.T) {
 	}
 	seen := 0
 	for _, m := range ms {
-		if m.Kind != "Deployment" && m.Kind != "DaemonSet" {
+		if m.Kind != "Deployment" && m.Kind != "StatefulSet" && m.Kind != "DaemonSet" {
 			continue
 		}
 		seen++

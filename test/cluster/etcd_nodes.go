@@ -176,7 +176,9 @@ func (h *Host) start(roleIs string, voter bool) error {
 	cond := func(role string) []string {
 		return []string{roleIs, "role-is", "--host-dir", h.State.Dir, "--member-data-dir", h.State.MemberDataDir, role}
 	}
-	if h.Systemd, err = dbusdouble.Serve(h.Bus, dbusdouble.Config{DropInDir: h.SystemdDir, Units: []dbusdouble.Unit{
+	// holdfast-node's drop-ins name paths inside the node (its start
+	// condition runs the copy of itself it put in the host directory).
+	if h.Systemd, err = dbusdouble.Serve(h.Bus, dbusdouble.Config{DropInDir: h.SystemdDir, DropInCommand: h.n.enter, Units: []dbusdouble.Unit{
 		{Name: ServerUnit, ExecCondition: cond("server"), RestartAlways: true, RestartSec: time.Second,
 			Enabled: voter, Start: h.startEtcd},
 		{Name: AgentUnit, ExecCondition: cond("agent"), Enabled: !voter, Active: !voter},

@@ -14,9 +14,10 @@
 //
 // The Manager records every call in order (Calls), emits JobRemoved for
 // every job as systemd does, honours masks (runtime and persistent), reads
-// Environment= lines from drop-ins only on Reload (as systemd needs
-// daemon-reload), runs a unit's ExecCondition command with that environment
-// and skips the start when it exits 1..254, and restarts a unit whose
+// Environment= and ExecCondition= lines from drop-ins only on Reload (as
+// systemd needs daemon-reload), runs every ExecCondition command of a unit
+// and its drop-ins with that environment and skips the start when one exits
+// 1..254, and restarts a unit whose
 // process exits when the unit says Restart=always.
 package dbusdouble
 

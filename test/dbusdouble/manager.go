@@ -63,6 +63,10 @@ type Config struct {
 	// /etc/systemd/system).
 	DropInDir string
 	Units     []Unit
+	// DropInCommand, when set, is how a drop-in's ExecCondition command
+	// line is run: its paths are the host's, e.g. inside a node's mount
+	// namespace (nil: as written).
+	DropInCommand func(argv ...string) []string
 }
 
 // Call is one method call the double received.
@@ -89,6 +93,7 @@ type unitState struct {
 	maskedRuntime bool
 	maskedPersist bool
 	env           map[string]string
+	dropInConds   [][]string // ExecCondition lines of the drop-ins
 	proc          Process
 	stopping      bool
 	gen           int
@@ -268,15 +273,18 @@ func (m *Manager) record(c Call) {
 // reloadLocked re-reads every unit's drop-ins, as daemon-reload does.
 func (m *Manager) reloadLocked() {
 	for name, u := range m.units {
-		u.env = readDropIns(filepath.Join(m.config.DropInDir, name+".d"))
+		u.env, u.dropInConds = readDropIns(filepath.Join(m.config.DropInDir, name+".d"))
 	}
 }
 
-func readDropIns(dir string) map[string]string {
+// readDropIns reads the drop-ins' Environment= and ExecCondition= lines
+// (a command line split at spaces, a double-quoted word unquoted).
+func readDropIns(dir string) (map[string]string, [][]string) {
 	env := map[string]string{}
+	var conds [][]string
 	entries, err := os.ReadDir(dir)
 	if err != nil {
-		return env
+		return env, nil
 	}
 	var names []string
 	for _, e := range entries {
@@ -293,6 +301,19 @@ func readDropIns(dir string) map[string]string {
 		s := bufio.NewScanner(f)
 		for s.Scan() {
 			line := strings.TrimSpace(s.Text())
+			if c, ok := strings.CutPrefix(line, "ExecCondition="); ok {
+				var argv []string
+				for _, w := range strings.Fields(c) {
+					if uq, err := strconv.Unquote(w); err == nil {
+						w = uq
+					}
+					argv = append(argv, w)
+				}
+				if len(argv) > 0 {
+					conds = append(conds, argv)
+				}
+				continue
+			}
 			v, ok := strings.CutPrefix(line, "Environment=")
 			if !ok {
 				continue
@@ -306,7 +327,7 @@ func readDropIns(dir string) map[string]string {
 		}
 		f.Close()
 	}
-	return env
+	return env, conds
 }
 
 // newJob allocates a job path and queues run, which returns the job result;
@@ -336,12 +357,22 @@ func (m *Manager) start(name string) string {
 	for k, v := range u.env {
 		env[k] = v
 	}
-	cond := u.ExecCondition
+	var conds [][]string
+	if len(u.ExecCondition) > 0 {
+		conds = append(conds, u.ExecCondition)
+	}
+	for _, c := range u.dropInConds {
+		if m.config.DropInCommand != nil {
+			c = m.config.DropInCommand(c...)
+		}
+		conds = append(conds, c)
+	}
 	startFn := u.Start
 	u.active = "activating"
 	m.mu.Unlock()
 
-	if len(cond) > 0 {
+	// Every ExecCondition, the unit's and its drop-ins', must pass.
+	for _, cond := range conds {
 		cmd := exec.CommandContext(m.ctx, cond[0], cond[1:]...)
 		cmd.Env = os.Environ()
 		for k, v := range env {

@@ -66,6 +66,10 @@ func (p *NodePlugin) close() {
 // chart's node.memberDataParent).
 var memberDataDir = filepath.Join(cluster.NodeHostDir, "db", "db")
 
+// nodePluginHostDir is holdfast-node's --host-dir inside every node and
+// inside its pod.
+var nodePluginHostDir = filepath.Join(cluster.NodeHostDir, "holdfast")
+
 // busSocket is the system bus socket inside every node (dbusdouble's
 // socket in cluster.NodeHostDir/dbus).
 var busSocket = filepath.Join(cluster.NodeHostDir, "dbus", "bus.sock")
@@ -209,7 +213,10 @@ func nodePluginDaemonSet() *appsv1.DaemonSet {
 			ImagePullPolicy: corev1.PullNever,
 			Args: []string{
 				"--node-name=$(NODE_NAME)",
-				"--host-dir=/var/lib/holdfast",
+				// At the node's own path, as the chart mounts it: the
+				// server's start condition runs the copy holdfast-node
+				// puts there, on the host.
+				"--host-dir=" + nodePluginHostDir,
 				"--systemd-dir=/etc/systemd/system",
 				"--member-data-dir=" + memberDataDir,
 				"--server-unit=" + serverUnit, "--agent-unit=" + agentUnit,
@@ -223,7 +230,7 @@ func nodePluginDaemonSet() *appsv1.DaemonSet {
 				{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}},
 			},
 			VolumeMounts: []corev1.VolumeMount{
-				{Name: "host", MountPath: "/var/lib/holdfast"},
+				{Name: "host", MountPath: nodePluginHostDir},
 				{Name: "systemd", MountPath: "/etc/systemd/system"},
 				{Name: "db", MountPath: filepath.Dir(memberDataDir)},
 				{Name: "dbus", MountPath: busDir},
@@ -233,7 +240,7 @@ func nodePluginDaemonSet() *appsv1.DaemonSet {
 				Path: "/readyz", Port: intstr.FromInt32(nodePluginProbePort)}}, PeriodSeconds: 2},
 		}},
 		Volumes: []corev1.Volume{
-			hostPath("host", filepath.Join(cluster.NodeHostDir, "holdfast")),
+			hostPath("host", nodePluginHostDir),
 			hostPath("systemd", filepath.Join(cluster.NodeHostDir, "systemd")),
 			hostPath("db", filepath.Join(cluster.NodeHostDir, "db")),
 			hostPath("dbus", busDir),

@@ -6,9 +6,11 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"syscall"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -188,3 +190,50 @@ var (
 	}
 	StartQuorumWatch = etcdwatch.StartQuorum
 )
+
+// PauseHost pauses a whole voter host, as a host that hangs: its kubelet,
+// its holdfast-node and its etcd member are SIGSTOPped together (its
+// systemd, the double in this process, only answers calls and restarts a
+// unit whose process exits, and none does). It returns the resume, which
+// continues all three.
+func (w *World) PauseHost(ctx context.Context, node string) (func(), error) {
+	n := w.Nodes[node]
+	if n == nil || n.Host == nil {
+		return nil, fmt.Errorf("%s holds no etcd member", node)
+	}
+	var pods corev1.PodList
+	if err := w.Client.List(ctx, &pods, client.InNamespace(cluster.HoldfastNamespace), client.MatchingLabels(nodePluginLabels)); err != nil {
+		return nil, err
+	}
+	plugin := 0
+	for _, p := range pods.Items {
+		if p.Spec.NodeName != node || p.DeletionTimestamp != nil {
+			continue
+		}
+		pid, err := n.ContainerPID(ctx, p.Namespace, p.Name, "holdfast-node")
+		if err != nil {
+			return nil, err
+		}
+		plugin = pid
+	}
+	pids := []int{n.KubeletPID(), plugin, n.Host.MemberPID()}
+	for i, what := range []string{"kubelet", "holdfast-node", "etcd member"} {
+		if pids[i] == 0 {
+			return nil, fmt.Errorf("no %s runs on %s", what, node)
+		}
+	}
+	var stopped []int
+	resume := func() {
+		for _, pid := range stopped {
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		}
+	}
+	for _, pid := range pids {
+		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+			resume()
+			return nil, err
+		}
+		stopped = append(stopped, pid)
+	}
+	return resume, nil
+}
