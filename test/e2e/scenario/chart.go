@@ -166,9 +166,40 @@ func (w *World) WaitDeployments(ctx context.Context, timeout time.Duration) erro
 		return len(deps.Items) > 0 && len(last) == 0, nil
 	})
 	if err != nil {
-		return fmt.Errorf("holdfast's Deployments not available: %s: %w", strings.Join(last, "; "), err)
+		return fmt.Errorf("holdfast's Deployments not available: %s: %w\n%s", strings.Join(last, "; "), err, w.unreadyPods())
 	}
 	return nil
+}
+
+// unreadyPods says, for each pod of the release namespace that is not
+// ready, its containers' states, its Events and the end of its log: what
+// an operator reads when a rollout hangs.
+func (w *World) unreadyPods() string {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var pods corev1.PodList
+	if err := w.Client.List(ctx, &pods, client.InNamespace(cluster.HoldfastNamespace)); err != nil {
+		return err.Error()
+	}
+	var evs corev1.EventList
+	_ = w.Client.List(ctx, &evs, client.InNamespace(cluster.HoldfastNamespace))
+	var b strings.Builder
+	for _, p := range pods.Items {
+		if podReady(&p) {
+			continue
+		}
+		fmt.Fprintf(&b, "--- %s on %s (%s, IP %q):\n", p.Name, p.Spec.NodeName, p.Status.Phase, p.Status.PodIP)
+		for _, c := range p.Status.ContainerStatuses {
+			fmt.Fprintf(&b, "container %s: ready=%v restarts=%d state=%+v last=%+v\n", c.Name, c.Ready, c.RestartCount, c.State, c.LastTerminationState)
+		}
+		for _, e := range evs.Items {
+			if e.InvolvedObject.Name == p.Name {
+				fmt.Fprintf(&b, "event %s x%d: %s\n", e.Reason, e.Count, e.Message)
+			}
+		}
+		fmt.Fprintf(&b, "log:\n%s\n", w.podLogTail(ctx, p, 15))
+	}
+	return b.String()
 }
 
 // componentPods lists the release's pods of a chart component
