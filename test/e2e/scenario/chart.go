@@ -71,17 +71,32 @@ func chartImages() []cluster.Image {
 	return out
 }
 
+// deploymentsLabel marks the nodes holdfast's Deployments run on: every
+// node but the units' primary (Options.Nodes[0]). As in a plant, where the
+// controllers run on the control side and not on the edge node a drill
+// breaks, a fault of the primary does not take the grantor's leader with it
+// (that fault is a drill of its own: the next leader holds off re-binds for
+// the stand-down + lease + margin, longer than a drill's partition of 2x
+// the lease).
+const deploymentsLabel = "holdfast.test/deployments"
+
 // chartValues are the values the chart is installed with here: the images
-// built here, the controllers' stand-down of the drills, and holdfast-node's
-// host paths on these nodes. Everything else is the chart's default.
+// built here, the units role's replicas and the drills' stand-down, the
+// voters role when Options.Voters asks for it, the Deployments off the
+// primary node (deploymentsLabel), and holdfast-node's host paths on these
+// nodes. Everything else is the chart's default.
 func (w *World) chartValues() map[string]any {
-	controller := map[string]any{"units": map[string]any{"leaseStandDown": w.standDown.String()}}
+	onDeploymentNodes := map[string]any{deploymentsLabel: "true"}
+	controller := map[string]any{"replicas": w.controllers, "nodeSelector": onDeploymentNodes,
+		"units": map[string]any{"leaseStandDown": w.standDown.String()}}
 	if w.chartVoters {
 		controller["voters"] = map[string]any{"enabled": true, "extraArgs": toAny(votersFlags)}
 	}
 	return map[string]any{
 		"image":      map[string]any{"repository": imageRepository, "tag": imageTag, "pullPolicy": string(corev1.PullNever)},
 		"controller": controller,
+		"webhook":    map[string]any{"nodeSelector": onDeploymentNodes},
+		"scheduler":  map[string]any{"nodeSelector": onDeploymentNodes},
 		"node": map[string]any{
 			"hostDir":          filepath.Join(cluster.NodeHostDir, "holdfast"),
 			"systemdDir":       filepath.Join(cluster.NodeHostDir, "systemd"),

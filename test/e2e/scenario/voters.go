@@ -72,11 +72,7 @@ func (w *World) startVoters(ctx context.Context, o VotersOptions) error {
 		return err
 	}
 	if w.install == Chart {
-		w.logf("enabling the chart's voters role")
-		w.chartVoters = true
-		if err := w.upgradeChart(ctx, func(map[string]any) {}); err != nil {
-			return err
-		}
+		// Installed with the voters role on (Up).
 		return w.WaitVotersHealthy(ctx, 3*time.Minute, o.Voters...)
 	}
 	w.logf("starting holdfast-controller --role voters")
