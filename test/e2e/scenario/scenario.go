@@ -174,6 +174,11 @@ func Up(ctx context.Context, o Options) (w *World, err error) {
 		if err = w.startNodeHosts(); err != nil {
 			return w, err
 		}
+		if o.Voters != nil {
+			if err = w.votersPolicy(ctx, *o.Voters); err != nil {
+				return w, fmt.Errorf("voters role: %w", err)
+			}
+		}
 		if err = w.installChart(ctx); err != nil {
 			return w, err
 		}
