@@ -55,6 +55,13 @@ const votersIdentity = "holdfast-controller-voters"
 // votersPolicy came before it (Up).
 func (w *World) startVoters(ctx context.Context, o VotersOptions) error {
 	if w.install == Chart {
+		// The webhook refuses a swap onto a node holdfast-node has not
+		// reported provisioned yet; it reports every 30 s.
+		for _, n := range append(slices.Clone(o.Voters), o.Standbys...) {
+			if err := w.WaitProvisioned(ctx, n, 2*time.Minute); err != nil {
+				return err
+			}
+		}
 		return w.WaitVotersHealthy(ctx, 3*time.Minute, o.Voters...)
 	}
 	if err := w.votersPolicy(ctx, o); err != nil {
