@@ -71,12 +71,14 @@ const (
 func (n *Node) HostDir() string { return filepath.Join(n.Dir, NodeHostDir) }
 
 // The bridge network of pods that are not hostNetwork: it exists only inside
-// the node's network namespace. Its presence makes the node Ready.
+// the node's network namespace. Its presence makes the node Ready. Each pod's
+// default route leads to the bridge (isDefaultGateway), so an in-cluster
+// client reaches the kubernetes Service's address (podnet.go).
 const cniConfig = `{
   "cniVersion": "1.0.0",
   "name": "holdfast-e2e",
   "plugins": [
-    {"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": false,
+    {"type": "bridge", "bridge": "cni0", "isGateway": true, "isDefaultGateway": true, "ipMasq": false,
      "ipam": {"type": "host-local", "ranges": [[{"subnet": "{{podcidr}}"}]], "dataDir": "{{dir}}/cni/ipam"}},
     {"type": "loopback"}
   ]

@@ -149,6 +149,7 @@ func (d *drill) failsOverAcross(breakNode, mendNode func(*cluster.Node) error) (
 	d.t.Helper()
 	b1 = d.held(1)
 	node := world.Nodes[b1.Node]
+	d.t.Logf("at the fault of %s the grantor's leader is %s", b1.Node, world.GrantorLeaderPlace(d.ctx))
 	brokeAt := time.Now()
 	if err := breakNode(node); err != nil {
 		d.t.Fatal(err)

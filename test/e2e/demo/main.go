@@ -1,5 +1,6 @@
-// Command demo is `make demo`: it starts holdfast on a local cluster of real
-// kubelets (test/cluster: four nodes each in its own network
+// Command demo is `make demo`: it installs holdfast with its chart (helm
+// install charts/holdfast, every component's image built here) on a local
+// cluster of real kubelets (test/cluster: four nodes each in its own network
 // and mount namespace, the apiserver's etcd members running on edge-b..d as
 // their systemd's server unit), creates a Failover unit driving a simulated
 // Modbus device, cuts the primary node's links, and prints the failover's
@@ -52,7 +53,7 @@ func run() error {
 		fmt.Printf("[%6.1fs] %s\n", time.Since(start).Seconds(), fmt.Sprintf(f, a...))
 	}
 	upCtx, cancel := context.WithTimeout(ctx, 15*time.Minute)
-	w, err := scenario.Up(upCtx, scenario.Options{Nodes: demoNodes, Voters: demoVoters, Logf: logf})
+	w, err := scenario.Up(upCtx, scenario.Options{Nodes: demoNodes, Voters: demoVoters, Install: scenario.Chart, Logf: logf})
 	cancel()
 	if err != nil {
 		return err

@@ -41,6 +41,9 @@ func swap(ctx context.Context, w *scenario.World, out, in string, logf func(stri
 	if err := w.WaitVotersHealthy(ctx, 3*time.Minute, before...); err != nil {
 		return err
 	}
+	if err := w.WaitProvisioned(ctx, in, 2*time.Minute); err != nil {
+		return err
+	}
 	logf("etcd voters (the apiserver's own etcd) %v, cluster %x; swapping %s out, %s in", before, clusterID, out, in)
 	writer := scenario.StartEtcdWriter(cli, "/holdfast-demo/")
 	quorum := scenario.StartQuorumWatch(cli, 200*time.Millisecond)

@@ -71,17 +71,36 @@ func chartImages() []cluster.Image {
 	return out
 }
 
+// deploymentsLabel marks the nodes holdfast's Deployments run on: every
+// node but the units' primary (Options.Nodes[0]). As in a plant, where the
+// controllers run on the control side and not on the edge node a drill
+// breaks, a fault of the primary does not take the grantor's leader with it
+// (that fault is a drill of its own: the next leader holds off re-binds for
+// the stand-down + lease + margin, longer than a drill's partition of 2x
+// the lease).
+const deploymentsLabel = "holdfast.test/deployments"
+
 // chartValues are the values the chart is installed with here: the images
-// built here, the controllers' stand-down of the drills, and holdfast-node's
-// host paths on these nodes. Everything else is the chart's default.
+// built here, the units role's replicas and the drills' stand-down, the
+// voters role when Options.Voters asks for it, the Deployments off the
+// primary node (deploymentsLabel), and holdfast-node's host paths on these
+// nodes. Everything else is the chart's default.
 func (w *World) chartValues() map[string]any {
-	controller := map[string]any{"units": map[string]any{"leaseStandDown": w.standDown.String()}}
+	onDeploymentNodes := map[string]any{deploymentsLabel: "true"}
+	controller := map[string]any{"replicas": w.controllers, "nodeSelector": onDeploymentNodes,
+		"units": map[string]any{"leaseStandDown": w.standDown.String()}}
 	if w.chartVoters {
-		controller["voters"] = map[string]any{"enabled": true, "extraArgs": toAny(votersFlags)}
+		// The cluster has no volume provisioner: the snapshots stay in an
+		// emptyDir here. Their survival across the controller is held by
+		// controller/voters' restart tests and the chart's render test.
+		controller["voters"] = map[string]any{"enabled": true, "extraArgs": toAny(votersFlags),
+			"persistence": map[string]any{"enabled": false}}
 	}
 	return map[string]any{
 		"image":      map[string]any{"repository": imageRepository, "tag": imageTag, "pullPolicy": string(corev1.PullNever)},
 		"controller": controller,
+		"webhook":    map[string]any{"nodeSelector": onDeploymentNodes},
+		"scheduler":  map[string]any{"nodeSelector": onDeploymentNodes},
 		"node": map[string]any{
 			"hostDir":          filepath.Join(cluster.NodeHostDir, "holdfast"),
 			"systemdDir":       filepath.Join(cluster.NodeHostDir, "systemd"),
@@ -166,9 +185,40 @@ func (w *World) WaitDeployments(ctx context.Context, timeout time.Duration) erro
 		return len(deps.Items) > 0 && len(last) == 0, nil
 	})
 	if err != nil {
-		return fmt.Errorf("holdfast's Deployments not available: %s: %w", strings.Join(last, "; "), err)
+		return fmt.Errorf("holdfast's Deployments not available: %s: %w\n%s", strings.Join(last, "; "), err, w.unreadyPods())
 	}
 	return nil
+}
+
+// unreadyPods says, for each pod of the release namespace that is not
+// ready, its containers' states, its Events and the end of its log: what
+// an operator reads when a rollout hangs.
+func (w *World) unreadyPods() string {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var pods corev1.PodList
+	if err := w.Client.List(ctx, &pods, client.InNamespace(cluster.HoldfastNamespace)); err != nil {
+		return err.Error()
+	}
+	var evs corev1.EventList
+	_ = w.Client.List(ctx, &evs, client.InNamespace(cluster.HoldfastNamespace))
+	var b strings.Builder
+	for _, p := range pods.Items {
+		if podReady(&p) {
+			continue
+		}
+		fmt.Fprintf(&b, "--- %s on %s (%s, IP %q):\n", p.Name, p.Spec.NodeName, p.Status.Phase, p.Status.PodIP)
+		for _, c := range p.Status.ContainerStatuses {
+			fmt.Fprintf(&b, "container %s: ready=%v restarts=%d state=%+v last=%+v\n", c.Name, c.Ready, c.RestartCount, c.State, c.LastTerminationState)
+		}
+		for _, e := range evs.Items {
+			if e.InvolvedObject.Name == p.Name {
+				fmt.Fprintf(&b, "event %s x%d: %s\n", e.Reason, e.Count, e.Message)
+			}
+		}
+		fmt.Fprintf(&b, "log:\n%s\n", w.podLogTail(ctx, p, 15))
+	}
+	return b.String()
 }
 
 // componentPods lists the release's pods of a chart component

@@ -60,3 +60,22 @@ func (w *World) IsolateController(ctx context.Context, c *cluster.Controller, pe
 	}
 	return n.Heal, nil
 }
+
+// GrantorLeaderPlace says where the grantor's leader runs: its control host
+// in the hub, or, installed by the chart, its pod's node (a fault of that
+// node takes the leader too, and the next leader holds off re-binds for the
+// stand-down + lease + margin).
+func (w *World) GrantorLeaderPlace(ctx context.Context) string {
+	leader, _, err := w.GrantorLeader(ctx)
+	if err != nil {
+		return err.Error()
+	}
+	if leader.Host != nil {
+		return leader.Identity + " on its control host"
+	}
+	var p corev1.Pod
+	if err := w.Client.Get(ctx, client.ObjectKey{Namespace: cluster.HoldfastNamespace, Name: leader.Identity}, &p); err != nil {
+		return err.Error()
+	}
+	return leader.Identity + " on node " + p.Spec.NodeName
+}

@@ -75,6 +75,7 @@ type World struct {
 	votersMu         sync.Mutex
 	logf             func(string, ...any)
 	plants           int
+	controllers      int
 	standDown        time.Duration
 	device           devicesim.Mode
 	install          Install
@@ -143,15 +144,19 @@ func Up(ctx context.Context, o Options) (w *World, err error) {
 		images = append(images, chartImages()...)
 	}
 	var specs []cluster.NodeSpec
-	for _, n := range o.Nodes {
-		specs = append(specs, cluster.NodeSpec{Name: n, Etcd: o.Voters.etcdRole(n)})
+	for i, n := range o.Nodes {
+		spec := cluster.NodeSpec{Name: n, Etcd: o.Voters.etcdRole(n)}
+		if o.Install == Chart && i > 0 {
+			spec.Labels = map[string]string{deploymentsLabel: "true"}
+		}
+		specs = append(specs, spec)
 	}
 	c, err := cluster.Start(ctx, cluster.Config{Nodes: specs, EtcdMembers: o.EtcdMembers, EvictionSeconds: o.EvictionSeconds, Logf: o.Logf,
 		Images: images})
 	if err != nil {
 		return nil, err
 	}
-	w = &World{Cluster: c, logf: o.Logf, standDown: o.LeaseStandDown, device: o.Device, install: o.Install, grantor: grantor, ctlBusy: map[int]bool{}}
+	w = &World{Cluster: c, logf: o.Logf, controllers: o.Controllers, standDown: o.LeaseStandDown, device: o.Device, install: o.Install, grantor: grantor, ctlBusy: map[int]bool{}}
 	w.supervision, w.stopSupervising = context.WithCancel(context.Background())
 	defer func() {
 		if err != nil {
@@ -162,12 +167,25 @@ func Up(ctx context.Context, o Options) (w *World, err error) {
 		}
 	}()
 	if o.Install == Chart {
+		// The voters role and holdfast-node's voter-swap parts are in the
+		// release from its install; startVoters gives them their policy.
+		w.chartVoters = o.Voters != nil
 		o.Logf("installing holdfast with its chart")
 		if err = w.startNodeHosts(); err != nil {
 			return w, err
 		}
+		if o.Voters != nil {
+			if err = w.votersPolicy(ctx, *o.Voters); err != nil {
+				return w, fmt.Errorf("voters role: %w", err)
+			}
+		}
 		if err = w.installChart(ctx); err != nil {
 			return w, err
+		}
+		if o.Voters != nil {
+			if err = w.startVoters(ctx, *o.Voters); err != nil {
+				return w, fmt.Errorf("voters role: %w", err)
+			}
 		}
 		return w, nil
 	}

@@ -50,10 +50,37 @@ const VotersControllerPort = 8300
 // votersIdentity is the voters role's holder identity; a restart keeps it.
 const votersIdentity = "holdfast-controller-voters"
 
-// startVoters labels the nodes as an admin would, creates VoterPolicy
-// default (dry run: only the swaps a drill asks for are carried out) and
-// starts the voters role, then waits for it to report etcd healthy.
+// startVoters labels the nodes and creates VoterPolicy default
+// (votersPolicy), starts the voters role, then waits for it to report etcd
+// healthy. Installed by the chart, the release runs the voters role and
+// votersPolicy came before it (Up).
 func (w *World) startVoters(ctx context.Context, o VotersOptions) error {
+	if w.install == Chart {
+		// The webhook refuses a swap onto a node holdfast-node has not
+		// reported provisioned yet; it reports every 30 s.
+		for _, n := range append(slices.Clone(o.Voters), o.Standbys...) {
+			if err := w.WaitProvisioned(ctx, n, 2*time.Minute); err != nil {
+				return err
+			}
+		}
+		return w.WaitVotersHealthy(ctx, 3*time.Minute, o.Voters...)
+	}
+	if err := w.votersPolicy(ctx, o); err != nil {
+		return err
+	}
+	w.logf("starting holdfast-controller --role voters")
+	if err := w.startVotersController(ctx); err != nil {
+		return err
+	}
+	w.superviseVoters()
+	return w.WaitVotersHealthy(ctx, 2*time.Minute, o.Voters...)
+}
+
+// votersPolicy labels the nodes as an admin would and creates VoterPolicy
+// default (dry run: only the swaps a drill asks for are carried out). It
+// comes before holdfast-node starts with voter swaps on: holdfast-node reads
+// the policy's host settings (the member data directory) once, at start.
+func (w *World) votersPolicy(ctx context.Context, o VotersOptions) error {
 	for _, n := range o.Voters {
 		if err := w.LabelNode(ctx, n, map[string]string{holdfastv1.LabelEtcdRole: "true", holdfastv1.LabelVoterEligible: "true"}); err != nil {
 			return err
@@ -73,20 +100,7 @@ func (w *World) startVoters(ctx context.Context, o VotersOptions) error {
 	if err := w.Client.Create(ctx, p); err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
 	}
-	if w.install == Chart {
-		w.logf("enabling the chart's voters role")
-		w.chartVoters = true
-		if err := w.upgradeChart(ctx, func(map[string]any) {}); err != nil {
-			return err
-		}
-		return w.WaitVotersHealthy(ctx, 3*time.Minute, o.Voters...)
-	}
-	w.logf("starting holdfast-controller --role voters")
-	if err := w.startVotersController(ctx); err != nil {
-		return err
-	}
-	w.superviseVoters()
-	return w.WaitVotersHealthy(ctx, 2*time.Minute, o.Voters...)
+	return nil
 }
 
 // votersFlags are the voters role's flags for this cluster beside its
@@ -236,4 +250,26 @@ func (w *World) PauseHost(ctx context.Context, node string) (func(), error) {
 		stopped = append(stopped, pid)
 	}
 	return resume, nil
+}
+
+// WaitProvisioned waits until node's holdfast-node has reported its server
+// unit installed (holdfastv1.AnnotationProvisioned "true"), which the webhook
+// requires of a swap's incoming node. holdfast-node reports every 30 s, so a
+// node back from a cut, or one whose node plugin just started, may not have
+// reported yet.
+func (w *World) WaitProvisioned(ctx context.Context, node string, within time.Duration) error {
+	var last string
+	err := cluster.Poll(ctx, within, func() (bool, error) {
+		var n corev1.Node
+		if err := w.Client.Get(ctx, client.ObjectKey{Name: node}, &n); err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		last = fmt.Sprintf("%s=%q", holdfastv1.AnnotationProvisioned, n.Annotations[holdfastv1.AnnotationProvisioned])
+		return n.Annotations[holdfastv1.AnnotationProvisioned] == "true", nil
+	})
+	if err != nil {
+		return fmt.Errorf("node %s not reported provisioned (%s): %w", node, last, err)
+	}
+	return nil
 }
