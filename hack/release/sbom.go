@@ -63,7 +63,9 @@ type spdxRelationship struct {
 
 var spdxIDUnsafe = regexp.MustCompile(`[^A-Za-z0-9.-]+`)
 
-func spdxID(kind, s string) string { return "SPDXRef-" + kind + "-" + spdxIDUnsafe.ReplaceAllString(s, "-") }
+func spdxID(kind, s string) string {
+	return "SPDXRef-" + kind + "-" + spdxIDUnsafe.ReplaceAllString(s, "-")
+}
 
 // writeSBOM writes the SBOM of binaries (paths <work>/<os>_<arch>/<name>).
 func writeSBOM(out, version string, binaries []string) error {
