@@ -18,6 +18,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -71,6 +72,9 @@ type Options struct {
 	// SkipNameValidation lets a test run several managers with the same
 	// controller names in one process.
 	SkipNameValidation bool
+	// PolicyEvery is how often the VoterPolicy's host settings are checked
+	// against those the plugin runs with (0: 10s).
+	PolicyEvery time.Duration
 }
 
 // ParseFlags reads holdfast-node's flags; NODE_NAME comes from the
@@ -133,32 +137,78 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	})
 }
 
-// hostSettings fills unit names and the data directory from the VoterPolicy
-// where the flags leave them empty; read once at start.
-func hostSettings(ctx context.Context, r client.Reader, o *Options) error {
+// hostSettings are the host's unit names and member paths: a flag wins,
+// then the VoterPolicy, then k3s's defaults.
+type hostSettings struct{ ServerUnit, AgentUnit, MemberDataDir, ServerTombstone string }
+
+// resolveHost is hostSettings for the flags o and the VoterPolicy vp (nil:
+// none exists).
+func resolveHost(o Options, vp *holdfastv1.VoterPolicy) hostSettings {
+	var h holdfastv1.HostRoleSettings
+	if vp != nil {
+		h = vp.Spec.Host
+	}
+	pick := func(flag, policy, def string) string {
+		switch {
+		case flag != "":
+			return flag
+		case policy != "":
+			return policy
+		}
+		return def
+	}
+	return hostSettings{
+		ServerUnit:      pick(o.ServerUnit, h.ServerUnit, "k3s.service"),
+		AgentUnit:       pick(o.AgentUnit, h.AgentUnit, "k3s-agent.service"),
+		MemberDataDir:   pick(o.MemberDataDir, h.MemberDataDir, "/var/lib/rancher/k3s/server/db"),
+		ServerTombstone: pick(o.ServerTombstone, h.ServerTombstone, ""),
+	}
+}
+
+// readPolicy reads the VoterPolicy past the cache (nil: none exists).
+func readPolicy(ctx context.Context, r client.Reader) (*holdfastv1.VoterPolicy, error) {
 	vp := &holdfastv1.VoterPolicy{}
 	err := r.Get(ctx, types.NamespacedName{Name: holdfastv1.VoterPolicyName}, vp)
-	if err != nil && client.IgnoreNotFound(err) != nil {
-		return err
+	if apierrors.IsNotFound(err) {
+		return nil, nil
 	}
-	h := vp.Spec.Host
-	for _, f := range []struct {
-		dst      *string
-		src, def string
-	}{
-		{&o.ServerUnit, h.ServerUnit, "k3s.service"},
-		{&o.AgentUnit, h.AgentUnit, "k3s-agent.service"},
-		{&o.MemberDataDir, h.MemberDataDir, "/var/lib/rancher/k3s/server/db"},
-		{&o.ServerTombstone, h.ServerTombstone, ""},
-	} {
-		if *f.dst == "" {
-			*f.dst = f.src
+	if err != nil {
+		return nil, fmt.Errorf("reading VoterPolicy %s: %w", holdfastv1.VoterPolicyName, err)
+	}
+	return vp, nil
+}
+
+// policyWatch ends the node plugin when the VoterPolicy changes the host
+// settings it started with (the policy created after the plugin, or its
+// spec.host edited): the actuator, the tombstone check and the reporter
+// hold them, and a plugin that went on with the old ones would move aside,
+// guard and report the wrong member directory. Its container restarts with
+// the new ones; every step it may have been in is safe to repeat.
+type policyWatch struct {
+	reader  client.Reader
+	flags   Options
+	running hostSettings
+	every   time.Duration
+}
+
+func (w *policyWatch) Start(ctx context.Context) error {
+	t := time.NewTicker(w.every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
 		}
-		if *f.dst == "" {
-			*f.dst = f.def
+		vp, err := readPolicy(ctx, w.reader)
+		if err != nil {
+			klog.FromContext(ctx).Error(err, "Checking the VoterPolicy's host settings")
+			continue
+		}
+		if now := resolveHost(w.flags, vp); now != w.running {
+			return fmt.Errorf("VoterPolicy %s changed the host settings from %+v to %+v: holdfast-node exits to start again with them", holdfastv1.VoterPolicyName, w.running, now)
 		}
 	}
-	return nil
 }
 
 // Run starts holdfast-node until ctx ends.
@@ -220,8 +270,19 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 // the tombstone watcher, and points the reporter at systemd, the member data
 // directory and the voters; the returned func closes the systemd connection.
 func addVoterSwaps(ctx context.Context, mgr ctrl.Manager, o *Options, reporter *report.Reporter) (func(), error) {
-	if err := hostSettings(ctx, mgr.GetAPIReader(), o); err != nil {
-		return nil, fmt.Errorf("reading VoterPolicy %s: %w", holdfastv1.VoterPolicyName, err)
+	vp, err := readPolicy(ctx, mgr.GetAPIReader())
+	if err != nil {
+		return nil, err
+	}
+	flags := *o
+	h := resolveHost(flags, vp)
+	o.ServerUnit, o.AgentUnit, o.MemberDataDir, o.ServerTombstone = h.ServerUnit, h.AgentUnit, h.MemberDataDir, h.ServerTombstone
+	every := o.PolicyEvery
+	if every <= 0 {
+		every = 10 * time.Second
+	}
+	if err := mgr.Add(&policyWatch{reader: mgr.GetAPIReader(), flags: flags, running: h, every: every}); err != nil {
+		return nil, err
 	}
 	state := hoststate.State{Dir: o.HostDir, MemberDataDir: o.MemberDataDir, ServerTombstone: o.ServerTombstone}
 	tlsCfg, err := etcdTLS(*o)
