@@ -21,6 +21,8 @@ TEST_TIMEOUT ?= 25m
 # minutes for one drill on 2 cores, so make test's smoke stays with the
 # processes install.
 CHART_DRILLS := TestPrimaryNodeCut|TestControlPlanePartition
+# The voter swap drill make test-e2e runs against the chart-installed components.
+CHART_VOTER_DRILLS := TestFullSwapWithWritesThroughout$$
 GO_TEST_FLAGS ?=
 
 # The release this tree builds. The chart's appVersion is the one place it
@@ -85,10 +87,11 @@ test: k8s-bin node-deps modbus-deps cri-bin cni-bin $(CONTROLLER_GEN) $(PROMTOOL
 	$(GO) test -tags integration -timeout $(TEST_TIMEOUT) $(GO_TEST_FLAGS) ./...
 
 .PHONY: test-e2e
-test-e2e: k8s-bin node-deps modbus-deps cri-bin cni-bin $(CONTROLLER_GEN) $(PROMTOOL) ## Run everything make test runs plus the long drills (build tag e2e): the matrix on real kubelets (once with owner-epoch devices, once with plain ones, the failover drills of CHART_DRILLS again against the chart-installed components), the voter swap drills
+test-e2e: k8s-bin node-deps modbus-deps cri-bin cni-bin $(CONTROLLER_GEN) $(PROMTOOL) ## Run everything make test runs plus the long drills (build tag e2e): the matrix on real kubelets (once with owner-epoch devices, once with plain ones, the failover drills of CHART_DRILLS again against the chart-installed components), the voter swap drills (CHART_VOTER_DRILLS again against the chart-installed components)
 	$(GO) test -tags integration,e2e -timeout 90m $(GO_TEST_FLAGS) ./...
 	HOLDFAST_E2E_DEVICE=plain $(GO) test -tags integration,e2e -timeout 90m $(GO_TEST_FLAGS) ./test/e2e/
 	HOLDFAST_E2E_INSTALL=chart HOLDFAST_E2E_DEVICE=plain $(GO) test -tags integration,e2e -timeout 60m $(GO_TEST_FLAGS) -run '$(CHART_DRILLS)' ./test/e2e/
+	HOLDFAST_E2E_INSTALL=chart $(GO) test -tags integration,e2e -timeout 30m $(GO_TEST_FLAGS) -run '$(CHART_VOTER_DRILLS)' ./test/e2e/voters/
 
 SEEDS ?= 1000
 SIM_FLAGS ?=
