@@ -16,7 +16,6 @@ import (
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	nodeplugin "github.com/holdfast-io/holdfast/node-plugin"
-	"github.com/holdfast-io/holdfast/test/dbusdouble"
 )
 
 // TestTheNodePluginFollowsTheVoterPolicysHostSettings: the member data
@@ -27,17 +26,7 @@ import (
 func TestTheNodePluginFollowsTheVoterPolicysHostSettings(t *testing.T) {
 	r := newRig(t)
 	dir := t.TempDir()
-	bus, err := dbusdouble.StartBus(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(bus.Close)
-	m, err := dbusdouble.Serve(bus, dbusdouble.Config{DropInDir: filepath.Join(dir, "systemd"), Units: []dbusdouble.Unit{
-		{Name: serverUnit}, {Name: agentUnit, Enabled: true, Active: true}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(m.Close)
+	bus := agentHost(t, dir)
 	createNode(t, "w-policy")
 	ctx := context.Background()
 	local := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))

@@ -29,17 +29,7 @@ import (
 func TestRunWiresEveryPart(t *testing.T) {
 	r := newRig(t)
 	dir := t.TempDir()
-	bus, err := dbusdouble.StartBus(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(bus.Close)
-	m, err := dbusdouble.Serve(bus, dbusdouble.Config{DropInDir: filepath.Join(dir, "systemd"), Units: []dbusdouble.Unit{
-		{Name: serverUnit}, {Name: agentUnit, Enabled: true, Active: true}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(m.Close)
+	bus := agentHost(t, dir)
 	createNode(t, "w1")
 	ports := freePorts(t, 2)
 	port := ports[0]
@@ -181,4 +171,23 @@ func startRun(t *testing.T, o nodeplugin.Options) (exited func() (bool, error)) 
 			return false, nil
 		}
 	}
+}
+
+// agentHost serves systemd on a private bus for a host that is an agent:
+// the server unit installed and stopped, the agent unit enabled and
+// running, drop-ins under dir/systemd.
+func agentHost(t *testing.T, dir string) *dbusdouble.Bus {
+	t.Helper()
+	bus, err := dbusdouble.StartBus(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(bus.Close)
+	m, err := dbusdouble.Serve(bus, dbusdouble.Config{DropInDir: filepath.Join(dir, "systemd"), Units: []dbusdouble.Unit{
+		{Name: serverUnit}, {Name: agentUnit, Enabled: true, Active: true}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	return bus
 }
