@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -840,7 +841,8 @@ func TestFailoverExitCodes(t *testing.T) {
 	}
 	wantExit(t, admin(t, "failover", "-n", ns, "press-2", "--to", "fo-standby-1", "--confirm-fenced", "powered off at the breaker"), plugin.ExitOK)
 	a = getUnit(t, press).Annotations
-	if a[holdfastv1.AnnotationFailoverTo] != "fo-standby-1" || a[holdfastv1.AnnotationFailoverConfirmFenced] != "powered off at the breaker" {
+	if a[holdfastv1.AnnotationFailoverTo] != "fo-standby-1" || a[holdfastv1.AnnotationFailoverConfirmFenced] != "powered off at the breaker" ||
+		a[holdfastv1.AnnotationFailoverConfirmEpoch] != strconv.FormatInt(getUnit(t, press).Status.RuntimeBinding.Epoch, 10) {
 		t.Fatalf("annotations after a confirmed failover: %v", a)
 	}
 

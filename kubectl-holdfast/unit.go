@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -37,8 +38,11 @@ places the new runtime on NODE. Two writers must never drive one device, so:
     --confirm-fenced; once its lease expired and the margin passed, none is needed.
 
 --confirm-fenced (annotation holdfast.io/failover-confirm-fenced) is recorded
-in the audit trail with your user name. Without it, any confirmation left on
-the unit from earlier is removed, so it never certifies a fence you did not.
+in the audit trail with your user name, with the epoch of the runtime you
+certify (holdfast.io/failover-confirm-epoch, the binding's epoch as read here):
+if another runtime is bound before the request lands, it certifies nothing.
+Without it, any confirmation left on the unit from earlier is removed, so it
+never certifies a fence you did not.
 
 ` + exitCodesHelp,
 		Example: `  # The old node is powered off: move kiln-1 to edge-2 and wait for the re-bind
@@ -77,9 +81,13 @@ the unit from earlier is removed, so it never certifies a fence you did not.
 				return usageErr("failover: unit %s/%s is an Autonomy unit: its runtime never fences itself, so --confirm-fenced REASON "+
 					"(how the old node was fenced) is required", u.Namespace, u.Name)
 			}
-			annotations := map[string]any{holdfastv1.AnnotationFailoverTo: to, holdfastv1.AnnotationFailoverConfirmFenced: nil}
+			annotations := map[string]any{holdfastv1.AnnotationFailoverTo: to,
+				holdfastv1.AnnotationFailoverConfirmFenced: nil, holdfastv1.AnnotationFailoverConfirmEpoch: nil}
 			if confirm != "" {
+				// The certification is of the runtime read above: if another
+				// is bound before it lands, it certifies nothing.
 				annotations[holdfastv1.AnnotationFailoverConfirmFenced] = confirm
+				annotations[holdfastv1.AnnotationFailoverConfirmEpoch] = strconv.FormatInt(epoch, 10)
 			}
 			if err := o.annotate(ctx, u, annotations); err != nil {
 				return apiErr(fmt.Sprintf("asking for the failover of unit %s/%s", u.Namespace, u.Name), err)

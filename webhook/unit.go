@@ -50,7 +50,9 @@ func unitChanges(old, u *holdfastv1.Unit) unitChange {
 		return ok && v != "" && (oldAnn == nil || oldAnn[k] != v)
 	}
 	c.failoverTo = set(holdfastv1.AnnotationFailoverTo)
-	c.confirm = set(holdfastv1.AnnotationFailoverConfirmFenced)
+	// A new epoch under the same words is a new certification.
+	c.confirm = set(holdfastv1.AnnotationFailoverConfirmFenced) ||
+		(u.Annotations[holdfastv1.AnnotationFailoverConfirmFenced] != "" && set(holdfastv1.AnnotationFailoverConfirmEpoch))
 	c.restart = set(holdfastv1.AnnotationRestart)
 	return c
 }
@@ -123,14 +125,16 @@ func checkUnit(o *Options, r requester, old, u *holdfastv1.Unit, f unitFacts) (v
 
 	var audits []AuditRecord
 	ref := AuditRef{Kind: "Unit", Namespace: u.Namespace, Name: u.Name}
-	confirm := strings.TrimSpace(u.Annotations[holdfastv1.AnnotationFailoverConfirmFenced])
+	confirm, stale := policy.ConfirmedFence(u)
 	if c.confirm {
 		p := annPath.Key(holdfastv1.AnnotationFailoverConfirmFenced)
 		switch {
-		case confirm == "":
+		case strings.TrimSpace(u.Annotations[holdfastv1.AnnotationFailoverConfirmFenced]) == "":
 			v.invalidf(field.Invalid(p, u.Annotations[holdfastv1.AnnotationFailoverConfirmFenced], "must say how the old node was fenced"))
 		case !isController && !inAnyGroup(r.Groups, o.ConfirmFencedGroups):
 			v.forbid(field.Forbidden(p, groupsNeeded("confirm a fence", r, o.ConfirmFencedGroups)))
+		case stale != "":
+			v.invalidf(field.Invalid(annPath.Key(holdfastv1.AnnotationFailoverConfirmEpoch), u.Annotations[holdfastv1.AnnotationFailoverConfirmEpoch], stale))
 		default:
 			audits = append(audits, AuditRecord{Audit: AuditConfirmFenced, Object: ref, Reason: confirm,
 				Target: u.Annotations[holdfastv1.AnnotationFailoverTo]})
@@ -153,11 +157,11 @@ func checkUnit(o *Options, r requester, old, u *holdfastv1.Unit, f unitFacts) (v
 			case u.Spec.Availability.Mode != holdfastv1.Failover:
 				v.forbid(field.Forbidden(p, fmt.Sprintf(
 					"the runtime on %s is an Autonomy runtime and never fences itself; set %s to how %s was fenced",
-					b.Node, holdfastv1.AnnotationFailoverConfirmFenced, b.Node)))
+					b.Node, policy.ConfirmAnnotations(b.Epoch), b.Node)))
 			case b.LeaseState == holdfastv1.LeaseHeld:
 				v.forbid(field.Forbidden(p, fmt.Sprintf(
 					"the runtime on %s still holds its control lease (Held at epoch %d); set %s to how %s was fenced, or wait for the lease to expire",
-					b.Node, b.Epoch, holdfastv1.AnnotationFailoverConfirmFenced, b.Node)))
+					b.Node, b.Epoch, policy.ConfirmAnnotations(b.Epoch), b.Node)))
 			}
 		}
 		if len(v.invalid)+len(v.forbidden) == before {

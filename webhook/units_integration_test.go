@@ -123,13 +123,17 @@ func TestManualFailoverNeedsGroupTargetAndFence(t *testing.T) {
 		"the runtime on edge-1 still holds its control lease")
 	res = annotate(lead, "holdfast.io/failover-to=edge-2")
 	refusal(t, "failover-while-lease-held", res,
-		"the runtime on edge-1 still holds its control lease (Held at epoch 3); set holdfast.io/failover-confirm-fenced to how edge-1 was fenced")
-	res = annotate(lead, "holdfast.io/failover-to=edge-9", "holdfast.io/failover-confirm-fenced=powered off at the breaker")
+		`the runtime on edge-1 still holds its control lease (Held at epoch 3); set holdfast.io/failover-confirm-fenced (with holdfast.io/failover-confirm-epoch: "3") to how edge-1 was fenced`)
+	res = annotate(lead, "holdfast.io/failover-to=edge-9", "holdfast.io/failover-confirm-fenced=powered off at the breaker", "holdfast.io/failover-confirm-epoch=3")
 	refusal(t, "failover-to-non-target", res, "edge-9 is not a failover target of this unit")
-	res = annotate(lead, "holdfast.io/failover-to=edge-3", "holdfast.io/failover-confirm-fenced=powered off at the breaker")
+	res = annotate(lead, "holdfast.io/failover-to=edge-3", "holdfast.io/failover-confirm-fenced=powered off at the breaker", "holdfast.io/failover-confirm-epoch=3")
 	refusal(t, "failover-to-not-ready", res, "edge-3 is NotReady")
-	res = annotate(operator, "holdfast.io/failover-confirm-fenced=powered off at the breaker")
+	res = annotate(operator, "holdfast.io/failover-confirm-fenced=powered off at the breaker", "holdfast.io/failover-confirm-epoch=3")
 	refusal(t, "confirm-fenced-outside-groups", res, "may not confirm a fence: requires membership in one of the groups [system:masters, shift-leads]")
+	// A confirmation re-applied after its runtime was replaced (a GitOps
+	// tool's stale copy) names an epoch that is not the binding's.
+	res = annotate(lead, "holdfast.io/failover-confirm-fenced=powered off at the breaker", "holdfast.io/failover-confirm-epoch=2")
+	refusal(t, "confirm-fenced-stale-epoch", res, "certifies the runtime of epoch 2, but the binding is at epoch 3")
 
 	var u holdfastv1.Unit
 	if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "kiln-1"}, &u); err != nil {
@@ -139,7 +143,7 @@ func TestManualFailoverNeedsGroupTargetAndFence(t *testing.T) {
 		t.Fatalf("a refused failover request reached the Unit: %v", u.Annotations)
 	}
 
-	allowed(t, annotate(lead, "holdfast.io/failover-to=edge-2", "holdfast.io/failover-confirm-fenced=powered off at the breaker"))
+	allowed(t, annotate(lead, "holdfast.io/failover-to=edge-2", "holdfast.io/failover-confirm-fenced=powered off at the breaker", "holdfast.io/failover-confirm-epoch=3"))
 	for _, kind := range []string{webhook.AuditManualFailover, webhook.AuditConfirmFenced} {
 		rec := lastAudit(t, kind)
 		if rec.User != "sam" || !contains(rec.Groups, shiftLeadGroup) || rec.Object != (webhook.AuditRef{Kind: "Unit", Namespace: ns, Name: "kiln-1"}) ||

@@ -108,6 +108,11 @@ const (
 	// AnnotationFailoverConfirmFenced certifies, in the person's words, how
 	// the old node was fenced (powered off, cut from the field network).
 	AnnotationFailoverConfirmFenced = "holdfast.io/failover-confirm-fenced"
+	// AnnotationFailoverConfirmEpoch names the binding epoch whose runtime
+	// the confirmation certifies as fenced. A confirmation counts only while
+	// the Unit's binding is at that epoch: one re-applied later (a GitOps
+	// tool, a copied manifest) says nothing of a later runtime.
+	AnnotationFailoverConfirmEpoch = "holdfast.io/failover-confirm-epoch"
 	// AnnotationRestart asks for a restart of the runtime (RFC 3339 time).
 	AnnotationRestart = "holdfast.io/restart"
 	// AnnotationRequestID names a person's request: set by whoever asks

@@ -4,6 +4,7 @@ package integration
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -83,6 +84,7 @@ func TestADeviceHoldingALaterEpochIsNeverWritten(t *testing.T) {
 			annotate(t, p.key, map[string]string{
 				holdfastv1.AnnotationFailoverTo:            p.targets[0],
 				holdfastv1.AnnotationFailoverConfirmFenced: "the other writer of the coupler was stopped",
+				holdfastv1.AnnotationFailoverConfirmEpoch:  strconv.FormatInt(p.epoch(1), 10),
 			})
 			p.place(2)
 			if e2 := p.epoch(2); e2 <= later {

@@ -5,6 +5,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -105,6 +106,7 @@ func failOverByHand(t *testing.T, key types.NamespacedName, to string, from int6
 	annotate(t, key, map[string]string{
 		holdfastv1.AnnotationFailoverTo:            to,
 		holdfastv1.AnnotationFailoverConfirmFenced: "the edge node powered off at its breaker",
+		holdfastv1.AnnotationFailoverConfirmEpoch:  strconv.FormatInt(from, 10),
 	})
 	return waitNewEpoch(t, key, from)
 }

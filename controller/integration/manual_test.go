@@ -105,6 +105,7 @@ func TestAnAutonomyUnitFailsOverOnlyByHandWithAConfirmedFence(t *testing.T) {
 	annotate(t, key, map[string]string{
 		holdfastv1.AnnotationFailoverTo:            "press-standby-1",
 		holdfastv1.AnnotationFailoverConfirmFenced: "press-edge-1 powered off at its breaker",
+		holdfastv1.AnnotationFailoverConfirmEpoch:  strconv.FormatInt(e1, 10),
 		holdfastv1.AnnotationRequestID:             "req-9",
 	})
 	var pod2 *corev1.Pod

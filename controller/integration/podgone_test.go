@@ -5,6 +5,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -107,7 +108,8 @@ func TestAPodGoneIsNotAStoppedWriterUntilItsNodeConfirms(t *testing.T) {
 
 		// A person stops the runtime on the node and certifies it.
 		old.kill()
-		annotate(t, p.key, map[string]string{holdfastv1.AnnotationFailoverConfirmFenced: "stopped the runtime on the node by hand"})
+		annotate(t, p.key, map[string]string{holdfastv1.AnnotationFailoverConfirmFenced: "stopped the runtime on the node by hand",
+			holdfastv1.AnnotationFailoverConfirmEpoch: strconv.FormatInt(p.epoch(1), 10)})
 		p.waitPod(2)
 		if u := p.unit(); u.Annotations[holdfastv1.AnnotationFailoverConfirmFenced] != "" {
 			// Consumed after the status write; wait for it.

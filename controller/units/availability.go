@@ -95,7 +95,8 @@ type Plan struct {
 	Record *Record
 	Rebind *Rebind
 	// ConsumeConfirm: remove the person's holdfast.io/failover-confirm-fenced
-	// once it certified a hand-over's stop, so it certifies no later one.
+	// (and its epoch) once it certified a hand-over's stop, or when it
+	// certifies another epoch than the binding's.
 	ConsumeConfirm bool
 	// ConsumeRequest: remove the person's failover annotations once the
 	// status is written.
@@ -158,6 +159,7 @@ func Decide(in Inputs) Plan {
 	if b := p.Status.RuntimeBinding; b.Pod != read {
 		setCondition(&p.Status, runtimeReady(b, nil), in.Now)
 	}
+	staleConfirmation(&p, &in)
 	noteDevices(&p, &in)
 	noteLeaseFloor(&p, &in)
 	// LeadershipHoldOff is a wait, not an outcome: it is removed on the
@@ -682,6 +684,23 @@ func colocationClause(a *holdfastv1.Availability) string {
 	return ""
 }
 
+// staleConfirmation removes a fence confirmation that certifies another
+// epoch than the binding's, or none, and says why: it certifies nothing
+// (policy.ConfirmedFence), and a person reading the Unit must not think it
+// does. It waits for a pass with no other record of consequence.
+func staleConfirmation(p *Plan, in *Inputs) {
+	_, stale := policy.ConfirmedFence(in.Unit)
+	if stale == "" || p.Record != nil || p.Rebind != nil {
+		return
+	}
+	u, b := in.Unit, in.Unit.Status.RuntimeBinding
+	r := warning(EventInvalidRequest)
+	r.Message = "The fence confirmation certifies nothing and is removed: " + stale
+	r.Manual, r.RequestID, r.Epoch, r.Node = true, u.Annotations[holdfastv1.AnnotationRequestID], b.Epoch, b.Node
+	r.count = func() { requestOutcomes.WithLabelValues(u.Namespace, u.Name, EventInvalidRequest).Inc() }
+	p.Record, p.ConsumeConfirm = r, true
+}
+
 // holdOff shows the wait and reports whether the pass must wait: before the
 // hold-off deadline a new leader reads no expiry as a fence, unless a person
 // certified the fence.
@@ -689,7 +708,7 @@ func holdOff(p *Plan, in *Inputs, what string) bool {
 	if in.HoldOffUntil.IsZero() || !in.Now.Before(in.HoldOffUntil) {
 		return false
 	}
-	if in.Unit.Annotations[holdfastv1.AnnotationFailoverConfirmFenced] != "" {
+	if how, _ := policy.ConfirmedFence(in.Unit); how != "" {
 		return false
 	}
 	p.holdOffWait = true
@@ -784,7 +803,10 @@ func manualFailover(p *Plan, in *Inputs) bool {
 	if !asked {
 		return false
 	}
-	confirm := u.Annotations[holdfastv1.AnnotationFailoverConfirmFenced]
+	confirm, stale := policy.ConfirmedFence(u)
+	if stale != "" {
+		stale = "; the confirmation on the Unit certifies nothing: " + stale
+	}
 	key := RequestKey(u)
 	if b.Origin == holdfastv1.OriginManual && b.RequestID == key {
 		p.ConsumeRequest = true // carried out already; a crash came between
@@ -812,8 +834,8 @@ func manualFailover(p *Plan, in *Inputs) bool {
 
 	if confirm == "" {
 		if t.mode != holdfastv1.Failover {
-			return refuse(fmt.Sprintf("An Autonomy runtime never fences itself: set %s to how node %s was fenced (powered off, cut from the field network)",
-				holdfastv1.AnnotationFailoverConfirmFenced, nodeOrUnknown(b.Node)))
+			return refuse(fmt.Sprintf("An Autonomy runtime never fences itself: set %s to how node %s was fenced (powered off, cut from the field network)%s",
+				policy.ConfirmAnnotations(b.Epoch), nodeOrUnknown(b.Node), stale))
 		}
 		fenced := ownExpiry(b) && (b.Expiry.Verdict == holdfastv1.VerdictStartupFailed || !in.Now.Before(b.Expiry.At.Add(t.margin)))
 		if !fenced && !neverGranted(b, in) {
@@ -821,8 +843,8 @@ func manualFailover(p *Plan, in *Inputs) bool {
 				p.at(in, b.Expiry.At.Add(t.margin)) // fenced once the margin has passed
 				return true
 			}
-			return refuse(fmt.Sprintf("The runtime at epoch %d on node %s holds its lease and may still be writing: set %s to how the node was fenced, or wait for its lease to expire",
-				b.Epoch, nodeOrUnknown(b.Node), holdfastv1.AnnotationFailoverConfirmFenced))
+			return refuse(fmt.Sprintf("The runtime at epoch %d on node %s holds its lease and may still be writing: set %s to how the node was fenced, or wait for its lease to expire%s",
+				b.Epoch, nodeOrUnknown(b.Node), policy.ConfirmAnnotations(b.Epoch), stale))
 		}
 		if holdOff(p, in, "a manual failover whose fence evidence is the lease expiry") {
 			return true

@@ -77,10 +77,10 @@ func (s *sim) pass() Plan {
 	}
 	if p.ConsumeRequest {
 		delete(s.u.Annotations, holdfastv1.AnnotationFailoverTo)
-		delete(s.u.Annotations, holdfastv1.AnnotationFailoverConfirmFenced)
 	}
-	if p.ConsumeConfirm {
+	if p.ConsumeRequest || p.ConsumeConfirm {
 		delete(s.u.Annotations, holdfastv1.AnnotationFailoverConfirmFenced)
+		delete(s.u.Annotations, holdfastv1.AnnotationFailoverConfirmEpoch)
 	}
 	if p.Rebind != nil {
 		// The reconciler forgets the old loop and creates a fresh pod.
@@ -618,7 +618,7 @@ func TestTheBudgetEdges(t *testing.T) {
 		meta.SetStatusCondition(&s.u.Status.Conditions, metav1.Condition{Type: holdfastv1.ConditionFailoverSuspended, Status: metav1.ConditionTrue, Reason: holdfastv1.ReasonAllTargetsTried})
 		s.schedule("standby-2")
 		s.u.Annotations = map[string]string{holdfastv1.AnnotationFailoverTo: "standby-1", holdfastv1.AnnotationRequestID: "req-42",
-			holdfastv1.AnnotationFailoverConfirmFenced: "edge-1 powered off at the breaker"}
+			holdfastv1.AnnotationFailoverConfirmFenced: "edge-1 powered off at the breaker", holdfastv1.AnnotationFailoverConfirmEpoch: "1"}
 		s.pass()
 		nb := s.u.Status.RuntimeBinding
 		if nb.Epoch != 3 || nb.Origin != holdfastv1.OriginManual || nb.RequestID != "req-42" || len(nb.UnsettledRebinds) != 0 {
@@ -662,7 +662,7 @@ func TestTheHoldOffDeadlineAndItsRemoval(t *testing.T) {
 func TestAConfirmedFenceBypassesTheHoldOff(t *testing.T) {
 	s := newSim(t, failoverUnit())
 	s.heldOffExpiry()
-	s.u.Annotations = map[string]string{holdfastv1.AnnotationFailoverTo: "standby-2", holdfastv1.AnnotationFailoverConfirmFenced: "edge-1 unplugged"}
+	s.u.Annotations = map[string]string{holdfastv1.AnnotationFailoverTo: "standby-2", holdfastv1.AnnotationFailoverConfirmFenced: "edge-1 unplugged", holdfastv1.AnnotationFailoverConfirmEpoch: "1"}
 	s.advance(time.Second)
 	s.pass()
 	s.pass()
@@ -703,7 +703,7 @@ func TestManualFailover(t *testing.T) {
 		if got := s.reasons(); !slices.Equal(got, []string{EventManualFailoverRefused}) {
 			t.Fatalf("records %v", got)
 		}
-		s.u.Annotations = map[string]string{holdfastv1.AnnotationFailoverTo: "standby-1", holdfastv1.AnnotationFailoverConfirmFenced: "edge-1 powered off",
+		s.u.Annotations = map[string]string{holdfastv1.AnnotationFailoverTo: "standby-1", holdfastv1.AnnotationFailoverConfirmFenced: "edge-1 powered off", holdfastv1.AnnotationFailoverConfirmEpoch: "1",
 			holdfastv1.AnnotationRequestID: "req-7"}
 		s.pass() // Hold
 		// Before the request is consumed the pod is built pinned.
@@ -726,7 +726,7 @@ func TestManualFailover(t *testing.T) {
 	t.Run("bad input changes nothing", func(t *testing.T) {
 		s := newSim(t, failoverUnit())
 		s.held()
-		s.u.Annotations = map[string]string{holdfastv1.AnnotationFailoverTo: "nowhere", holdfastv1.AnnotationFailoverConfirmFenced: "x"}
+		s.u.Annotations = map[string]string{holdfastv1.AnnotationFailoverTo: "nowhere", holdfastv1.AnnotationFailoverConfirmFenced: "x", holdfastv1.AnnotationFailoverConfirmEpoch: "1"}
 		s.pass()
 		r := s.records[0]
 		if r.Reason != EventManualFailoverRefused || !strings.Contains(r.Message, `metadata.annotations[holdfast.io/failover-to]: node "nowhere" not found`) {
@@ -1014,7 +1014,7 @@ func TestRuntimeReadyNamesTheBindingsPod(t *testing.T) {
 		if c := s.cond(holdfastv1.ConditionRuntimeReady); c == nil || c.Status != metav1.ConditionTrue {
 			t.Fatalf("setup: RuntimeReady %+v", c)
 		}
-		s.u.Annotations = map[string]string{holdfastv1.AnnotationFailoverTo: "standby-1", holdfastv1.AnnotationFailoverConfirmFenced: "edge-1 powered off"}
+		s.u.Annotations = map[string]string{holdfastv1.AnnotationFailoverTo: "standby-1", holdfastv1.AnnotationFailoverConfirmFenced: "edge-1 powered off", holdfastv1.AnnotationFailoverConfirmEpoch: "1"}
 		for i := 0; i < 3 && s.u.Status.RuntimeBinding.Epoch == 1; i++ {
 			s.pass() // the Hold, then the re-bind
 		}

@@ -60,7 +60,7 @@ func TestALaterOwnerAtADeviceIsOnTheUnit(t *testing.T) {
 	// A manual failover's Hold takes the pass; the report waits for the
 	// next.
 	s.devices.LaterOwners = []lease.LaterOwner{owner}
-	s.u.Annotations = map[string]string{holdfastv1.AnnotationFailoverTo: "standby-1", holdfastv1.AnnotationFailoverConfirmFenced: "breaker"}
+	s.u.Annotations = map[string]string{holdfastv1.AnnotationFailoverTo: "standby-1", holdfastv1.AnnotationFailoverConfirmFenced: "breaker", holdfastv1.AnnotationFailoverConfirmEpoch: "1"}
 	if p := s.pass(); p.Record == nil || p.Record.Reason != EventHold || cond().Status != metav1.ConditionFalse {
 		t.Fatalf("the Hold: record %+v, condition %+v", p.Record, cond())
 	}

@@ -617,6 +617,7 @@ func (r *Reconciler) execute(ctx context.Context, u *holdfastv1.Unit, pod *corev
 			delete(u.Annotations, holdfastv1.AnnotationFailoverTo)
 		}
 		delete(u.Annotations, holdfastv1.AnnotationFailoverConfirmFenced)
+		delete(u.Annotations, holdfastv1.AnnotationFailoverConfirmEpoch)
 		if err := r.Client.Patch(ctx, u, patch); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("removing the carried-out failover request: %w", err)
 		}

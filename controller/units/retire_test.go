@@ -245,11 +245,19 @@ func TestAPodGoneIsNotAStoppedWriter(t *testing.T) {
 		}, awaiting: "the apiserver to confirm pod"},
 		{name: "no report, a person certifies the stop", mutate: func(s *sim) {
 			s.nodeRuntimes = nil
-			s.u.Annotations = map[string]string{holdfastv1.AnnotationFailoverConfirmFenced: "powered off at the breaker"}
+			s.u.Annotations = map[string]string{holdfastv1.AnnotationFailoverConfirmFenced: "powered off at the breaker", holdfastv1.AnnotationFailoverConfirmEpoch: "1"}
 		}, done: true, certified: true},
+		{name: "no report, a certification naming no epoch", mutate: func(s *sim) {
+			s.nodeRuntimes = nil
+			s.u.Annotations = map[string]string{holdfastv1.AnnotationFailoverConfirmFenced: "powered off at the breaker"}
+		}, awaiting: "waiting for node edge-1's plugin to list"},
+		{name: "no report, a certification of another epoch", mutate: func(s *sim) {
+			s.nodeRuntimes = nil
+			s.u.Annotations = map[string]string{holdfastv1.AnnotationFailoverConfirmFenced: "powered off at the breaker", holdfastv1.AnnotationFailoverConfirmEpoch: "2"}
+		}, awaiting: "waiting for node edge-1's plugin to list"},
 		{name: "the pod still there, a person certifies the stop", mutate: func(s *sim) {
 			s.podGone, s.nodeRuntimes = false, nil
-			s.u.Annotations = map[string]string{holdfastv1.AnnotationFailoverConfirmFenced: "powered off at the breaker"}
+			s.u.Annotations = map[string]string{holdfastv1.AnnotationFailoverConfirmFenced: "powered off at the breaker", holdfastv1.AnnotationFailoverConfirmEpoch: "1"}
 		}, done: true, certified: true},
 	} {
 		for _, c := range callers {

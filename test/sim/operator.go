@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -119,10 +120,13 @@ func (o *operator) failover(target, confirm string) {
 		}
 		u.Annotations[holdfastv1.AnnotationFailoverTo] = target
 		u.Annotations[holdfastv1.AnnotationRequestID] = id
-		if confirm != "" {
+		if b := u.Status.RuntimeBinding; confirm != "" && b != nil {
+			// The certification is of the runtime the operator reads.
 			u.Annotations[holdfastv1.AnnotationFailoverConfirmFenced] = confirm
+			u.Annotations[holdfastv1.AnnotationFailoverConfirmEpoch] = strconv.FormatInt(b.Epoch, 10)
 		} else {
 			delete(u.Annotations, holdfastv1.AnnotationFailoverConfirmFenced)
+			delete(u.Annotations, holdfastv1.AnnotationFailoverConfirmEpoch)
 		}
 		return true
 	})
