@@ -9,6 +9,10 @@
 //   - voter swap gates: SwapGates, TombstoneOfCluster, Members, NodeReady,
 //     NodeProvisioned, NodeEligible, NodePinned (docs/design.md §6 step 1, as VoterPolicy status and the Nodes
 //     show them).
+//   - role steps: RoleSteps, RoleForStep, RoleStepRefusal (the role-step
+//     table: the controller sets a step with its desired role, the webhook
+//     admits only these steps, the node plugin carries out only a matching
+//     pair).
 //   - units: AvailabilityErrors (docs/design.md §3 L3/L4 through api/v1alpha1's
 //     HoldBound and RebindMargin), RebindPending, TargetsIncludingPrimary,
 //     EligibleTarget.

@@ -124,7 +124,7 @@ func checkNode(o *Options, r requester, old, newN *corev1.Node, f nodeFacts) (ve
 		v.invalidf(field.NotSupported(labelPath.Key(holdfastv1.LabelDesiredRole), val, []string{holdfastv1.RoleServer, holdfastv1.RoleAgent}))
 	}
 	if val, ok := newN.Annotations[holdfastv1.AnnotationRoleStep]; ok && containsKey(anns, holdfastv1.AnnotationRoleStep) {
-		steps := []string{holdfastv1.RoleStepPromote, holdfastv1.RoleStepStepDown, holdfastv1.RoleStepFinishDemote, holdfastv1.RoleStepRollback}
+		steps := policy.RoleSteps()
 		if !containsKey(steps, val) {
 			v.invalidf(field.NotSupported(annPath.Key(holdfastv1.AnnotationRoleStep), val, steps))
 		}

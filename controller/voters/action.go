@@ -76,8 +76,9 @@ type Action struct {
 	Endpoint  string
 	// PeerURL of a learner to add.
 	PeerURL string
-	// DesiredRole, RoleStep and Join are SetRoleStep's values.
-	DesiredRole, RoleStep, Join string
+	// RoleStep and Join are SetRoleStep's values; the desired role is the
+	// step's (policy.RoleForStep).
+	RoleStep, Join string
 	// Pods to evict.
 	Pods []types.NamespacedName
 	// Outgoing, Reason: CreateSwap's and Propose's.

@@ -417,8 +417,8 @@ func TestNextPromote(t *testing.T) {
 			withLearner(o, false)
 		}, want{kind: SetRoleStep, node: "n4", check: func(t *testing.T, d Decision) {
 			a := d.Action
-			if a.DesiredRole != holdfastv1.RoleServer || a.RoleStep != holdfastv1.RoleStepPromote {
-				t.Errorf("sets %s/%s", a.DesiredRole, a.RoleStep)
+			if a.RoleStep != holdfastv1.RoleStepPromote {
+				t.Errorf("sets %s", a.RoleStep)
 			}
 			want := "n1=" + peer("n1") + ",n2=" + peer("n2") + ",n3=" + peer("n3") + ",n4=" + peer("n4")
 			if a.Join != want {
@@ -555,8 +555,8 @@ func TestNextRollback(t *testing.T) {
 			cordon(o.Nodes["n4"], swapID)
 			setStep(o.Nodes["n4"], holdfastv1.RoleServer, swapID, holdfastv1.RoleStepPromote)
 		}, want{kind: SetRoleStep, node: "n4", check: func(t *testing.T, d Decision) {
-			if d.Action.DesiredRole != holdfastv1.RoleAgent || d.Action.RoleStep != holdfastv1.RoleStepRollback {
-				t.Errorf("sets %s/%s", d.Action.DesiredRole, d.Action.RoleStep)
+			if d.Action.RoleStep != holdfastv1.RoleStepRollback {
+				t.Errorf("sets %s", d.Action.RoleStep)
 			}
 		}}},
 		{"a learner that had started is removed and recorded as such", func(o *Observation) {
@@ -657,8 +657,8 @@ func TestNextRegateAndStepDown(t *testing.T) {
 			stepDown(o)
 			cordon(o.Nodes["n1"], swapID)
 		}, want{kind: SetRoleStep, node: "n1", check: func(t *testing.T, d Decision) {
-			if d.Action.DesiredRole != holdfastv1.RoleAgent || d.Action.RoleStep != holdfastv1.RoleStepStepDown {
-				t.Errorf("sets %s/%s", d.Action.DesiredRole, d.Action.RoleStep)
+			if d.Action.RoleStep != holdfastv1.RoleStepStepDown {
+				t.Errorf("sets %s", d.Action.RoleStep)
 			}
 		}}},
 		{"waiting for the step-down", func(o *Observation) {

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/policy"
 )
 
 // Nodes writes what the voter controller changes on Nodes and pods.
@@ -72,10 +73,14 @@ func (w *Nodes) Uncordon(ctx context.Context, name string) error {
 	return w.Client.Patch(ctx, n, patch)
 }
 
-// SetRoleStep sets the desired role and the role step of a swap (and the
-// members to join, for a promote) for the node's plugin. role-join is
-// removed for any other step.
-func (w *Nodes) SetRoleStep(ctx context.Context, name, desired, swapID, step, join string) error {
+// SetRoleStep sets the role step of a swap with the desired role it goes
+// with (policy's role-step table), and the members to join for a promote,
+// for the node's plugin. role-join is removed for any other step.
+func (w *Nodes) SetRoleStep(ctx context.Context, name, swapID, step, join string) error {
+	desired, ok := policy.RoleForStep(step)
+	if !ok {
+		return fmt.Errorf("node %s: role step %q is not one of %v", name, step, policy.RoleSteps())
+	}
 	var joinVal *string
 	if join != "" {
 		joinVal = &join

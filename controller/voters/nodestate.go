@@ -9,6 +9,7 @@ import (
 	"time"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/policy"
 	corev1 "k8s.io/api/core/v1"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -28,7 +29,10 @@ func cordoned(n *corev1.Node, swapID string) bool {
 	return false
 }
 
-func roleStepIs(n *corev1.Node, swapID, desired, step string) bool {
+// roleStepIs reports whether the node holds the swap's role step with the
+// desired role the step goes with (policy's role-step table).
+func roleStepIs(n *corev1.Node, swapID, step string) bool {
+	desired, _ := policy.RoleForStep(step)
 	return n.Labels[holdfastv1.LabelDesiredRole] == desired && n.Annotations[holdfastv1.AnnotationRoleSwap] == swapID &&
 		n.Annotations[holdfastv1.AnnotationRoleStep] == step
 }

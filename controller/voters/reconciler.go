@@ -433,7 +433,7 @@ func (r *Reconciler) carryOut(ctx context.Context, o *Observation, etcd Etcd, sw
 	case Evict:
 		return nodes.Evict(ctx, a.Pods)
 	case SetRoleStep:
-		return nodes.SetRoleStep(ctx, a.Node, a.DesiredRole, a.SwapID, a.RoleStep, a.Join)
+		return nodes.SetRoleStep(ctx, a.Node, a.SwapID, a.RoleStep, a.Join)
 	case ClearRoleStep:
 		return nodes.ClearRoleStep(ctx, a.Node)
 	case SetEtcdLabel:

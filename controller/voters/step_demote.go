@@ -130,9 +130,9 @@ func stepStepDown(o *Observation, c *Cluster, s *holdfastv1.VoterSwap) Decision 
 			return evict(s, out, podKeys(evictable), podNames(evictable))
 		}
 	}
-	if n != nil && !roleStepIs(n, id, holdfastv1.RoleAgent, holdfastv1.RoleStepStepDown) &&
-		!roleStepIs(n, id, holdfastv1.RoleAgent, holdfastv1.RoleStepFinishDemote) {
-		return act(&Action{Kind: SetRoleStep, Swap: s.Name, SwapID: id, Node: out, DesiredRole: holdfastv1.RoleAgent,
+	if n != nil && !roleStepIs(n, id, holdfastv1.RoleStepStepDown) &&
+		!roleStepIs(n, id, holdfastv1.RoleStepFinishDemote) {
+		return act(&Action{Kind: SetRoleStep, Swap: s.Name, SwapID: id, Node: out,
 			RoleStep: holdfastv1.RoleStepStepDown, Reason: holdfastv1.SwapReasonStepDownRequested,
 			Then: &Change{History: []holdfastv1.SwapStepRecord{rec(holdfastv1.StepStepDown, holdfastv1.SwapReasonAgentRequested, "", out+": desired-role agent, role-step step-down")}}})
 	}
@@ -198,7 +198,7 @@ func stepFinishDemote(o *Observation, c *Cluster, s *holdfastv1.VoterSwap) Decis
 	if n == nil {
 		return toRelease(s, holdfastv1.SwapSucceeded, holdfastv1.StepFinishDemote, holdfastv1.SwapOutcomeDone, holdfastv1.SwapReasonNodeGone, out+" has no Node any more; its member is removed")
 	}
-	if !roleStepIs(n, id, holdfastv1.RoleAgent, holdfastv1.RoleStepFinishDemote) {
+	if !roleStepIs(n, id, holdfastv1.RoleStepFinishDemote) {
 		// The host first records the removal (its tombstone, reported on
 		// the Node), then finishes: a finish that ran while the host was
 		// still noticing the removal would leave a tombstone behind it, and
@@ -209,7 +209,7 @@ func stepFinishDemote(o *Observation, c *Cluster, s *holdfastv1.VoterSwap) Decis
 		if !tombstone && policy.NodeReady(n) && s.Status.Deadline != nil && o.Now.Before(s.Status.Deadline.Add(-t.opTimeout/2)) {
 			return wait(s, holdfastv1.SwapReasonWaitingForNodePlugin, fmt.Sprintf("waiting for the node plugin on %s to record its member's removal (%s)", out, holdfastv1.AnnotationTombstone))
 		}
-		return act(&Action{Kind: SetRoleStep, Swap: s.Name, SwapID: id, Node: out, DesiredRole: holdfastv1.RoleAgent,
+		return act(&Action{Kind: SetRoleStep, Swap: s.Name, SwapID: id, Node: out,
 			RoleStep: holdfastv1.RoleStepFinishDemote, Reason: holdfastv1.SwapReasonFinishDemoteRequested,
 			Then: &Change{History: []holdfastv1.SwapStepRecord{rec(holdfastv1.StepFinishDemote, holdfastv1.SwapReasonAgentRequested, "", out+": role-step finish-demote")}}})
 	}

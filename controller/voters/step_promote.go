@@ -103,8 +103,8 @@ func stepPromote(o *Observation, c *Cluster, s *holdfastv1.VoterSwap) Decision {
 			return toRollback(o, s, holdfastv1.SwapReasonNotVoterByDeadline, fmt.Sprintf("%s is not a voter by the learner stall time plus the operation timeout (%v)",
 				in, t.learnerStall+t.opTimeout))
 		}
-		if !roleStepIs(n, id, holdfastv1.RoleServer, holdfastv1.RoleStepPromote) {
-			return act(&Action{Kind: SetRoleStep, Swap: s.Name, SwapID: id, Node: in, DesiredRole: holdfastv1.RoleServer,
+		if !roleStepIs(n, id, holdfastv1.RoleStepPromote) {
+			return act(&Action{Kind: SetRoleStep, Swap: s.Name, SwapID: id, Node: in,
 				RoleStep: holdfastv1.RoleStepPromote, Join: joinFor(o, c, in, learner.ID), Reason: holdfastv1.SwapReasonPromoteRequested,
 				Then: &Change{History: []holdfastv1.SwapStepRecord{rec(holdfastv1.StepPromote, holdfastv1.SwapReasonServerRequested, "", in+": desired-role server, role-step promote")}}})
 		}
@@ -161,7 +161,7 @@ func stepPromote(o *Observation, c *Cluster, s *holdfastv1.VoterSwap) Decision {
 // counts toward quorum without serving, so one more voter down loses
 // quorum.
 func votesUnpromoted(n *corev1.Node, swapID string, m Member) string {
-	if m.IsLearner || (m.Started() && roleStepIs(n, swapID, holdfastv1.RoleServer, holdfastv1.RoleStepPromote)) {
+	if m.IsLearner || (m.Started() && roleStepIs(n, swapID, holdfastv1.RoleStepPromote)) {
 		return ""
 	}
 	state := "has not started"
@@ -214,12 +214,12 @@ func stepRollback(o *Observation, c *Cluster, s *holdfastv1.VoterSwap) Decision 
 	}
 	if n := o.Nodes[in]; n != nil {
 		_, tombstone := n.Annotations[holdfastv1.AnnotationTombstone]
-		if !roleStepIs(n, id, holdfastv1.RoleAgent, holdfastv1.RoleStepRollback) {
+		if !roleStepIs(n, id, holdfastv1.RoleStepRollback) {
 			if startedLearnerRemoved(s) && !tombstone && policy.NodeReady(n) && s.Status.Deadline != nil &&
 				o.Now.Before(s.Status.Deadline.Add(-t.opTimeout/2)) {
 				return wait(s, holdfastv1.SwapReasonWaitingForNodePlugin, fmt.Sprintf("waiting for the node plugin on %s to record its learner's removal (%s)", in, holdfastv1.AnnotationTombstone))
 			}
-			return act(&Action{Kind: SetRoleStep, Swap: s.Name, SwapID: id, Node: in, DesiredRole: holdfastv1.RoleAgent,
+			return act(&Action{Kind: SetRoleStep, Swap: s.Name, SwapID: id, Node: in,
 				RoleStep: holdfastv1.RoleStepRollback, Reason: holdfastv1.SwapReasonRollbackRequested,
 				Then: &Change{History: []holdfastv1.SwapStepRecord{rec(holdfastv1.StepRollback, holdfastv1.SwapReasonAgentRequested, "", in+": desired-role agent, role-step rollback")}}})
 		}

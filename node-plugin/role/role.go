@@ -27,6 +27,7 @@ import (
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/node-plugin/actuator"
 	"github.com/holdfast-io/holdfast/node-plugin/hoststate"
+	"github.com/holdfast-io/holdfast/policy"
 )
 
 // Actuator is the host half of a swap (actuator.Actuator).
@@ -146,22 +147,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 
 // refusal says why the step must not be carried out, "" when it may.
 func (r *Reconciler) refusal(ctx context.Context, node *corev1.Node, step, swap string) (string, error) {
-	desired := node.Labels[holdfastv1.LabelDesiredRole]
-	want := map[string]string{
-		holdfastv1.RoleStepPromote:      holdfastv1.RoleServer,
-		holdfastv1.RoleStepStepDown:     holdfastv1.RoleAgent,
-		holdfastv1.RoleStepFinishDemote: holdfastv1.RoleAgent,
-		holdfastv1.RoleStepRollback:     holdfastv1.RoleAgent,
-	}
-	role, ok := want[step]
-	if !ok {
-		return fmt.Sprintf("unknown role step %q: metadata.annotations[%s] must be one of promote, step-down, finish-demote, rollback", step, holdfastv1.AnnotationRoleStep), nil
-	}
-	if desired != holdfastv1.RoleServer && desired != holdfastv1.RoleAgent {
-		return fmt.Sprintf("unknown role %q: metadata.labels[%s] must be server or agent", desired, holdfastv1.LabelDesiredRole), nil
-	}
-	if desired != role {
-		return fmt.Sprintf("step %s needs desired role %s, the Node says %s", step, role, desired), nil
+	if why := policy.RoleStepRefusal(step, node.Labels[holdfastv1.LabelDesiredRole]); why != "" {
+		return why, nil
 	}
 	if step == holdfastv1.RoleStepPromote {
 		ok, err := r.Actuator.Provisioned(ctx)
