@@ -694,11 +694,22 @@ func holdOff(p *Plan, in *Inputs, what string) bool {
 	}
 	p.holdOffWait = true
 	p.at(in, in.HoldOffUntil)
+	prev := meta.FindStatusCondition(p.Status.Conditions, holdfastv1.ConditionFailoverRequest)
+	waiting := prev != nil && prev.Reason == holdfastv1.ReasonLeadershipHoldOff
+	msg := fmt.Sprintf("Until %s no lease expiry is read as a fence (%s waits): this controller took leadership recently, and a predecessor that lost it may still be renewing; holdfast.io/failover-confirm-fenced bypasses the wait",
+		in.HoldOffUntil.UTC().Format(time.RFC3339), what)
 	// True: a request waits (policy.RebindPending reads it so).
 	setCondition(&p.Status, metav1.Condition{Type: holdfastv1.ConditionFailoverRequest, Status: metav1.ConditionTrue,
-		Reason: holdfastv1.ReasonLeadershipHoldOff,
-		Message: fmt.Sprintf("Until %s no lease expiry is read as a fence (%s waits): this controller took leadership recently, and a predecessor that lost it may still be renewing; holdfast.io/failover-confirm-fenced bypasses the wait",
-			in.HoldOffUntil.UTC().Format(time.RFC3339), what)}, in.Now)
+		Reason: holdfastv1.ReasonLeadershipHoldOff, Message: msg}, in.Now)
+	if !waiting && p.Record == nil {
+		// The wait can outlast the margin by up to the stand-down plus the
+		// lease: the timeline names it, with the instant it ends.
+		b := p.Status.RuntimeBinding
+		r := normal(EventLeadershipHoldOff)
+		r.Message = fmt.Sprintf("Waiting for the leadership hold-off until %s: %s", in.HoldOffUntil.UTC().Format(time.RFC3339Nano), msg)
+		r.Epoch, r.Node = b.Epoch, b.Node
+		p.Record = r
+	}
 	return true
 }
 

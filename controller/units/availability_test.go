@@ -639,22 +639,32 @@ func TestTheHoldOffDeadlineAndItsRemoval(t *testing.T) {
 	if c == nil || c.Reason != holdfastv1.ReasonLeadershipHoldOff || !strings.Contains(c.Message, "2026-09-22T10:02:20Z") {
 		t.Fatalf("the wait must be shown with its deadline: %+v", c)
 	}
-	if got := s.reasons(); !slices.Equal(got, []string{EventLeaseExpired}) {
-		t.Fatalf("no Hold and no re-bind during the hold-off: %v", got)
+	// The wait is an Event of its own, once, naming its end: a timeline
+	// read from the Events accounts for it.
+	if got := s.reasons(); !slices.Equal(got, []string{EventLeaseExpired, EventLeadershipHoldOff}) {
+		t.Fatalf("no Hold and no re-bind during the hold-off, and the wait recorded: %v", got)
+	}
+	if r := s.records[len(s.records)-1]; r.Type != corev1.EventTypeNormal || !strings.Contains(r.Message, "until 2026-09-22T10:02:20Z") {
+		t.Fatalf("the hold-off's record must name its end: %+v", r)
 	}
 	if p.RequeueAfter > 80*time.Second {
 		t.Fatalf("the next pass must come by the deadline: %v", p.RequeueAfter)
 	}
-	s.advance(80 * time.Second) // the deadline
+	s.advance(40 * time.Second)
+	s.pass()
+	if got := s.reasons(); !slices.Equal(got, []string{EventLeaseExpired, EventLeadershipHoldOff}) {
+		t.Fatalf("the wait is recorded once: %v", got)
+	}
+	s.advance(40 * time.Second) // the deadline
 	s.pass()
 	if c := s.cond(holdfastv1.ConditionFailoverRequest); c != nil && c.Reason == holdfastv1.ReasonLeadershipHoldOff {
 		t.Fatalf("the wait is removed on the first pass after its deadline: %+v", c)
 	}
-	if got := s.reasons(); !slices.Equal(got, []string{EventLeaseExpired, EventHold}) {
+	if got := s.reasons(); !slices.Equal(got, []string{EventLeaseExpired, EventLeadershipHoldOff, EventHold}) {
 		t.Fatalf("the Hold comes on the first pass after the hold-off: %v", got)
 	}
 	s.pass()
-	if got := s.reasons(); !slices.Equal(got, []string{EventLeaseExpired, EventHold, EventRebound}) {
+	if got := s.reasons(); !slices.Equal(got, []string{EventLeaseExpired, EventLeadershipHoldOff, EventHold, EventRebound}) {
 		t.Fatalf("then the re-bind: %v", got)
 	}
 }
