@@ -555,8 +555,9 @@ func automaticFailover(p *Plan, in *Inputs) bool {
 		return false
 	}
 	exp := b.Expiry.At.Time
+	from := marginFrom(b, in, t)
 	if b.Expiry.Verdict == holdfastv1.VerdictSelfFenced && !meta.IsStatusConditionTrue(p.Status.Conditions, holdfastv1.ConditionHeld) {
-		if due := exp.Add(t.holdBound); in.Now.Before(due) {
+		if due := from.Add(t.holdBound); in.Now.Before(due) {
 			p.at(in, due)
 			return false
 		}
@@ -565,7 +566,7 @@ func automaticFailover(p *Plan, in *Inputs) bool {
 			b.Epoch, nodeOrUnknown(b.Node), exp.UTC().Format(time.RFC3339), t.holdBound))
 		return true
 	}
-	if due := exp.Add(t.margin); in.Now.Before(due) {
+	if due := from.Add(t.margin); in.Now.Before(due) {
 		p.at(in, due)
 		return false
 	}
@@ -680,6 +681,25 @@ func colocationClause(a *holdfastv1.Availability) string {
 		return ", hosting no other unit's runtime"
 	}
 	return ""
+}
+
+// marginFrom is the instant the hold bound and the margin run from: the
+// recorded expiry, rounded up to the second the API keeps, or the
+// grantor's deadline that record rounded up (lastAck + lease), when this
+// process observed it: L1 puts the runtime's own deadline no later, so the
+// margin from it is as safe and up to a second shorter. A process that did
+// not observe the deadline (a new leader, a restart) reads the record.
+func marginFrom(b *holdfastv1.RuntimeBinding, in *Inputs, t terms) time.Time {
+	at := b.Expiry.At.Time
+	o := in.Obs
+	if o == nil || !o.Acked() || b.Expiry.Verdict != holdfastv1.VerdictSelfFenced || o.Target.Epoch != b.Expiry.Epoch {
+		return at
+	}
+	d := o.LastAck.Add(t.lease)
+	if !policy.CeilSecond(d).Equal(at) {
+		return at
+	}
+	return d
 }
 
 // holdOff shows the wait and reports whether the pass must wait: before the

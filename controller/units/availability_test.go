@@ -1031,3 +1031,46 @@ func TestRuntimeReadyNamesTheBindingsPod(t *testing.T) {
 		check(t, s)
 	})
 }
+
+// The hold bound and the margin run from the grantor's own deadline
+// (lastAck + lease) when this process observed it, not from the record,
+// which the API keeps rounded up to the second; a process that did not
+// observe it (a new leader, a restart: no observation) runs them from the
+// record.
+func TestTheMarginRunsFromTheObservedDeadline(t *testing.T) {
+	for _, observed := range []bool{true, false} {
+		t.Run(fmt.Sprintf("observed=%v", observed), func(t *testing.T) {
+			s := newSim(t, failoverUnit())
+			s.placed(true)
+			s.loop()
+			s.advance(300 * time.Millisecond)
+			s.ack()
+			s.pass()
+			s.records = nil
+			deadline := s.now.Add(30 * time.Second)
+			s.now = deadline
+			s.fail(grantor.Unreachable, "context deadline exceeded")
+			s.pass()
+			if at := s.u.Status.RuntimeBinding.Expiry.At.Time; !at.Equal(t0.Add(31 * time.Second)) {
+				t.Fatalf("the expiry is recorded at %v, want the deadline %v rounded up", at, deadline)
+			}
+			from := deadline
+			if !observed {
+				s.obs = nil
+				from = t0.Add(31 * time.Second)
+			}
+			due := from.Add(20 * time.Second) // the margin
+			s.now = due.Add(-time.Millisecond)
+			s.pass()
+			s.pass()
+			if got := s.reasons(); !slices.Equal(got, []string{EventLeaseExpired, EventHold}) {
+				t.Fatalf("a millisecond before the margin's end: %v, want the expiry and the Hold only", got)
+			}
+			s.now = due
+			s.pass()
+			if got := s.reasons(); !slices.Equal(got, []string{EventLeaseExpired, EventHold, EventRebound}) {
+				t.Fatalf("at the margin's end: %v, want the re-bind", got)
+			}
+		})
+	}
+}
