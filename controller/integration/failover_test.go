@@ -66,6 +66,13 @@ func newPlant(t *testing.T, standbys ...string) *plant {
 // created.
 func newPlantWith(t *testing.T, mutate func(*holdfastv1.Unit), standbys ...string) *plant {
 	t.Helper()
+	return newPlantOn(t, controllerOptions{}, mutate, standbys...)
+}
+
+// newPlantOn is newPlantWith with the units role started with o (its
+// namespace is the plant's).
+func newPlantOn(t *testing.T, o controllerOptions, mutate func(*holdfastv1.Unit), standbys ...string) *plant {
+	t.Helper()
 	ns := env.Namespace(t)
 	dev, err := devicesim.Start(devicesim.Config{Address: "127.0.0.1:0", EpochRegister: devicesim.DefaultEpochRegister})
 	if err != nil {
@@ -78,7 +85,8 @@ func newPlantWith(t *testing.T, mutate func(*holdfastv1.Unit), standbys ...strin
 		p.targets = append(p.targets, ns+"-"+s)
 		p.k.node(ns+"-"+s, nil)
 	}
-	p.c = startController(t, controllerOptions{namespace: ns})
+	o.namespace = ns
+	p.c = startController(t, o)
 	p.u = &holdfastv1.Unit{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "kiln"},
 		Spec: holdfastv1.UnitSpec{
