@@ -237,10 +237,26 @@ func primaryLoss(t *testing.T, sig syscall.Signal, wantAttempt holdfastv1.Renewa
 		t.Fatalf("Held %+v", c)
 	}
 	p.waitEvents([]string{units.EventLeaseEstablished, units.EventLeaseExpired, units.EventHold, units.EventRebound})
+	// The margin runs from the grantor's deadline, the last acknowledged
+	// renewal (named by the LeaseExpired Event) + the lease; the record is
+	// that instant rounded up to the second.
+	var deadline time.Time
 	for _, e := range events(t, p.u) {
+		if e.Reason == units.EventLeaseExpired && deadline.IsZero() {
+			_, rest, _ := strings.Cut(e.Note, "no renewal acknowledged since ")
+			s, _, _ := strings.Cut(rest, " (")
+			last, err := time.Parse(time.RFC3339Nano, s)
+			if err != nil {
+				t.Fatalf("the LeaseExpired Event names no last acknowledged renewal: %q", e.Note)
+			}
+			deadline = last.Add(p.u.Spec.Availability.LeaseDuration())
+			if at := b.Expiry.At.Time; deadline.After(at) || at.Sub(deadline) >= time.Second {
+				t.Fatalf("the expiry is recorded at %v, not the grantor's deadline %v rounded up", at, deadline)
+			}
+		}
 		if e.Reason == units.EventRebound {
-			if d := e.EventTime.Sub(b.Expiry.At.Time); d < p.u.Spec.Availability.RebindMargin() {
-				t.Fatalf("re-bound %v after the expiry, inside the margin", d)
+			if d := e.EventTime.Sub(deadline); deadline.IsZero() || d < p.u.Spec.Availability.RebindMargin() {
+				t.Fatalf("re-bound %v after the grantor's deadline %v, inside the margin", d, deadline)
 			}
 		}
 	}
