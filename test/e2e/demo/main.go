@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
@@ -185,6 +186,8 @@ func failover(ctx context.Context, w *scenario.World, logf func(string, ...any))
 	for _, e := range tl {
 		fmt.Printf("  %+7.2fs  %s\n", e.at.Sub(cutAt).Seconds(), e.what)
 	}
+	// Readiness comes on its probe's period, after the lease maybe.
+	_, _ = u.WaitConditionStatus(ctx, holdfastv1.ConditionRuntimeReady, metav1.ConditionTrue, time.Minute)
 	if ph, err := u.FailoverPhases(ctx, cutAt, b1.Epoch, b2.Epoch); err != nil {
 		fmt.Printf("The phases could not be read: %v\n", err)
 	} else {
@@ -192,6 +195,7 @@ func failover(ctx context.Context, w *scenario.World, logf func(string, ...any))
 		for _, p := range ph.List() {
 			fmt.Printf("  %-9s %6.2fs  %s\n", p.Name, p.D.Seconds(), p.What)
 		}
+		fmt.Printf("  (the pod turned Ready %.2fs after its container started, on its probe's period)\n", ph.ReadyAfterStart().Seconds())
 	}
 	if turnsErr != nil {
 		return fmt.Errorf("two writers on the device: %w", turnsErr)
