@@ -66,6 +66,13 @@ func newPlant(t *testing.T, standbys ...string) *plant {
 // created.
 func newPlantWith(t *testing.T, mutate func(*holdfastv1.Unit), standbys ...string) *plant {
 	t.Helper()
+	return newPlantOn(t, controllerOptions{}, mutate, standbys...)
+}
+
+// newPlantOn is newPlantWith with the units role started with o (its
+// namespace is the plant's).
+func newPlantOn(t *testing.T, o controllerOptions, mutate func(*holdfastv1.Unit), standbys ...string) *plant {
+	t.Helper()
 	ns := env.Namespace(t)
 	dev, err := devicesim.Start(devicesim.Config{Address: "127.0.0.1:0", EpochRegister: devicesim.DefaultEpochRegister})
 	if err != nil {
@@ -78,7 +85,8 @@ func newPlantWith(t *testing.T, mutate func(*holdfastv1.Unit), standbys ...strin
 		p.targets = append(p.targets, ns+"-"+s)
 		p.k.node(ns+"-"+s, nil)
 	}
-	p.c = startController(t, controllerOptions{namespace: ns})
+	o.namespace = ns
+	p.c = startController(t, o)
 	p.u = &holdfastv1.Unit{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "kiln"},
 		Spec: holdfastv1.UnitSpec{
@@ -229,10 +237,26 @@ func primaryLoss(t *testing.T, sig syscall.Signal, wantAttempt holdfastv1.Renewa
 		t.Fatalf("Held %+v", c)
 	}
 	p.waitEvents([]string{units.EventLeaseEstablished, units.EventLeaseExpired, units.EventHold, units.EventRebound})
+	// The margin runs from the grantor's deadline, the last acknowledged
+	// renewal (named by the LeaseExpired Event) + the lease; the record is
+	// that instant rounded up to the second.
+	var deadline time.Time
 	for _, e := range events(t, p.u) {
+		if e.Reason == units.EventLeaseExpired && deadline.IsZero() {
+			_, rest, _ := strings.Cut(e.Note, "no renewal acknowledged since ")
+			s, _, _ := strings.Cut(rest, " (")
+			last, err := time.Parse(time.RFC3339Nano, s)
+			if err != nil {
+				t.Fatalf("the LeaseExpired Event names no last acknowledged renewal: %q", e.Note)
+			}
+			deadline = last.Add(p.u.Spec.Availability.LeaseDuration())
+			if at := b.Expiry.At.Time; deadline.After(at) || at.Sub(deadline) >= time.Second {
+				t.Fatalf("the expiry is recorded at %v, not the grantor's deadline %v rounded up", at, deadline)
+			}
+		}
 		if e.Reason == units.EventRebound {
-			if d := e.EventTime.Sub(b.Expiry.At.Time); d < p.u.Spec.Availability.RebindMargin() {
-				t.Fatalf("re-bound %v after the expiry, inside the margin", d)
+			if d := e.EventTime.Sub(deadline); deadline.IsZero() || d < p.u.Spec.Availability.RebindMargin() {
+				t.Fatalf("re-bound %v after the grantor's deadline %v, inside the margin", d, deadline)
 			}
 		}
 	}

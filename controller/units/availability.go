@@ -557,8 +557,9 @@ func automaticFailover(p *Plan, in *Inputs) bool {
 		return false
 	}
 	exp := b.Expiry.At.Time
+	from := marginFrom(b, in, t)
 	if b.Expiry.Verdict == holdfastv1.VerdictSelfFenced && !meta.IsStatusConditionTrue(p.Status.Conditions, holdfastv1.ConditionHeld) {
-		if due := exp.Add(t.holdBound); in.Now.Before(due) {
+		if due := from.Add(t.holdBound); in.Now.Before(due) {
 			p.at(in, due)
 			return false
 		}
@@ -567,7 +568,7 @@ func automaticFailover(p *Plan, in *Inputs) bool {
 			b.Epoch, nodeOrUnknown(b.Node), exp.UTC().Format(time.RFC3339), t.holdBound))
 		return true
 	}
-	if due := exp.Add(t.margin); in.Now.Before(due) {
+	if due := from.Add(t.margin); in.Now.Before(due) {
 		p.at(in, due)
 		return false
 	}
@@ -701,6 +702,25 @@ func staleConfirmation(p *Plan, in *Inputs) {
 	p.Record, p.ConsumeConfirm = r, true
 }
 
+// marginFrom is the instant the hold bound and the margin run from: the
+// recorded expiry, rounded up to the second the API keeps, or the
+// grantor's deadline that record rounded up (lastAck + lease), when this
+// process observed it: L1 puts the runtime's own deadline no later, so the
+// margin from it is as safe and up to a second shorter. A process that did
+// not observe the deadline (a new leader, a restart) reads the record.
+func marginFrom(b *holdfastv1.RuntimeBinding, in *Inputs, t terms) time.Time {
+	at := b.Expiry.At.Time
+	o := in.Obs
+	if o == nil || !o.Acked() || b.Expiry.Verdict != holdfastv1.VerdictSelfFenced || o.Target.Epoch != b.Expiry.Epoch {
+		return at
+	}
+	d := o.LastAck.Add(t.lease)
+	if !policy.CeilSecond(d).Equal(at) {
+		return at
+	}
+	return d
+}
+
 // holdOff shows the wait and reports whether the pass must wait: before the
 // hold-off deadline a new leader reads no expiry as a fence, unless a person
 // certified the fence.
@@ -713,11 +733,22 @@ func holdOff(p *Plan, in *Inputs, what string) bool {
 	}
 	p.holdOffWait = true
 	p.at(in, in.HoldOffUntil)
+	prev := meta.FindStatusCondition(p.Status.Conditions, holdfastv1.ConditionFailoverRequest)
+	waiting := prev != nil && prev.Reason == holdfastv1.ReasonLeadershipHoldOff
+	msg := fmt.Sprintf("Until %s no lease expiry is read as a fence (%s waits): this controller took leadership recently, and a predecessor that lost it may still be renewing; holdfast.io/failover-confirm-fenced bypasses the wait",
+		in.HoldOffUntil.UTC().Format(time.RFC3339), what)
 	// True: a request waits (policy.RebindPending reads it so).
 	setCondition(&p.Status, metav1.Condition{Type: holdfastv1.ConditionFailoverRequest, Status: metav1.ConditionTrue,
-		Reason: holdfastv1.ReasonLeadershipHoldOff,
-		Message: fmt.Sprintf("Until %s no lease expiry is read as a fence (%s waits): this controller took leadership recently, and a predecessor that lost it may still be renewing; holdfast.io/failover-confirm-fenced bypasses the wait",
-			in.HoldOffUntil.UTC().Format(time.RFC3339), what)}, in.Now)
+		Reason: holdfastv1.ReasonLeadershipHoldOff, Message: msg}, in.Now)
+	if !waiting && p.Record == nil {
+		// The wait can outlast the margin by up to the stand-down plus the
+		// lease: the timeline names it, with the instant it ends.
+		b := p.Status.RuntimeBinding
+		r := normal(EventLeadershipHoldOff)
+		r.Message = fmt.Sprintf("Waiting for the leadership hold-off until %s: %s", in.HoldOffUntil.UTC().Format(time.RFC3339Nano), msg)
+		r.Epoch, r.Node = b.Epoch, b.Node
+		p.Record = r
+	}
 	return true
 }
 

@@ -639,22 +639,32 @@ func TestTheHoldOffDeadlineAndItsRemoval(t *testing.T) {
 	if c == nil || c.Reason != holdfastv1.ReasonLeadershipHoldOff || !strings.Contains(c.Message, "2026-09-22T10:02:20Z") {
 		t.Fatalf("the wait must be shown with its deadline: %+v", c)
 	}
-	if got := s.reasons(); !slices.Equal(got, []string{EventLeaseExpired}) {
-		t.Fatalf("no Hold and no re-bind during the hold-off: %v", got)
+	// The wait is an Event of its own, once, naming its end: a timeline
+	// read from the Events accounts for it.
+	if got := s.reasons(); !slices.Equal(got, []string{EventLeaseExpired, EventLeadershipHoldOff}) {
+		t.Fatalf("no Hold and no re-bind during the hold-off, and the wait recorded: %v", got)
+	}
+	if r := s.records[len(s.records)-1]; r.Type != corev1.EventTypeNormal || !strings.Contains(r.Message, "until 2026-09-22T10:02:20Z") {
+		t.Fatalf("the hold-off's record must name its end: %+v", r)
 	}
 	if p.RequeueAfter > 80*time.Second {
 		t.Fatalf("the next pass must come by the deadline: %v", p.RequeueAfter)
 	}
-	s.advance(80 * time.Second) // the deadline
+	s.advance(40 * time.Second)
+	s.pass()
+	if got := s.reasons(); !slices.Equal(got, []string{EventLeaseExpired, EventLeadershipHoldOff}) {
+		t.Fatalf("the wait is recorded once: %v", got)
+	}
+	s.advance(40 * time.Second) // the deadline
 	s.pass()
 	if c := s.cond(holdfastv1.ConditionFailoverRequest); c != nil && c.Reason == holdfastv1.ReasonLeadershipHoldOff {
 		t.Fatalf("the wait is removed on the first pass after its deadline: %+v", c)
 	}
-	if got := s.reasons(); !slices.Equal(got, []string{EventLeaseExpired, EventHold}) {
+	if got := s.reasons(); !slices.Equal(got, []string{EventLeaseExpired, EventLeadershipHoldOff, EventHold}) {
 		t.Fatalf("the Hold comes on the first pass after the hold-off: %v", got)
 	}
 	s.pass()
-	if got := s.reasons(); !slices.Equal(got, []string{EventLeaseExpired, EventHold, EventRebound}) {
+	if got := s.reasons(); !slices.Equal(got, []string{EventLeaseExpired, EventLeadershipHoldOff, EventHold, EventRebound}) {
 		t.Fatalf("then the re-bind: %v", got)
 	}
 }
@@ -1020,4 +1030,47 @@ func TestRuntimeReadyNamesTheBindingsPod(t *testing.T) {
 		}
 		check(t, s)
 	})
+}
+
+// The hold bound and the margin run from the grantor's own deadline
+// (lastAck + lease) when this process observed it, not from the record,
+// which the API keeps rounded up to the second; a process that did not
+// observe it (a new leader, a restart: no observation) runs them from the
+// record.
+func TestTheMarginRunsFromTheObservedDeadline(t *testing.T) {
+	for _, observed := range []bool{true, false} {
+		t.Run(fmt.Sprintf("observed=%v", observed), func(t *testing.T) {
+			s := newSim(t, failoverUnit())
+			s.placed(true)
+			s.loop()
+			s.advance(300 * time.Millisecond)
+			s.ack()
+			s.pass()
+			s.records = nil
+			deadline := s.now.Add(30 * time.Second)
+			s.now = deadline
+			s.fail(grantor.Unreachable, "context deadline exceeded")
+			s.pass()
+			if at := s.u.Status.RuntimeBinding.Expiry.At.Time; !at.Equal(t0.Add(31 * time.Second)) {
+				t.Fatalf("the expiry is recorded at %v, want the deadline %v rounded up", at, deadline)
+			}
+			from := deadline
+			if !observed {
+				s.obs = nil
+				from = t0.Add(31 * time.Second)
+			}
+			due := from.Add(20 * time.Second) // the margin
+			s.now = due.Add(-time.Millisecond)
+			s.pass()
+			s.pass()
+			if got := s.reasons(); !slices.Equal(got, []string{EventLeaseExpired, EventHold}) {
+				t.Fatalf("a millisecond before the margin's end: %v, want the expiry and the Hold only", got)
+			}
+			s.now = due
+			s.pass()
+			if got := s.reasons(); !slices.Equal(got, []string{EventLeaseExpired, EventHold, EventRebound}) {
+				t.Fatalf("at the margin's end: %v, want the re-bind", got)
+			}
+		})
+	}
 }

@@ -21,6 +21,10 @@ const (
 	EventBudgetExhausted       = "BudgetExhausted"
 	EventNoEligibleTarget      = "NoEligibleTarget"
 	EventInvalidRequest        = "InvalidRequest"
+	// EventLeadershipHoldOff: a decision that the lease's expiry allows
+	// waits for this leader's hold-off (L6), once per wait. Without it a
+	// failover's timeline has a gap that no Event explains.
+	EventLeadershipHoldOff = "LeadershipHoldOff"
 )
 
 // Record is one decision of consequence: it becomes, in this order, an

@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
@@ -109,6 +110,19 @@ func failover(ctx context.Context, w *scenario.World, logf func(string, ...any))
 	if code, answer, err := u.BystanderGrant(ctx, b1.Node, b1.Epoch); err == nil {
 		logf("a bystander's grant to epoch %d's lease port in plain HTTP: %d %s", b1.Epoch, code, answer)
 	}
+	// A leader elected moments ago reads no expiry as a fence until its
+	// acquisition + stand-down + lease + margin (L6): a failover inside that
+	// waits for it (its LeadershipHoldOff Event says until when). The
+	// failover shown is one of a settled leader.
+	got, err := u.Get(ctx)
+	if err != nil {
+		return err
+	}
+	a := got.Spec.Availability
+	logf("waiting out the grantor leader's hold-off (its election + stand-down + lease %v + margin %v)", a.LeaseDuration(), a.RebindMargin())
+	if err := w.WaitHoldOffOver(ctx, a.LeaseDuration(), a.RebindMargin()); err != nil {
+		return err
+	}
 	node := w.Nodes[b1.Node]
 	if err := node.Cut(); err != nil {
 		return err
@@ -171,6 +185,17 @@ func failover(ctx context.Context, w *scenario.World, logf func(string, ...any))
 	fmt.Printf("Timeline of the failover (seconds from the cut; lease %ds, hold bound %v):\n", lease, holdfastv1.HoldBound(time.Duration(lease)*time.Second))
 	for _, e := range tl {
 		fmt.Printf("  %+7.2fs  %s\n", e.at.Sub(cutAt).Seconds(), e.what)
+	}
+	// Readiness comes on its probe's period, after the lease maybe.
+	_, _ = u.WaitConditionStatus(ctx, holdfastv1.ConditionRuntimeReady, metav1.ConditionTrue, time.Minute)
+	if ph, err := u.FailoverPhases(ctx, cutAt, b1.Epoch, b2.Epoch); err != nil {
+		fmt.Printf("The phases could not be read: %v\n", err)
+	} else {
+		fmt.Printf("Phases of the failover (cut -> epoch %d's first device write %.2fs):\n", b2.Epoch, ph.Total().Seconds())
+		for _, p := range ph.List() {
+			fmt.Printf("  %-9s %6.2fs  %s\n", p.Name, p.D.Seconds(), p.What)
+		}
+		fmt.Printf("  (the pod turned Ready %.2fs after its container started, on its probe's period)\n", ph.ReadyAfterStart().Seconds())
 	}
 	if turnsErr != nil {
 		return fmt.Errorf("two writers on the device: %w", turnsErr)
