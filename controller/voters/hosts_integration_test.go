@@ -632,12 +632,25 @@ func waitHealthyStatus(t testing.TB, voterNames ...string) {
 // createSwap asks for a manual swap as an administrator would.
 func createSwap(t testing.TB, out, in string) string {
 	t.Helper()
-	s := &holdfastv1.VoterSwap{ObjectMeta: metav1.ObjectMeta{GenerateName: "swap-" + out + "-"},
-		Spec: holdfastv1.VoterSwapSpec{Outgoing: out, Incoming: in, Reason: "test", Origin: holdfastv1.SwapManual}}
-	if err := env.Client.Create(context.Background(), s); err != nil {
+	var name string
+	// The incoming host's node plugin reports it provisioned on its first
+	// pass; until the webhook has read that report, admission refuses the
+	// swap for it. Any other refusal fails the test.
+	eventually(t, 30*time.Second, "the swap "+out+" -> "+in+" admitted", func() (bool, string) {
+		s := &holdfastv1.VoterSwap{ObjectMeta: metav1.ObjectMeta{GenerateName: "swap-" + out + "-"},
+			Spec: holdfastv1.VoterSwapSpec{Outgoing: out, Incoming: in, Reason: "test", Origin: holdfastv1.SwapManual}}
+		err := env.Client.Create(context.Background(), s)
+		switch {
+		case err == nil:
+			name = s.Name
+			return true, ""
+		case in != "" && strings.Contains(err.Error(), in+" is not provisioned"):
+			return false, err.Error()
+		}
 		t.Fatalf("creating the swap %s -> %s: %v", out, in, err)
-	}
-	return s.Name
+		return false, ""
+	})
+	return name
 }
 
 // bindCandidate binds the swap's voter-candidate pod to node, as
