@@ -38,10 +38,20 @@ const (
 	// cannot reach the writer, the old leader resumes after it and renews
 	// the writer for its stand-down.
 	pausedLeader
+	// staleConfirmation (a confirmation certifies one epoch): the writer's
+	// node powered off and the unit failed over with a confirmed fence;
+	// later the leader and the new writer's node are cut from the rest (as
+	// leaderWithWriter) and a GitOps tool applies its copy of that
+	// confirmation again: the successor must still wait out its hold-off.
+	// With Mix.WrittenConfirmations the copy may be one the apiserver
+	// refused then (its failover's target NotReady), naming the epoch that
+	// is still bound: its runtime, restarted when its node came back, is
+	// certified stopped. The epoch cannot tell that apart (docs/safety.md).
+	staleConfirmation
 	recipes
 )
 
-var recipeNames = [...]string{"writer-frozen", "margin-at-bound", "leader-with-writer", "paused-leader"}
+var recipeNames = [...]string{"writer-frozen", "margin-at-bound", "leader-with-writer", "paused-leader", "stale-confirmation"}
 
 func (r recipe) String() string { return recipeNames[r] }
 
@@ -54,7 +64,7 @@ const (
 // focusedRecipes are the recipes a focused seed draws from; pausedLeader
 // only with m.PausedLeader.
 func focusedRecipes(m Mix) []recipe {
-	rs := []recipe{writerFrozen, marginAtBound, leaderWithWriter}
+	rs := []recipe{writerFrozen, marginAtBound, leaderWithWriter, staleConfirmation}
 	if m.PausedLeader {
 		rs = append(rs, pausedLeader)
 	}
@@ -91,6 +101,13 @@ func generateFocused(cfg Config, seed uint64) Schedule {
 				Action{At: at + 5*time.Second, Kind: Partition, Side: []string{writerHost}, Dur: time.Duration(30+r.IntN(150)) * time.Second})
 		case leaderWithWriter:
 			out = append(out, Action{At: at, Kind: Partition, Side: []string{leaderHost, writerHost}, Dur: time.Duration(20+r.IntN(280)) * time.Second})
+		case staleConfirmation:
+			off := time.Duration(30+r.IntN(60)) * time.Second
+			cut := at + off + time.Duration(60+r.IntN(60))*time.Second
+			out = append(out,
+				Action{At: at, Kind: FailoverFenced, B: []string{"n2", "n3"}[r.IntN(2)], Dur: off},
+				Action{At: cut, Kind: Partition, Side: []string{leaderHost, writerHost}, Dur: time.Duration(20+r.IntN(280)) * time.Second},
+				Action{At: cut + time.Duration(r.IntN(20))*time.Second, Kind: Reapply, Pick: pickIf(cfg.Faults.WrittenConfirmations)})
 		case pausedLeader:
 			// The leader stops first, then it and the writer's node are cut
 			// from the rest: its successor cannot reach the writer, and the
@@ -174,4 +191,11 @@ func (s *Sim) resolved(a Action) (Action, bool) {
 		a.Side = slices.Compact(a.Side)
 	}
 	return a, ok
+}
+
+func pickIf(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -21,6 +21,10 @@ type operator struct {
 	p    *proc
 	spec holdfastv1.UnitSpec
 	reqs int
+	// written is the last fence confirmation the operator wrote, applied
+	// the last one the apiserver took: a GitOps tool keeps either in its
+	// copy of the Unit and applies it again.
+	applied, written map[string]string
 }
 
 var admin = user{name: "plant-operator", groups: []string{"system:masters"}}
@@ -54,10 +58,11 @@ func (o *operator) createTry(spec holdfastv1.UnitSpec, retry bool) {
 // edit reads the unit, changes it with change (false: nothing to do) and
 // writes it back conditioned on what it read, once more on a conflict.
 func (o *operator) edit(what string, change func(u *holdfastv1.Unit) bool) {
-	o.editTry(what, change, 2)
+	o.editTry(what, change, nil, 2)
 }
 
-func (o *operator) editTry(what string, change func(u *holdfastv1.Unit) bool, tries int) {
+// editTry is edit, calling admitted once the apiserver took the change.
+func (o *operator) editTry(what string, change func(u *holdfastv1.Unit) bool, admitted func(), tries int) {
 	s := o.s
 	s.call(o.p, func(a *apiserver) (client.Object, error) {
 		cur, ok := a.st.get("Unit", unitNS, unitName)
@@ -79,8 +84,11 @@ func (o *operator) editTry(what string, change func(u *holdfastv1.Unit) bool, tr
 			switch {
 			case r.err == nil:
 				o.say("%s: done", what)
+				if admitted != nil {
+					admitted()
+				}
 			case apierrors.IsConflict(r.err) && tries > 1:
-				o.editTry(what, change, tries-1)
+				o.editTry(what, change, admitted, tries-1)
 			default:
 				o.say("%s: refused: %v", what, short(r.err))
 			}
@@ -114,7 +122,8 @@ func (o *operator) failover(target, confirm string) {
 	if confirm != "" {
 		what += " (confirmed fenced: " + confirm + ")"
 	}
-	o.edit(what, func(u *holdfastv1.Unit) bool {
+	var written map[string]string
+	o.editTry(what, func(u *holdfastv1.Unit) bool {
 		if u.Annotations == nil {
 			u.Annotations = map[string]string{}
 		}
@@ -124,12 +133,22 @@ func (o *operator) failover(target, confirm string) {
 			// The certification is of the runtime the operator reads.
 			u.Annotations[holdfastv1.AnnotationFailoverConfirmFenced] = confirm
 			u.Annotations[holdfastv1.AnnotationFailoverConfirmEpoch] = strconv.FormatInt(b.Epoch, 10)
+			written = map[string]string{
+				holdfastv1.AnnotationFailoverConfirmFenced: confirm,
+				holdfastv1.AnnotationFailoverConfirmEpoch:  strconv.FormatInt(b.Epoch, 10),
+				holdfastv1.AnnotationRequestID:             id,
+			}
+			o.written = written
 		} else {
 			delete(u.Annotations, holdfastv1.AnnotationFailoverConfirmFenced)
 			delete(u.Annotations, holdfastv1.AnnotationFailoverConfirmEpoch)
 		}
 		return true
-	})
+	}, func() {
+		if written != nil {
+			o.applied = written
+		}
+	}, 2)
 }
 
 // restart asks for a restart of the Hold, now by the operator's clock.
@@ -161,4 +180,28 @@ func short(err error) string {
 		s = s[:300] + "..."
 	}
 	return s
+}
+
+// reapply is a GitOps tool applying its copy of the Unit again: the last
+// fence confirmation the operator wrote (committed, whether or not the
+// apiserver took it then) or the last one it applied (consumed since)
+// comes back, certifying a runtime that may no longer be stopped.
+func (o *operator) reapply(written bool) {
+	stale := o.applied
+	if written {
+		stale = o.written
+	}
+	if stale == nil {
+		o.say("re-apply: no confirmation to apply again")
+		return
+	}
+	o.edit("re-apply of the confirmation of epoch "+stale[holdfastv1.AnnotationFailoverConfirmEpoch], func(u *holdfastv1.Unit) bool {
+		if u.Annotations == nil {
+			u.Annotations = map[string]string{}
+		}
+		for k, v := range stale {
+			u.Annotations[k] = v
+		}
+		return true
+	})
 }

@@ -36,12 +36,13 @@ const (
 	FailoverFenced              // the bound node powered off, then a confirmed failover
 	Restart                     // holdfast.io/restart
 	Recreate                    // the Unit deleted and created again
+	Reapply                     // a GitOps tool applies its stale copy of the last fence confirmation (focused seeds only)
 	kinds
 )
 
 var kindNames = [...]string{"cut", "partition", "degrade", "pause", "freeze", "crash-runtime", "power-cut",
 	"kill-leader", "hand-over", "crash-controller", "apiserver-down", "edit-margin", "edit-grace", "edit-targets",
-	"edit-mode", "edit-lease", "failover", "failover-fenced", "restart", "recreate"}
+	"edit-mode", "edit-lease", "failover", "failover-fenced", "restart", "recreate", "reapply"}
 
 func (k Kind) String() string { return kindNames[k] }
 
@@ -61,6 +62,10 @@ type Mix struct {
 	// edge (focus.go) instead of the swarm mix; PausedLeader adds the
 	// recipe of a leader paused past its successor's acquisition.
 	Focused, PausedLeader bool
+	// WrittenConfirmations: the stale-confirmation recipe's GitOps tool
+	// applies the last confirmation the operator wrote, even one the
+	// apiserver refused then; off, only the last one it took.
+	WrittenConfirmations bool
 }
 
 // shortPause is the longest pause of a controller that never outlasts its
@@ -158,7 +163,7 @@ func generate(cfg Config, seed uint64) Schedule {
 	m := cfg.Faults
 	var pool []Kind
 	for k := range kinds {
-		if (k == EditMode || k == EditLease) && !m.LiveEdits || k == Recreate && !m.Recreate {
+		if (k == EditMode || k == EditLease) && !m.LiveEdits || k == Recreate && !m.Recreate || k == Reapply {
 			continue
 		}
 		if r.IntN(2) == 0 {
@@ -422,6 +427,8 @@ func (s *Sim) apply(a Action) {
 		s.failoverFenced(a)
 	case Restart:
 		s.op.restart()
+	case Reapply:
+		s.op.reapply(a.Pick == 1)
 	case Recreate:
 		s.op.remove()
 		spec := s.op.spec

@@ -33,6 +33,12 @@ const (
 	// (L6: the grants end a stand-down after the last renewal of the
 	// leadership, however late the loss is learnt).
 	pausedLeaderInCI = true
+	// writtenConfirmationsInCI: the stale-confirmation recipe's GitOps
+	// tool applying a fence confirmation the apiserver refused when it was
+	// written, after the node it names came back and restarted the runtime
+	// of the epoch it names. Open: a confirmation names an epoch, not a
+	// runtime process (docs/safety.md).
+	writtenConfirmationsInCI = false
 )
 
 // ciSeeds and ciLiveness are the runs make test makes: about a minute of
@@ -59,6 +65,7 @@ var (
 	simFocused   = flag.Int("sim.focused", ciFocused, "focused seeds TestSimulationFindsNoTwoWriters searches (focus.go)")
 	simFocus     = flag.Bool("sim.focus", false, "TestSimulationReplay: the seed is a focused one")
 	simPaused    = flag.Bool("sim.paused-leader", pausedLeaderInCI, "focused seeds draw the recipe of a leader paused past its successor's acquisition")
+	simWritten   = flag.Bool("sim.written-confirmations", writtenConfirmationsInCI, "the stale-confirmation recipe re-applies a confirmation as written, even one refused then")
 )
 
 func TestMain(m *testing.M) {
@@ -80,6 +87,7 @@ func config() Config {
 	cfg.Faults.LongLeaderPauses = *simLong
 	cfg.Faults.Focused = *simFocus
 	cfg.Faults.PausedLeader = *simPaused
+	cfg.Faults.WrittenConfirmations = *simWritten
 	for _, name := range strings.Split(*simWithout, ",") {
 		for k := range kinds {
 			if k.String() == name {
@@ -95,7 +103,7 @@ func command(focused bool) func(seed uint64, keep []int) string {
 	return func(seed uint64, keep []int) string {
 		c := commandOf(seed, keep)
 		if focused {
-			c += fmt.Sprintf(" -sim.focus -sim.paused-leader=%v", *simPaused)
+			c += fmt.Sprintf(" -sim.focus -sim.paused-leader=%v -sim.written-confirmations=%v", *simPaused, *simWritten)
 		}
 		return c
 	}
