@@ -103,7 +103,7 @@ func Start(opts Options) (*Env, error) {
 	if err != nil {
 		return nil, err
 	}
-	crdDir := filepath.Join(root, "charts", "holdfast", "crds")
+	crdDir := filepath.Join(root, "charts", "holdfast", "files", "crds")
 
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
