@@ -62,9 +62,13 @@ func Check(ctx context.Context, c client.Reader, rel Release) error {
 	for i, u := range units {
 		names[i] = u.String()
 	}
+	// helm has marked the release uninstalling when its pre-delete hook
+	// runs, and helm upgrade refuses such a release: the ways on are
+	// another helm uninstall or a rollback to the same revision.
 	return fmt.Errorf("refusing to uninstall holdfast: %d Unit(s) run in Failover mode (%s); without holdfast-controller "+
-		"nothing renews their leases and each runtime fences (stops writing) once its lease runs out. "+
-		"Delete those Units first (kubectl delete unit -n NAMESPACE NAME), or uninstall anyway: "+
-		"helm upgrade %s CHART -n %s --reuse-values --set uninstall.force=true, then helm uninstall %s -n %s",
+		"nothing renews their leases and each runtime fences (stops writing) once its lease runs out. Nothing was deleted. "+
+		"Delete those Units first (kubectl delete unit -n NAMESPACE NAME: holdfast stops each runtime) and run helm uninstall again; "+
+		"or uninstall anyway: helm uninstall %s -n %s --no-hooks (uninstall.force=true, set beforehand, skips this check); "+
+		"or keep holdfast: helm rollback %s REVISION -n %s, with the revision helm history shows as uninstalling",
 		len(units), strings.Join(names, ", "), rel.Name, rel.Namespace, rel.Name, rel.Namespace)
 }

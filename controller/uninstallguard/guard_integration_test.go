@@ -59,7 +59,7 @@ func TestTheUninstallGuardRefusesWhileFailoverUnitsRun(t *testing.T) {
 		t.Fatal("two Failover Units run and the guard let the uninstall go on")
 	}
 	for _, want := range []string{a + "/kiln-1", b + "/oven-3", "2 Unit(s) run in Failover mode",
-		"helm upgrade holdfast CHART -n holdfast-system --reuse-values --set uninstall.force=true", "Delete those Units first"} {
+		"helm uninstall holdfast -n holdfast-system --no-hooks", "Delete those Units first", "helm rollback holdfast REVISION -n holdfast-system"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("the refusal does not say %q:\n%v", want, err)
 		}

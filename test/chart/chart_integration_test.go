@@ -321,8 +321,14 @@ func helmConfig(t *testing.T) *action.Configuration {
 // helmConfigIn is helmConfig for releases in namespace ns.
 func helmConfigIn(t *testing.T, ns string) *action.Configuration {
 	t.Helper()
+	return helmConfigOf(t, env.Kubeconfig, ns)
+}
+
+// helmConfigOf is helmConfigIn on the apiserver kubeconfig reaches.
+func helmConfigOf(t *testing.T, kubeconfig, ns string) *action.Configuration {
+	t.Helper()
 	flags := genericclioptions.NewConfigFlags(false)
-	flags.KubeConfig = &env.Kubeconfig
+	flags.KubeConfig = &kubeconfig
 	flags.Namespace = &ns
 	cfg := &action.Configuration{}
 	if err := cfg.Init(flags, ns, "secret", func(format string, v ...any) { t.Logf("helm: "+format, v...) }); err != nil {

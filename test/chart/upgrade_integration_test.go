@@ -19,14 +19,13 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/test/testenv"
 )
 
 // previousChart is the packaged chart of the previous release
@@ -35,38 +34,13 @@ const previousChart = "testdata/holdfast-previous.tgz"
 
 var holdfastCRDs = []string{"units.holdfast.io", "voterpolicies.holdfast.io", "voterswaps.holdfast.io"}
 
-// withoutHoldfastCRDs deletes holdfast's CRDs, which testenv installed, so
-// a chart can install its own, and puts the generated ones back at the end.
-func withoutHoldfastCRDs(ctx context.Context, t *testing.T) {
-	t.Helper()
-	for _, name := range holdfastCRDs {
-		crd := &apiextensionsv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{Name: name}}
-		if err := env.Client.Delete(ctx, crd); err != nil && !apierrors.IsNotFound(err) {
-			t.Fatal(err)
-		}
-		poll(t, "CRD "+name+" deleted", func() bool {
-			return apierrors.IsNotFound(env.Client.Get(ctx, client.ObjectKey{Name: name}, &apiextensionsv1.CustomResourceDefinition{}))
-		})
-	}
-	t.Cleanup(func() {
-		opts := envtest.CRDInstallOptions{Paths: []string{env.CRDDir}, ErrorIfPathMissing: true}
-		crds, err := envtest.InstallCRDs(env.Config, opts)
-		if err == nil {
-			err = envtest.WaitForCRDs(env.Config, crds, envtest.CRDInstallOptions{MaxTime: time.Minute, PollInterval: 100 * time.Millisecond})
-		}
-		if err != nil {
-			t.Errorf("putting the generated CRDs back: %v", err)
-		}
-	})
-}
-
 // takeOutWebhookConfiguration deletes the chart's webhook configuration,
 // which no webhook pod answers here (it fails closed for Units); a cluster
 // has the webhook running.
-func takeOutWebhookConfiguration(ctx context.Context, t *testing.T) {
+func takeOutWebhookConfiguration(ctx context.Context, t *testing.T, c client.Client) {
 	t.Helper()
 	vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "holdfast-webhook"}}
-	if err := env.Client.Delete(ctx, vwc); err != nil {
+	if err := c.Delete(ctx, vwc); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -86,7 +60,8 @@ func generatedCRD(t *testing.T, name string) *apiextensionsv1.CustomResourceDefi
 }
 
 // TestChartUpgradeFromThePreviousVersion installs the previous release's
-// packaged chart (its CRDs from crds/, installed once by Helm), creates a
+// packaged chart on a control plane of its own, without holdfast's CRDs (its
+// CRDs come from its crds/, installed once by Helm), creates a
 // Failover and an Autonomy Unit with a bound runtime, adopts the CRDs into
 // the release as docs/operations.md says, and helm-upgrades to this tree's
 // chart. Asserted:
@@ -108,7 +83,16 @@ func generatedCRD(t *testing.T, name string) *apiextensionsv1.CustomResourceDefi
 func TestChartUpgradeFromThePreviousVersion(t *testing.T) {
 	ctx := context.Background()
 	root := repoRoot(t)
-	withoutHoldfastCRDs(ctx, t)
+	cluster, err := testenv.Start(testenv.Options{WithoutCRDs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := cluster.Stop(); err != nil {
+			t.Errorf("stopping the upgrade's control plane: %v", err)
+		}
+	})
+	c := cluster.Client
 	prev, err := loader.Load(previousChart)
 	if err != nil {
 		t.Fatal(err)
@@ -116,7 +100,7 @@ func TestChartUpgradeFromThePreviousVersion(t *testing.T) {
 	if len(prev.CRDObjects()) == 0 {
 		t.Fatalf("%s has no crds/: it is not a chart from before the CRDs became templates", previousChart)
 	}
-	cfg := helmConfig(t)
+	cfg := helmConfigOf(t, cluster.Kubeconfig, Namespace)
 	inst := action.NewInstall(cfg)
 	inst.ReleaseName, inst.Namespace, inst.CreateNamespace, inst.Timeout = "holdfast", Namespace, true, time.Minute
 	if _, err := inst.Run(prev, map[string]any{}); err != nil {
@@ -127,10 +111,10 @@ func TestChartUpgradeFromThePreviousVersion(t *testing.T) {
 			t.Errorf("helm uninstall: %v", err)
 		}
 	})
-	takeOutWebhookConfiguration(ctx, t)
+	takeOutWebhookConfiguration(ctx, t, c)
 
 	// Units with a bound runtime, as the grantor records them.
-	ns := env.Namespace(t)
+	ns := cluster.Namespace(t)
 	kiln := &holdfastv1.Unit{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "kiln-1"},
 		Spec: holdfastv1.UnitSpec{
@@ -145,7 +129,7 @@ func TestChartUpgradeFromThePreviousVersion(t *testing.T) {
 		},
 	}
 	for _, u := range []*holdfastv1.Unit{kiln, press} {
-		if err := env.Client.Create(ctx, u); err != nil {
+		if err := c.Create(ctx, u); err != nil {
 			t.Fatalf("creating Unit %s under the previous chart's CRDs: %v", u.Name, err)
 		}
 	}
@@ -154,7 +138,7 @@ func TestChartUpgradeFromThePreviousVersion(t *testing.T) {
 		Node: "edge-1", Epoch: 3, Pod: "kiln-1-runtime-e3", LeaseState: holdfastv1.LeaseHeld, LeaseStateEpoch: 3,
 		HandOver: &holdfastv1.HandOver{Reason: "spec.runtime.image", Since: gone, PodGoneAt: &gone},
 	}
-	if err := env.Client.Status().Update(ctx, kiln); err != nil {
+	if err := c.Status().Update(ctx, kiln); err != nil {
 		t.Fatal(err)
 	}
 	if kiln.Status.RuntimeBinding.HandOver.PodGoneAt != nil {
@@ -167,10 +151,10 @@ func TestChartUpgradeFromThePreviousVersion(t *testing.T) {
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("holdfast-controller-units-0"), LeaseDurationSeconds: ptr.To[int32](6),
 			RenewTime: &metav1.MicroTime{Time: time.Now()}},
 	}
-	if err := env.Client.Create(ctx, election); err != nil {
+	if err := c.Create(ctx, election); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = env.Client.Delete(ctx, election) })
+	t.Cleanup(func() { _ = c.Delete(ctx, election) })
 
 	type snapshot struct {
 		units      map[string]holdfastv1.Unit
@@ -183,19 +167,19 @@ func TestChartUpgradeFromThePreviousVersion(t *testing.T) {
 		s := snapshot{units: map[string]holdfastv1.Unit{}}
 		for _, name := range []string{"kiln-1", "press-2"} {
 			var u holdfastv1.Unit
-			if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &u); err != nil {
+			if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &u); err != nil {
 				t.Fatal(err)
 			}
 			s.units[name] = u
 		}
-		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: Namespace, Name: "holdfast-controller-units"}, &s.grantor); err != nil {
+		if err := c.Get(ctx, client.ObjectKey{Namespace: Namespace, Name: "holdfast-controller-units"}, &s.grantor); err != nil {
 			t.Fatal(err)
 		}
-		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: Namespace, Name: "holdfast-lease-ca"}, &s.leaseCA); err != nil {
+		if err := c.Get(ctx, client.ObjectKey{Namespace: Namespace, Name: "holdfast-lease-ca"}, &s.leaseCA); err != nil {
 			t.Fatal(err)
 		}
 		var l coordinationv1.Lease
-		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: Namespace, Name: "holdfast-grantor"}, &l); err != nil {
+		if err := c.Get(ctx, client.ObjectKey{Namespace: Namespace, Name: "holdfast-grantor"}, &l); err != nil {
 			t.Fatal(err)
 		}
 		s.electionRV = l.ResourceVersion
@@ -205,7 +189,7 @@ func TestChartUpgradeFromThePreviousVersion(t *testing.T) {
 
 	// docs/operations.md: the CRDs the previous chart installed from crds/
 	// carry no release; label and annotate them so helm upgrade adopts them.
-	k := env.Kubectl()
+	k := cluster.Kubectl()
 	k.MustRun(t, "", append(append([]string{"label", "crd"}, holdfastCRDs...), "app.kubernetes.io/managed-by=Helm")...)
 	k.MustRun(t, "", append(append([]string{"annotate", "crd"}, holdfastCRDs...),
 		"meta.helm.sh/release-name=holdfast", "meta.helm.sh/release-namespace="+Namespace)...)
@@ -224,7 +208,7 @@ func TestChartUpgradeFromThePreviousVersion(t *testing.T) {
 	// The schemas are this tree's.
 	for _, name := range holdfastCRDs {
 		var live apiextensionsv1.CustomResourceDefinition
-		if err := env.Client.Get(ctx, client.ObjectKey{Name: name}, &live); err != nil {
+		if err := c.Get(ctx, client.ObjectKey{Name: name}, &live); err != nil {
 			t.Fatal(err)
 		}
 		want := generatedCRD(t, name)
@@ -251,10 +235,10 @@ func TestChartUpgradeFromThePreviousVersion(t *testing.T) {
 		}
 	}
 	// A field only the new schema has is stored now.
-	takeOutWebhookConfiguration(ctx, t)
+	takeOutWebhookConfiguration(ctx, t, c)
 	k2 := after.units["kiln-1"]
 	k2.Status.RuntimeBinding.HandOver.PodGoneAt = &gone
-	if err := env.Client.Status().Update(ctx, &k2); err != nil {
+	if err := c.Status().Update(ctx, &k2); err != nil {
 		t.Fatal(err)
 	}
 	if p := k2.Status.RuntimeBinding.HandOver.PodGoneAt; p == nil || !p.Equal(&gone) {
@@ -281,7 +265,7 @@ func TestChartUpgradeFromThePreviousVersion(t *testing.T) {
 			g.Spec.Strategy, g.Spec.Replicas)
 	}
 	var pdb policyv1.PodDisruptionBudget
-	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: Namespace, Name: "holdfast-controller-units"}, &pdb); err != nil {
+	if err := c.Get(ctx, client.ObjectKey{Namespace: Namespace, Name: "holdfast-controller-units"}, &pdb); err != nil {
 		t.Errorf("the units role's PodDisruptionBudget: %v", err)
 	} else if pdb.Spec.MinAvailable == nil || pdb.Spec.MinAvailable.IntValue() != 1 {
 		t.Errorf("the units role's PodDisruptionBudget minAvailable %v, want 1", pdb.Spec.MinAvailable)
