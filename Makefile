@@ -45,10 +45,10 @@ build: ## Build every binary under cmd/ into bin/ (BIN_DIR), stamped with VERSIO
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN_DIR)/ ./cmd/...
 
 .PHONY: generate
-generate: $(CONTROLLER_GEN) ## Generate deepcopy code (api/, scheduler plugin args) and the CRDs (into charts/holdfast/crds)
+generate: $(CONTROLLER_GEN) ## Generate deepcopy code (api/, scheduler plugin args) and the CRDs (into charts/holdfast/files/crds, which templates/crds.yaml renders)
 	$(CONTROLLER_GEN) object paths=./api/...
 	$(CONTROLLER_GEN) object paths=./scheduler-plugin/apis/...
-	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=charts/holdfast/crds
+	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=charts/holdfast/files/crds
 
 .PHONY: verify
 verify: $(CONTROLLER_GEN) ## Fail on stale generated files, gofmt/go vet findings, or an untidy go.mod

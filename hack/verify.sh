@@ -34,7 +34,7 @@ for f in go.mod go.sum; do
 done
 
 (cd "${copy}" && make --no-print-directory generate CONTROLLER_GEN="${CONTROLLER_GEN}" >/dev/null)
-for d in api charts/holdfast/crds scheduler-plugin/apis; do
+for d in api charts/holdfast/files/crds scheduler-plugin/apis; do
 	if ! diff -ru "${d}" "${copy}/${d}"; then
 		echo "verify: generated files under ${d} are stale; run make generate and commit" >&2
 		fail=1

@@ -78,7 +78,7 @@ func commonFlags(fs *flag.FlagSet, c *Common) {
 	fs.BoolVar(&c.Version, "version", false, "")
 	doc("version", "Print the version, the commit and the Go version of this build, and exit.", "none")
 	fs.StringVar(&c.Role, "role", "", "")
-	doc("role", "The job to run: "+roleNames()+". Each role runs its own leader election.", "none")
+	doc("role", "The job to run: "+roleNames()+". units and voters each run their own leader election; uninstall-guard checks once and exits.", "none")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "")
 	doc("kubeconfig", "Path of a kubeconfig; empty uses the in-cluster service account.", "none")
 	fs.StringVar(&c.Namespace, "leader-election-namespace", envOr("POD_NAMESPACE", "holdfast-system"), "")
@@ -171,7 +171,7 @@ Roles:
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		fmt.Fprintf(w, "  %-8s %s\n", n, roles[n].Short)
+		fmt.Fprintf(w, "  %-16s %s\n", n, roles[n].Short)
 	}
 	d := policy.DefaultGrantorTimings()
 	floor, _ := d.LeaseFloor()

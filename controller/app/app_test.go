@@ -51,7 +51,7 @@ func TestHelpDocumentsEveryFlagWithItsDefaultAndItsInequality(t *testing.T) {
 
 func TestBadFlagsAreRefusedWithTheFlagNameAndNothingStarts(t *testing.T) {
 	wantRefused(t, []refusal{
-		{[]string{"--role=nope"}, `--role: "nope": must be one of units`},
+		{[]string{"--role=nope"}, `--role: "nope": must be one of uninstall-guard, units, voters`},
 		{[]string{"--role=units", "--apiserver-read-idle-timeout=0s"}, "--apiserver-read-idle-timeout"},
 		{[]string{"--role=units", "--leader-election-lease-duration=3s"}, "--leader-election-lease-duration"},
 		{[]string{"--role=units", "--lease-stand-down=-1s"}, "--lease-stand-down"},
@@ -78,6 +78,18 @@ func wantRefused(t *testing.T, cases []refusal) {
 		})
 		if got := errOut.String() + stderr; !strings.Contains(got, tc.want) {
 			t.Errorf("%v: %q does not say %q", tc.args, got, tc.want)
+		}
+	}
+}
+
+func TestHelpListsTheUninstallGuardRole(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if code := Main(context.Background(), []string{"--help"}, &out, &errOut); code != 0 {
+		t.Fatalf("--help exited %d", code)
+	}
+	for _, want := range []string{"  uninstall-guard  the chart's pre-delete hook", "--release string (default holdfast)"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("--help lacks %q", want)
 		}
 	}
 }

@@ -25,7 +25,7 @@ func TestHelpListsTheVotersRole(t *testing.T) {
 	if code := Main(context.Background(), []string{"--help"}, &out, &errOut); code != 0 {
 		t.Fatalf("--help exited %d", code)
 	}
-	for _, want := range []string{"  voters   the etcd voter swap controller", "--voters-leader-election-id string (default holdfast-voters)",
+	for _, want := range []string{"  voters           the etcd voter swap controller", "--voters-leader-election-id string (default holdfast-voters)",
 		"--voter-swap-lease-duration duration (default 30s)", "--snapshot-dir string (default /var/lib/holdfast/snapshots)"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("--help lacks %q", want)

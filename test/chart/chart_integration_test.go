@@ -174,7 +174,7 @@ func TestHelmInstallCreatesEveryObject(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := helmConfig(t)
-	inst := action.NewInstall(cfg)
+	inst := newInstall(cfg)
 	inst.ReleaseName, inst.Namespace, inst.CreateNamespace = "holdfast", Namespace, true
 	inst.Timeout = time.Minute
 	rel, err := inst.Run(ch, map[string]any{})
@@ -187,7 +187,7 @@ func TestHelmInstallCreatesEveryObject(t *testing.T) {
 			return
 		}
 		uninstalled = true
-		if _, err := action.NewUninstall(cfg).Run("holdfast"); err != nil {
+		if _, err := newUninstall(cfg).Run("holdfast"); err != nil {
 			t.Errorf("helm uninstall: %v", err)
 		}
 	}
@@ -262,9 +262,12 @@ func TestHelmInstallCreatesEveryObject(t *testing.T) {
 	if err := env.Client.Get(ctx, client.ObjectKey{Name: "holdfast-webhook"}, &vwc); !apierrors.IsNotFound(err) {
 		t.Errorf("after helm uninstall the configuration is still there: %v", err)
 	}
-	var crd apiextensionsv1.CustomResourceDefinition
-	if err := env.Client.Get(ctx, client.ObjectKey{Name: "units.holdfast.io"}, &crd); err != nil {
-		t.Errorf("helm uninstall must leave the CRDs (and every Unit) in place: %v", err)
+	// crds.keep: the CRDs, and with them every Unit, stay.
+	for _, name := range []string{"units.holdfast.io", "voterpolicies.holdfast.io", "voterswaps.holdfast.io"} {
+		var crd apiextensionsv1.CustomResourceDefinition
+		if err := env.Client.Get(ctx, client.ObjectKey{Name: name}, &crd); err != nil || crd.DeletionTimestamp != nil {
+			t.Errorf("helm uninstall must leave CRD %s (and every object of its kind) in place: %v", name, err)
+		}
 	}
 }
 
@@ -290,6 +293,24 @@ func webhookTLS(t *testing.T) (*corev1.Secret, []byte) {
 	return &s, vwc.Webhooks[0].ClientConfig.CABundle
 }
 
+// newInstall is helm install that adopts holdfast's CRDs (helm install
+// --take-ownership): the test apiserver starts with them installed
+// (testenv), as a cluster that ran an earlier chart has them.
+func newInstall(cfg *action.Configuration) *action.Install {
+	inst := action.NewInstall(cfg)
+	inst.TakeOwnership = true
+	return inst
+}
+
+// newUninstall is helm uninstall --no-hooks: no kubelet runs the uninstall
+// guard's Job here (TestTheUninstallGuardHookRefusesUnderItsOwnGrants runs
+// its container's command instead).
+func newUninstall(cfg *action.Configuration) *action.Uninstall {
+	u := action.NewUninstall(cfg)
+	u.DisableHooks = true
+	return u
+}
+
 // helmConfig is helm's action configuration against the test apiserver,
 // storing releases as Secrets like the helm CLI does.
 func helmConfig(t *testing.T) *action.Configuration {
@@ -300,8 +321,14 @@ func helmConfig(t *testing.T) *action.Configuration {
 // helmConfigIn is helmConfig for releases in namespace ns.
 func helmConfigIn(t *testing.T, ns string) *action.Configuration {
 	t.Helper()
+	return helmConfigOf(t, env.Kubeconfig, ns)
+}
+
+// helmConfigOf is helmConfigIn on the apiserver kubeconfig reaches.
+func helmConfigOf(t *testing.T, kubeconfig, ns string) *action.Configuration {
+	t.Helper()
 	flags := genericclioptions.NewConfigFlags(false)
-	flags.KubeConfig = &env.Kubeconfig
+	flags.KubeConfig = &kubeconfig
 	flags.Namespace = &ns
 	cfg := &action.Configuration{}
 	if err := cfg.Init(flags, ns, "secret", func(format string, v ...any) { t.Logf("helm: "+format, v...) }); err != nil {

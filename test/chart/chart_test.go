@@ -92,7 +92,7 @@ func TestChartRendersEveryCase(t *testing.T) {
 func containerArgs(t *testing.T, ms []Manifest, component string) []string {
 	t.Helper()
 	for _, m := range ms {
-		if (m.Kind != "Deployment" && m.Kind != "StatefulSet" && m.Kind != "DaemonSet") || !strings.HasPrefix(m.Name, "holdfast-"+component) {
+		if (m.Kind != "Deployment" && m.Kind != "StatefulSet" && m.Kind != "DaemonSet" && m.Kind != "Job") || !strings.HasPrefix(m.Name, "holdfast-"+component) {
 			continue
 		}
 		spec, _ := m.Object["spec"].(map[string]any)
@@ -186,6 +186,10 @@ func TestValuesSchemaRefusesUnknownKeysAndWrongTypes(t *testing.T) {
 		{"metrics: {prometheusRule: {enabled: yes please}}", []string{"/metrics/prometheusRule/enabled", "boolean"}},
 		{"controller: {units: {leaseTLS: {mode: cert-manager}}}", []string{"/controller/units/leaseTLS/mode"}},
 		{"controller: {units: {insecurePlaintextLease: \"no\"}}", []string{"/controller/units/insecurePlaintextLease", "boolean"}},
+		{"crds: {keep: \"yes\"}", []string{"/crds/keep", "boolean"}},
+		{"crds: {enabled: true, upgrade: true}", []string{"/crds", "upgrade"}},
+		{"uninstall: {force: 1}", []string{"/uninstall/force", "boolean"}},
+		{"uninstall: {guard: false}", []string{"/uninstall", "guard"}},
 	} {
 		var v map[string]any
 		if err := yaml.Unmarshal([]byte(tc.values), &v); err != nil {

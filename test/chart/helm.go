@@ -19,6 +19,7 @@ import (
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/lint"
 	"helm.sh/helm/v3/pkg/lint/support"
+	"helm.sh/helm/v3/pkg/release"
 	"helm.sh/helm/v3/pkg/releaseutil"
 	"sigs.k8s.io/yaml"
 )
@@ -86,8 +87,8 @@ func Lint(root string, values map[string]any) ([]support.Message, error) {
 var APIVersions = []string{"monitoring.coreos.com/v1", "monitoring.coreos.com/v1/ServiceMonitor", "monitoring.coreos.com/v1/PodMonitor", "monitoring.coreos.com/v1/PrometheusRule"}
 
 // Render renders the chart as helm template does (no cluster; lookup finds
-// nothing) and returns the manifests, one object per entry, without CRDs and
-// NOTES.txt. A values.schema.json refusal is the error.
+// nothing) and returns the manifests, one object per entry (holdfast's CRDs
+// among them), without hooks (RenderHooks) and NOTES.txt. A values.schema.json refusal is the error.
 func Render(c *chart.Chart, values map[string]any) ([]Manifest, string, error) {
 	return RenderFor(c, values, APIVersions)
 }
@@ -100,6 +101,30 @@ func RenderFor(c *chart.Chart, values map[string]any, apiVersions []string) ([]M
 
 // RenderIn is RenderFor into the release namespace ns.
 func RenderIn(c *chart.Chart, ns string, values map[string]any, apiVersions []string) ([]Manifest, string, error) {
+	rel, err := renderRelease(c, ns, values, apiVersions)
+	if err != nil {
+		return nil, "", err
+	}
+	ms, err := Split(rel.Manifest)
+	return ms, rel.Info.Notes, err
+}
+
+// RenderHooks renders the chart's hooks (helm runs them apart from the
+// release's objects: helm uninstall its pre-delete hooks first), one object
+// per entry.
+func RenderHooks(c *chart.Chart, values map[string]any) ([]Manifest, error) {
+	rel, err := renderRelease(c, Namespace, values, APIVersions)
+	if err != nil {
+		return nil, err
+	}
+	var b strings.Builder
+	for _, h := range rel.Hooks {
+		fmt.Fprintf(&b, "---\n# Source: %s\n%s\n", h.Path, h.Manifest)
+	}
+	return Split(b.String())
+}
+
+func renderRelease(c *chart.Chart, ns string, values map[string]any, apiVersions []string) (*release.Release, error) {
 	cfg := &action.Configuration{}
 	inst := action.NewInstall(cfg)
 	inst.DryRun, inst.ClientOnly, inst.Replace = true, true, true
@@ -107,16 +132,11 @@ func RenderIn(c *chart.Chart, ns string, values map[string]any, apiVersions []st
 	inst.SkipCRDs = true
 	kv, err := chartutil.ParseKubeVersion(KubeVersion)
 	if err != nil {
-		return nil, "", err
+		return nil, err
 	}
 	inst.KubeVersion = kv
 	inst.APIVersions = append(chartutil.VersionSet{}, apiVersions...)
-	rel, err := inst.Run(c, values)
-	if err != nil {
-		return nil, "", err
-	}
-	ms, err := Split(rel.Manifest)
-	return ms, rel.Info.Notes, err
+	return inst.Run(c, values)
 }
 
 // Manifest is one rendered object.

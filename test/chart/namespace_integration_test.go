@@ -80,11 +80,11 @@ func TestTheNamespaceAdmitsTheNodePlugin(t *testing.T) {
 			ns := got.Name
 			t.Cleanup(func() { _ = cs.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}) })
 			cfg := helmConfigIn(t, ns)
-			inst := action.NewInstall(cfg)
+			inst := newInstall(cfg)
 			inst.ReleaseName, inst.Namespace, inst.Timeout = "holdfast", ns, time.Minute
 			_, err = inst.Run(ch, tc.values)
 			if err == nil {
-				_, _ = action.NewUninstall(cfg).Run("holdfast")
+				_, _ = newUninstall(cfg).Run("holdfast")
 				t.Fatalf("helm install into %s with %v succeeded; want refused", ns, tc.values)
 			}
 			if !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "kubectl label namespace "+ns+" "+enforce+"=privileged") {

@@ -223,13 +223,13 @@ func installChart(t *testing.T) (*chart.Chart, *action.Configuration) {
 		t.Fatal(err)
 	}
 	cfg := helmConfig(t)
-	inst := action.NewInstall(cfg)
+	inst := newInstall(cfg)
 	inst.ReleaseName, inst.Namespace, inst.CreateNamespace, inst.Timeout = "holdfast", Namespace, true, time.Minute
 	if _, err := inst.Run(ch, map[string]any{}); err != nil {
 		t.Fatalf("helm install: %v", err)
 	}
 	t.Cleanup(func() {
-		if _, err := action.NewUninstall(cfg).Run("holdfast"); err != nil {
+		if _, err := newUninstall(cfg).Run("holdfast"); err != nil {
 			t.Errorf("helm uninstall: %v", err)
 		}
 	})

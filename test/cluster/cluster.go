@@ -430,7 +430,7 @@ func newScheme() (*runtime.Scheme, error) {
 
 func (c *Cluster) installCRDs() error {
 	_, err := envtest.InstallCRDs(c.Config, envtest.CRDInstallOptions{
-		Paths: []string{filepath.Join(c.Root, "charts", "holdfast", "crds")}, ErrorIfPathMissing: true,
+		Paths: []string{filepath.Join(c.Root, "charts", "holdfast", "files", "crds")}, ErrorIfPathMissing: true,
 		MaxTime: 60 * time.Second,
 	})
 	return err

@@ -49,6 +49,9 @@ type Options struct {
 	// APIServerFlags are extra kube-apiserver flags (name without dashes to
 	// value), e.g. an audit policy and log for tests of what a component calls.
 	APIServerFlags map[string]string
+	// WithoutCRDs starts the control plane without holdfast's CRDs, for a
+	// test that installs them the way a chart does.
+	WithoutCRDs bool
 }
 
 // Env is a running control plane.
@@ -103,7 +106,7 @@ func Start(opts Options) (*Env, error) {
 	if err != nil {
 		return nil, err
 	}
-	crdDir := filepath.Join(root, "charts", "holdfast", "crds")
+	crdDir := filepath.Join(root, "charts", "holdfast", "files", "crds")
 
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
@@ -119,10 +122,14 @@ func Start(opts Options) (*Env, error) {
 	if opts.StartTimeout == 0 {
 		opts.StartTimeout = 90 * time.Second
 	}
+	crdPaths := []string{crdDir}
+	if opts.WithoutCRDs {
+		crdPaths = nil
+	}
 	env := &envtest.Environment{
 		BinaryAssetsDirectory:    binDir,
-		CRDDirectoryPaths:        []string{crdDir},
-		ErrorIfCRDPathMissing:    true,
+		CRDDirectoryPaths:        crdPaths,
+		ErrorIfCRDPathMissing:    !opts.WithoutCRDs,
 		Scheme:                   scheme,
 		WebhookInstallOptions:    opts.Webhooks,
 		ControlPlaneStartTimeout: opts.StartTimeout,
@@ -143,14 +150,14 @@ func Start(opts Options) (*Env, error) {
 		Webhooks: &env.WebhookInstallOptions,
 		env:      env,
 	}
-	if err := e.finishStart(); err != nil {
+	if err := e.finishStart(!opts.WithoutCRDs); err != nil {
 		_ = e.Stop()
 		return nil, err
 	}
 	return e, nil
 }
 
-func (e *Env) finishStart() error {
+func (e *Env) finishStart(crds bool) error {
 	var err error
 	e.Client, err = client.New(e.Config, client.Options{Scheme: e.Scheme})
 	if err != nil {
@@ -161,7 +168,7 @@ func (e *Env) finishStart() error {
 		return err
 	}
 	_, e.Kubeconfig, err = e.UserConfig("admin", "system:masters")
-	if err != nil {
+	if err != nil || !crds {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -152,6 +152,9 @@ func (w *World) installChart(ctx context.Context) error {
 	}
 	inst := action.NewInstall(cfg)
 	inst.ReleaseName, inst.Namespace = ReleaseName, cluster.HoldfastNamespace
+	// The cluster starts with holdfast's CRDs (the processes install needs
+	// them too): the chart adopts them, as helm install --take-ownership.
+	inst.TakeOwnership = true
 	inst.Timeout = 5 * time.Minute
 	if _, err := inst.RunWithContext(ctx, ch, w.chartValues()); err != nil {
 		return fmt.Errorf("helm install charts/holdfast: %w", err)
