@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"syscall"
@@ -149,14 +148,6 @@ func TestKubeletStoppedKeepsTheLease(t *testing.T) {
 // the grantor's leader in the worst phase.
 const leaderKills = 20
 
-// candidacy is the line client-go's elector logs when a replica stands for
-// the grantor's election; controller-runtime starts the election only once
-// the replica's caches have synced, so from then on it is a warm standby.
-const candidacy = "Attempting to acquire leader lease"
-
-// grantorElection is the grantor's election Lease, in holdfast's namespace.
-const grantorElection = "holdfast-grantor"
-
 // TestGrantorLeaderSIGKILLedNeverFences (L6, L14): at the installed
 // grantor's lease floor, the holdfast-controller leading the grantor is
 // SIGKILLed in the worst phase, on purpose, leaderKills times in a row. The
@@ -223,7 +214,7 @@ func (d *drill) grantorLeader() (leader, other int) {
 		d.t.Fatalf("want two units-role replicas, have %d", len(ctls))
 	}
 	err := poll(d.ctx, time.Minute, func() bool {
-		if err := world.Client.Get(d.ctx, client.ObjectKey{Namespace: cluster.HoldfastNamespace, Name: grantorElection}, &el); err != nil {
+		if err := world.Client.Get(d.ctx, client.ObjectKey{Namespace: cluster.HoldfastNamespace, Name: scenario.GrantorElection}, &el); err != nil {
 			return false
 		}
 		for i, c := range ctls {
@@ -253,6 +244,10 @@ func (d *drill) killInTheWorstPhase(url string, leader int, identity string, lea
 	d.t.Helper()
 	worst := policy.BudgetAfterARenewal(leaseDur)
 	slack := leaseDur/lease.CadenceDivisor/10 + phaseSlack
+	kill, err := world.ArmControllerKill(d.ctx, leader)
+	if err != nil {
+		d.t.Fatal(err)
+	}
 	var seq uint64
 	deadline := time.Now().Add(2 * leaseDur)
 	for time.Now().Before(deadline) {
@@ -264,7 +259,7 @@ func (d *drill) killInTheWorstPhase(url string, leader int, identity string, lea
 			seq = st.LastSeq
 		default:
 			if left := time.Duration(*st.RemainingMillis) * time.Millisecond; left <= worst+slack {
-				world.KillController(leader)
+				kill()
 				return seq, time.Now(), left
 			}
 		}
@@ -330,33 +325,13 @@ func (d *drill) watchHandover(url string, epoch int64, killed string, seq uint64
 }
 
 // restartAsCandidate starts the i-th units-role replica again after a kill
-// and waits until it stands for the grantor's election (candidacy in its
-// log, which it appends to), so the next kill has a warm standby.
+// and waits until it stands for the grantor's election, so the next kill
+// has a warm standby.
 func (d *drill) restartAsCandidate(i int) {
 	d.t.Helper()
-	log := world.ControllerList()[i].Log()
-	before := candidacies(log)
-	if err := world.RestartController(d.ctx, i); err != nil {
+	if err := world.RestartAsCandidate(d.ctx, i); err != nil {
 		d.t.Fatal(err)
 	}
-	if err := poll(d.ctx, 2*time.Minute, func() bool { return candidacies(log) > before }); err != nil {
-		d.t.Fatalf("%s did not stand for the grantor's election again: %v\n%s", world.ControllerList()[i].Identity, err, world.ControllerList()[i].Tail(20))
-	}
-}
-
-// candidacies counts the grantor-election candidacies in a replica's log.
-func candidacies(path string) int {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return 0
-	}
-	n := 0
-	for _, line := range strings.Split(string(data), "\n") {
-		if strings.Contains(line, candidacy) && strings.Contains(line, cluster.HoldfastNamespace+"/"+grantorElection) {
-			n++
-		}
-	}
-	return n
 }
 
 // oneWriterSoFar asserts the device's log holds no two writers.
