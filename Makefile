@@ -20,7 +20,7 @@ TEST_TIMEOUT ?= 25m
 # (docs/benchmarks.md). A chart run needs a cluster of its own, about 5.5
 # minutes for one drill on 2 cores, so make test's smoke stays with the
 # processes install.
-CHART_DRILLS := TestPrimaryNodeCut|TestControlPlanePartition|TestRuntimeSIGSTOPFencesBeforeTheStandbyWrites
+CHART_DRILLS := TestPrimaryNodeCut|TestControlPlanePartition|TestRuntimeSIGSTOPFencesBeforeTheStandbyWrites|TestAsymmetricPartitionFailsOverWithOneWriter
 # The voter swap drill make test-e2e runs against the chart-installed components.
 CHART_VOTER_DRILLS := TestFullSwapWithWritesThroughout$$
 GO_TEST_FLAGS ?=
