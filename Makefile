@@ -19,8 +19,12 @@ TEST_TIMEOUT ?= 25m
 # its chart (HOLDFAST_E2E_INSTALL=chart): those run green that way
 # (docs/benchmarks.md). A chart run needs a cluster of its own, about 5.5
 # minutes for one drill on 2 cores, so make test's smoke stays with the
-# processes install.
-CHART_DRILLS := TestPrimaryNodeCut|TestControlPlanePartition
+# processes install. This run is one cluster for all of them, about 25
+# minutes on 2 cores: the cluster and the chart 1-2.5 min (images cached or
+# not), the control-plane partitions about 14 min (one lasts ten minutes),
+# the node cut about 2, SIGSTOP about 1, the asymmetric partitions about 2,
+# the grantor leader's partition about 4.
+CHART_DRILLS := TestPrimaryNodeCut|TestControlPlanePartition|TestRuntimeSIGSTOPFencesBeforeTheStandbyWrites|TestAsymmetricPartitionFailsOverWithOneWriter|TestGrantorLeaderPartitionedFromTheRuntimesLetsOneWrite
 # The voter swap drill make test-e2e runs against the chart-installed components.
 CHART_VOTER_DRILLS := TestFullSwapWithWritesThroughout$$
 GO_TEST_FLAGS ?=

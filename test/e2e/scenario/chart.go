@@ -342,32 +342,9 @@ func (w *World) upgradeChart(ctx context.Context, change func(values map[string]
 	return w.WaitDeployments(ctx, 5*time.Minute)
 }
 
-// killChartController SIGKILLs the container of the i-th units-role pod on
-// its node, as the kernel's OOM killer would, and remembers its restart
-// count for waitChartControllerBack.
-func (w *World) killChartController(i int) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	ctls := w.chartControllers()
-	if i >= len(ctls) {
-		w.logf("kill controller %d: only %d run", i, len(ctls))
-		return
-	}
-	k, err := w.killContainer(ctx, ctls[i].Identity)
-	if err != nil {
-		w.logf("kill controller %s: %v", ctls[i].Identity, err)
-		return
-	}
-	w.mu.Lock()
-	if w.killed == nil {
-		w.killed = map[int]killedPod{}
-	}
-	w.killed[i] = k
-	w.mu.Unlock()
-}
-
-// killedPod is a chart pod a drill killed and its restart count before.
-type killedPod struct {
+// podRestarts is a chart pod a drill killed in place and its containers'
+// restarts before.
+type podRestarts struct {
 	name     string
 	restarts int32
 }
@@ -382,21 +359,21 @@ func restartsOf(p *corev1.Pod) int32 {
 
 // killContainer SIGKILLs the controller container of the release's pod
 // named pod, by its PID on its node.
-func (w *World) killContainer(ctx context.Context, pod string) (killedPod, error) {
+func (w *World) killContainer(ctx context.Context, pod string) (podRestarts, error) {
 	var p corev1.Pod
 	if err := w.Client.Get(ctx, client.ObjectKey{Namespace: cluster.HoldfastNamespace, Name: pod}, &p); err != nil {
-		return killedPod{}, err
+		return podRestarts{}, err
 	}
 	pid, err := w.Nodes[p.Spec.NodeName].ContainerPID(ctx, p.Namespace, p.Name, "controller")
 	if err != nil {
-		return killedPod{}, err
+		return podRestarts{}, err
 	}
-	return killedPod{name: p.Name, restarts: restartsOf(&p)}, syscall.Kill(pid, syscall.SIGKILL)
+	return podRestarts{name: p.Name, restarts: restartsOf(&p)}, syscall.Kill(pid, syscall.SIGKILL)
 }
 
 // waitRestarted waits until the kubelet has started a killed pod's
 // container again and the pod is ready.
-func (w *World) waitRestarted(ctx context.Context, k killedPod) error {
+func (w *World) waitRestarted(ctx context.Context, k podRestarts) error {
 	var p corev1.Pod
 	err := cluster.Poll(ctx, 3*time.Minute, func() (bool, error) {
 		if err := w.Client.Get(ctx, client.ObjectKey{Namespace: cluster.HoldfastNamespace, Name: k.name}, &p); err != nil {
@@ -408,19 +385,6 @@ func (w *World) waitRestarted(ctx context.Context, k killedPod) error {
 		return fmt.Errorf("the kubelet did not start %s again (restarts %d, was %d): %w", k.name, restartsOf(&p), k.restarts, err)
 	}
 	return nil
-}
-
-// waitChartControllerBack waits until the pod killChartController killed
-// has been restarted by its kubelet and is ready.
-func (w *World) waitChartControllerBack(ctx context.Context, i int) error {
-	w.mu.Lock()
-	k, ok := w.killed[i]
-	delete(w.killed, i)
-	w.mu.Unlock()
-	if !ok {
-		return fmt.Errorf("controller %d was not killed", i)
-	}
-	return w.waitRestarted(ctx, k)
 }
 
 func toAny(ss []string) []any {

@@ -87,7 +87,8 @@ type World struct {
 	// ctlBusy marks a replica a drill (or the supervisor) is stopping or
 	// starting: the supervisor leaves it alone.
 	ctlBusy map[int]bool
-	// killed are the chart's controller pods a drill killed, by index.
+	// killed are the chart's controller pods a drill killed, by index
+	// (ArmControllerKill).
 	killed map[int]killedPod
 	// chartVoters: the chart's voters role is enabled.
 	chartVoters bool
@@ -262,29 +263,13 @@ func (w *World) ControllerRestarts() int {
 	return w.controllerRestarts
 }
 
-// KillController SIGKILLs the i-th replica and keeps the supervisor from
-// starting it again until the drill calls RestartController. Installed by
-// the chart, its container's process is killed on its node and its kubelet
-// starts it again.
-func (w *World) KillController(i int) {
-	if w.install == Chart {
-		w.killChartController(i)
-		return
-	}
-	w.mu.Lock()
-	w.ctlBusy[i] = true
-	c := w.Controllers[i]
-	w.mu.Unlock()
-	c.Kill()
-}
-
 // RestartController starts the i-th holdfast-controller again (after a
 // drill killed or stopped it), with the same identity and ports, and hands
-// it back to the supervisor. Installed by the chart, it waits until the
-// kubelet has started the killed container again and it is ready.
+// it back to the supervisor. The processes install only: the chart's
+// replicas are started again by their Deployment (RestartAsCandidate).
 func (w *World) RestartController(ctx context.Context, i int) error {
 	if w.install == Chart {
-		return w.waitChartControllerBack(ctx, i)
+		return fmt.Errorf("the chart's Deployment starts its replicas again")
 	}
 	w.mu.Lock()
 	w.ctlBusy[i] = true
@@ -332,7 +317,7 @@ func (w *World) startControllerAgain(ctx context.Context, i int, old *cluster.Co
 }
 
 // superviseController keeps the i-th units-role replica running, except
-// while a drill holds it (KillController until RestartController).
+// while a drill holds it (ArmControllerKill until RestartController).
 func (w *World) superviseController(i int, id string) {
 	w.keepRunning(id, func() (supervised, bool) {
 		w.mu.Lock()

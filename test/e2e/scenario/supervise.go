@@ -64,7 +64,7 @@ type supervised interface {
 type supervisor struct {
 	name string
 	// current is the process now (nil when there is none) and whether a
-	// drill holds it (World.KillController): a held process is left alone.
+	// drill holds it (World.ArmControllerKill): a held process is left alone.
 	current func() (p supervised, held bool)
 	// start starts the process again and puts it where current finds it.
 	start func(context.Context) error

@@ -173,7 +173,7 @@ func TestSupervisorStartsOverAfterALongRun(t *testing.T) {
 }
 
 // TestSupervisorLeavesAHeldProcessAlone: a replica a drill killed on
-// purpose (World.KillController) is not started again while the drill holds
+// purpose (World.ArmControllerKill) is not started again while the drill holds
 // it, and a wait under way when the drill takes it over ends in no start.
 func TestSupervisorLeavesAHeldProcessAlone(t *testing.T) {
 	s := newSupervision(0)
