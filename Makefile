@@ -22,7 +22,7 @@ TEST_TIMEOUT ?= 25m
 # processes install.
 CHART_DRILLS := TestPrimaryNodeCut|TestControlPlanePartition
 # The voter swap drill make test-e2e runs against the chart-installed components.
-CHART_VOTER_DRILLS := TestFullSwapWithWritesThroughout$$
+CHART_VOTER_DRILLS := TestRoleSwap$$
 GO_TEST_FLAGS ?=
 
 # The release this tree builds. The chart's appVersion is the one place it

@@ -1,0 +1,130 @@
+package cluster
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// A node that can hold an etcd member keeps its member data on a block
+// device of its own: an ext4 file system on a loop device backed by a file
+// in the cluster's directory, mounted at the node's db directory before the
+// node starts (its mount namespace takes it with /var/lib). A drill slows
+// that device for real with the blkio controller's write throttle, so
+// holdfast-node's fsync probe measures a slow disk.
+
+// memberDiskSize is each member disk's size: etcd's data here is a few MB.
+const memberDiskSize = 256 << 20
+
+// blkioThrottle is the cgroup v1 blkio controller's write IOPS limit of the
+// root group: a limit there holds for every writer of the device.
+const blkioThrottle = "/sys/fs/cgroup/blkio/blkio.throttle.write_iops_device"
+
+// disk is a member disk: its loop device and where it is mounted.
+type disk struct {
+	image, dev, mnt string
+}
+
+// newDisk makes an ext4 file system in a sparse file image on a free loop
+// device and mounts it at mnt.
+func newDisk(image, mnt string) (*disk, error) {
+	if err := os.MkdirAll(filepath.Dir(image), 0o755); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(mnt, 0o755); err != nil {
+		return nil, err
+	}
+	f, err := os.Create(image)
+	if err != nil {
+		return nil, err
+	}
+	err = f.Truncate(memberDiskSize)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, err
+	}
+	out, err := exec.Command("losetup", "--find", "--show", image).CombinedOutput()
+	if err != nil {
+		return nil, fmt.Errorf("losetup %s: %v: %s", image, err, strings.TrimSpace(string(out)))
+	}
+	d := &disk{image: image, dev: strings.TrimSpace(string(out)), mnt: mnt}
+	for _, argv := range [][]string{{"mkfs.ext4", "-q", "-F", d.dev}, {"mount", d.dev, mnt}} {
+		if err := run(argv...); err != nil {
+			return nil, errors.Join(err, d.close())
+		}
+	}
+	return d, nil
+}
+
+// devNum is the device's "major:minor".
+func (d *disk) devNum() (string, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(d.dev, &st); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%d:%d", unix.Major(st.Rdev), unix.Minor(st.Rdev)), nil
+}
+
+// throttle limits every write to the device to iops per second (0: no
+// limit).
+func (d *disk) throttle(iops int) error {
+	dev, err := d.devNum()
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(blkioThrottle, []byte(dev+" "+strconv.Itoa(iops)), 0o644); err != nil {
+		return fmt.Errorf("throttling %s (%s) to %d write IOPS: %w (needs the cgroup v1 blkio controller)", d.dev, dev, iops, err)
+	}
+	return nil
+}
+
+// close lifts any throttle, unmounts the file system and frees the loop
+// device (a throttle left on its number would slow its next user).
+func (d *disk) close() error {
+	var errs []error
+	if err := d.throttle(0); err != nil && !errors.Is(err, os.ErrNotExist) {
+		errs = append(errs, err)
+	}
+	if err := unix.Unmount(d.mnt, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+		errs = append(errs, fmt.Errorf("unmounting %s: %w", d.mnt, err))
+	}
+	return errors.Join(append(errs, run("losetup", "--detach", d.dev))...)
+}
+
+// reapDisks frees what a dead cluster in dir left: its mounts under dir and
+// the loop devices backed by files under dir, their throttles lifted.
+func reapDisks(dir string) {
+	if f, err := os.Open("/proc/self/mountinfo"); err == nil {
+		var mnts []string
+		s := bufio.NewScanner(f)
+		for s.Scan() {
+			if fs := strings.Fields(s.Text()); len(fs) > 4 && strings.HasPrefix(fs[4], dir+"/") {
+				mnts = append(mnts, fs[4])
+			}
+		}
+		f.Close()
+		for i := len(mnts) - 1; i >= 0; i-- {
+			_ = unix.Unmount(mnts[i], unix.MNT_DETACH)
+		}
+	}
+	files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	for _, bf := range files {
+		b, err := os.ReadFile(bf)
+		if err != nil || !strings.HasPrefix(strings.TrimSpace(string(b)), dir+"/") {
+			continue
+		}
+		loop := filepath.Base(filepath.Dir(filepath.Dir(bf)))
+		d := &disk{dev: "/dev/" + loop}
+		_ = d.throttle(0)
+		_ = run("losetup", "--detach", d.dev)
+	}
+}
