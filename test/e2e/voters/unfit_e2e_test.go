@@ -20,11 +20,11 @@ import (
 )
 
 // The unfit drill's disk and thresholds: a member disk limited to
-// slowWriteIOPS makes every O_DSYNC probe write wait about 150-300 ms, far
+// slowWriteIOPS makes the fsync probe's p99 about 250 ms, far
 // over maxFsyncMillis, which an unthrottled disk stays under even on a
 // loaded machine; the peer round trip threshold is out of the way.
 const (
-	slowWriteIOPS    = 20
+	slowWriteIOPS    = 40
 	maxFsyncMillis   = 100
 	maxPeerRTTMillis = 250
 	fitnessWindow    = 60
