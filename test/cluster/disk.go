@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -23,13 +24,16 @@ import (
 // memberDiskSize is each member disk's size: etcd's data here is a few MB.
 const memberDiskSize = 256 << 20
 
-// blkioThrottle is the cgroup v1 blkio controller's write IOPS limit of the
-// root group: a limit there holds for every writer of the device.
-const blkioThrottle = "/sys/fs/cgroup/blkio/blkio.throttle.write_iops_device"
+// blkioRoot is the cgroup v1 blkio hierarchy. Its write IOPS limits are
+// per cgroup and not inherited: a limit holds for the bios a cgroup's own
+// tasks submit (the root's: the file system's journal thread).
+const blkioRoot = "/sys/fs/cgroup/blkio"
 
-// disk is a member disk: its loop device and where it is mounted.
+// disk is a member disk: its loop device, where it is mounted, and the
+// blkio cgroups that carry a write limit for it.
 type disk struct {
 	image, dev, mnt string
+	limited         []string
 }
 
 // newDisk makes an ext4 file system in a sparse file image on a free loop
@@ -74,24 +78,70 @@ func (d *disk) devNum() (string, error) {
 	return fmt.Sprintf("%d:%d", unix.Major(st.Rdev), unix.Minor(st.Rdev)), nil
 }
 
-// throttle limits every write to the device to iops per second (0: no
-// limit).
-func (d *disk) throttle(iops int) error {
+// throttle limits the writes to the device from every blkio cgroup in
+// dirs to iops per second; 0 lifts the limits it set.
+func (d *disk) throttle(iops int, dirs ...string) error {
 	dev, err := d.devNum()
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(blkioThrottle, []byte(dev+" "+strconv.Itoa(iops)), 0o644); err != nil {
-		return fmt.Errorf("throttling %s (%s) to %d write IOPS: %w (needs the cgroup v1 blkio controller)", d.dev, dev, iops, err)
+	if iops == 0 {
+		dirs, d.limited = d.limited, nil
 	}
-	return nil
+	var errs []error
+	for _, dir := range dirs {
+		err := os.WriteFile(filepath.Join(dir, "blkio.throttle.write_iops_device"), []byte(dev+" "+strconv.Itoa(iops)), 0o644)
+		switch {
+		case err == nil && iops > 0:
+			d.limited = append(d.limited, dir)
+		case err != nil && (iops > 0 || !errors.Is(err, os.ErrNotExist)):
+			// A cgroup gone (its container ended) has no limit left.
+			errs = append(errs, fmt.Errorf("limiting %s (%s) to %d write IOPS in %s: %w (needs the cgroup v1 blkio controller)", d.dev, dev, iops, dir, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// blkioCgroups are the blkio cgroups whose tasks write a node's member
+// disk: the root (the journal thread), this process's own (the member,
+// started by the node's systemd double here) and every cgroup under the
+// node's root (its kubelet's pods: holdfast-node's fsync probe).
+func blkioCgroups(nodeRoot string) ([]string, error) {
+	if _, err := os.Stat(filepath.Join(blkioRoot, "blkio.throttle.write_iops_device")); err != nil {
+		return nil, fmt.Errorf("no cgroup v1 blkio controller with write limits at %s: %w", blkioRoot, err)
+	}
+	dirs := []string{blkioRoot}
+	if own := ownBlkioCgroup(); own != "" && own != "/" {
+		dirs = append(dirs, filepath.Join(blkioRoot, own))
+	}
+	err := filepath.WalkDir(filepath.Join(blkioRoot, nodeRoot), func(p string, e os.DirEntry, err error) error {
+		if err == nil && e.IsDir() {
+			dirs = append(dirs, p)
+		}
+		return err
+	})
+	return dirs, err
+}
+
+// ownBlkioCgroup is this process's blkio cgroup path ("" when unknown).
+func ownBlkioCgroup() string {
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return ""
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.SplitN(l, ":", 3); len(f) == 3 && slices.Contains(strings.Split(f[1], ","), "blkio") {
+			return f[2]
+		}
+	}
+	return ""
 }
 
 // close lifts any throttle, unmounts the file system and frees the loop
 // device (a throttle left on its number would slow its next user).
 func (d *disk) close() error {
 	var errs []error
-	if err := d.throttle(0); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := d.throttle(0); err != nil {
 		errs = append(errs, err)
 	}
 	if err := unix.Unmount(d.mnt, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
@@ -124,7 +174,11 @@ func reapDisks(dir string) {
 		}
 		loop := filepath.Base(filepath.Dir(filepath.Dir(bf)))
 		d := &disk{dev: "/dev/" + loop}
-		_ = d.throttle(0)
+		dirs := []string{blkioRoot}
+		if own := ownBlkioCgroup(); own != "" && own != "/" {
+			dirs = append(dirs, filepath.Join(blkioRoot, own))
+		}
+		_ = d.throttle(0, dirs...)
 		_ = run("losetup", "--detach", d.dev)
 	}
 }

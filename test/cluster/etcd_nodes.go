@@ -300,17 +300,22 @@ func (h *Host) DataMovedAside() bool {
 	return err == nil
 }
 
-// SlowDisk limits every write to the member's disk to iops per second, as
+// SlowDisk limits the writes to the member's disk to iops per second, as
 // a failing or saturated disk: every O_DSYNC write and fsync there waits
-// for its turn. The members run with --unsafe-no-fsync, so the probe
+// for its turn. The limit is set in every blkio cgroup that writes it now
+// (blkioCgroups); a container started afterwards is not limited. The members run with --unsafe-no-fsync, so the probe
 // (holdfast-node's fsync latency in the member data directory) feels it
 // and the cluster's writes do not. It returns the undo.
 func (h *Host) SlowDisk(iops int) (func() error, error) {
 	if iops <= 0 {
 		return nil, fmt.Errorf("SlowDisk(%d): the limit must be positive", iops)
 	}
-	if err := h.disk.throttle(iops); err != nil {
+	dirs, err := blkioCgroups(h.n.cgroupRoot)
+	if err != nil {
 		return nil, err
+	}
+	if err := h.disk.throttle(iops, dirs...); err != nil {
+		return nil, errors.Join(err, h.disk.throttle(0))
 	}
 	return func() error { return h.disk.throttle(0) }, nil
 }
