@@ -18,15 +18,15 @@ import (
 // device of its own: an ext4 file system on a loop device backed by a file
 // in the cluster's directory, mounted at the node's db directory before the
 // node starts (its mount namespace takes it with /var/lib). A drill slows
-// that device for real with the blkio controller's write throttle, so
-// holdfast-node's fsync probe measures a slow disk.
+// that device for the node's pods with the blkio controller's write limit,
+// so holdfast-node's fsync probe measures a slow disk.
 
 // memberDiskSize is each member disk's size: etcd's data here is a few MB.
 const memberDiskSize = 256 << 20
 
 // blkioRoot is the cgroup v1 blkio hierarchy. Its write IOPS limits are
 // per cgroup and not inherited: a limit holds for the bios a cgroup's own
-// tasks submit (the root's: the file system's journal thread).
+// tasks submit.
 const blkioRoot = "/sys/fs/cgroup/blkio"
 
 // disk is a member disk: its loop device, where it is mounted, and the
@@ -102,19 +102,19 @@ func (d *disk) throttle(iops int, dirs ...string) error {
 	return errors.Join(errs...)
 }
 
-// blkioCgroups are the blkio cgroups whose tasks write a node's member
-// disk: the root (the journal thread), this process's own (the member,
-// started by the node's systemd double here) and every cgroup under the
-// node's root (its kubelet's pods: holdfast-node's fsync probe).
+// blkioCgroups are the node's blkio cgroups: its root and every cgroup
+// under it (its kubelet's pods: holdfast-node's fsync probe among them).
+// The member itself runs in this process's cgroup and is left alone: a
+// member whose writes stall holds the apiserver's requests on it for tens
+// of seconds, which a drill that counts failed writes cannot tell from a
+// fault of the swap.
 func blkioCgroups(nodeRoot string) ([]string, error) {
-	if _, err := os.Stat(filepath.Join(blkioRoot, "blkio.throttle.write_iops_device")); err != nil {
-		return nil, fmt.Errorf("no cgroup v1 blkio controller with write limits at %s: %w", blkioRoot, err)
+	root := filepath.Join(blkioRoot, nodeRoot)
+	if _, err := os.Stat(filepath.Join(root, "blkio.throttle.write_iops_device")); err != nil {
+		return nil, fmt.Errorf("no cgroup v1 blkio controller with write limits for %s: %w", nodeRoot, err)
 	}
-	dirs := []string{blkioRoot}
-	if own := ownBlkioCgroup(); own != "" && own != "/" {
-		dirs = append(dirs, filepath.Join(blkioRoot, own))
-	}
-	err := filepath.WalkDir(filepath.Join(blkioRoot, nodeRoot), func(p string, e os.DirEntry, err error) error {
+	var dirs []string
+	err := filepath.WalkDir(root, func(p string, e os.DirEntry, err error) error {
 		if err == nil && e.IsDir() {
 			dirs = append(dirs, p)
 		}

@@ -300,12 +300,12 @@ func (h *Host) DataMovedAside() bool {
 	return err == nil
 }
 
-// SlowDisk limits the writes to the member's disk to iops per second, as
-// a failing or saturated disk: every O_DSYNC write and fsync there waits
-// for its turn. The limit is set in every blkio cgroup that writes it now
-// (blkioCgroups); a container started afterwards is not limited. The members run with --unsafe-no-fsync, so the probe
-// (holdfast-node's fsync latency in the member data directory) feels it
-// and the cluster's writes do not. It returns the undo.
+// SlowDisk limits the writes the node's pods make to the member's disk to
+// iops per second, as a failing or saturated disk: every O_DSYNC write
+// holdfast-node's fsync probe makes there waits for its turn. The limit is
+// set in every cgroup of the node now (a container started afterwards is
+// not limited); the member, in this process's cgroup and run with
+// --unsafe-no-fsync, is not slowed (blkioCgroups). It returns the undo.
 func (h *Host) SlowDisk(iops int) (func() error, error) {
 	if iops <= 0 {
 		return nil, fmt.Errorf("SlowDisk(%d): the limit must be positive", iops)

@@ -22,12 +22,13 @@ import (
 )
 
 // The unfit drill's disk and thresholds: a member disk limited to
-// slowWriteIOPS makes the fsync probe's p99 about 200-500 ms, far
-// over maxFsyncMillis, which an unthrottled disk stays under even on a
-// loaded machine; the peer round trip threshold is out of the way.
+// slowWriteIOPS for the node's pods makes every O_DSYNC write of the fsync
+// probe wait about 100 ms, twice maxFsyncMillis, which an unthrottled disk
+// stays under even on a loaded machine (3-30 ms seen); the peer round trip
+// threshold is out of the way.
 const (
-	slowWriteIOPS    = 20
-	maxFsyncMillis   = 100
+	slowWriteIOPS    = 10
+	maxFsyncMillis   = 50
 	maxPeerRTTMillis = 250
 	fitnessWindow    = 60
 	drillCooldown    = 3600
@@ -35,7 +36,8 @@ const (
 
 // TestAnUnfitVoterIsSwappedAutomatically: with automatic swaps on (no dry
 // run), a voter's member disk is slowed for real (its loop device's writes
-// throttled): holdfast-node's fsync probe measures it, and once the voter
+// from the node's cgroups limited, Host.SlowDisk): holdfast-node's fsync
+// probe measures it, and once the voter
 // has been unfit for a whole fitness window the voters role creates an
 // automatic swap for it, holdfast-scheduler places the incoming voter (the
 // standby), and the swap succeeds: the slow voter an agent, its data moved
