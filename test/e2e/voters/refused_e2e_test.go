@@ -24,7 +24,7 @@ import (
 	"github.com/holdfast-io/holdfast/test/cluster"
 )
 
-// TestRoleSwapRefused is the seed's role_swap_refused. It SIGSTOPs a voter
+// TestRoleSwapRefused is the role_swap_refused scenario. It SIGSTOPs a voter
 // of the apiserver's own etcd (not the leader, not the one asked out) and
 // asks for a swap before the gates: it is
 // refused, by the webhook (etcd not healthy, or VoterPolicy status too old to

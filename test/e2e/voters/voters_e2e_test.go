@@ -16,7 +16,7 @@ import (
 	"github.com/holdfast-io/holdfast/test/cluster"
 )
 
-// TestRoleSwap is the seed's role_swap: a voter of the apiserver's own etcd
+// TestRoleSwap is the role_swap scenario: a voter of the apiserver's own etcd
 // (carrying k3s's server labels and etcd annotations) swapped for the
 // standby while a writer puts a key every 50 ms, then swapped back in for a
 // voter that was never swapped. After the first swap: three voters by
@@ -277,7 +277,7 @@ func TestOutgoingVoterPausedAfterPromotionIsStillRemoved(t *testing.T) {
 	}
 }
 
-// TestRoleSwapBlockedPeer is the seed's role_swap_blocked_peer: the
+// TestRoleSwapBlockedPeer is the role_swap_blocked_peer scenario: the
 // candidate is cut off from every member's address, so its learner never
 // starts, and past the learner stall time plus the operation timeout the
 // swap rolls back: the learner removed, the candidate an agent again with
