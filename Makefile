@@ -26,7 +26,7 @@ TEST_TIMEOUT ?= 25m
 # the grantor leader's partition about 4.
 CHART_DRILLS := TestPrimaryNodeCut|TestControlPlanePartition|TestRuntimeSIGSTOPFencesBeforeTheStandbyWrites|TestAsymmetricPartitionFailsOverWithOneWriter|TestGrantorLeaderPartitionedFromTheRuntimesLetsOneWrite
 # The voter swap drill make test-e2e runs against the chart-installed components.
-CHART_VOTER_DRILLS := TestFullSwapWithWritesThroughout$$
+CHART_VOTER_DRILLS := TestRoleSwap$$
 GO_TEST_FLAGS ?=
 
 # The release this tree builds. The chart's appVersion is the one place it

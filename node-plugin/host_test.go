@@ -1,7 +1,9 @@
 package nodeplugin
 
 import (
+	"strings"
 	"testing"
+	"time"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 )
@@ -24,5 +26,22 @@ func TestHostSettingsFollowFlagThenPolicyThenDefault(t *testing.T) {
 		if got := resolveHost(tc.flags, tc.vp); got != tc.want {
 			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// The report and fitness intervals are flags (a drill judges fitness over a
+// one-minute window), defaulting to 30s and 5m; a non-positive one is
+// refused with the flag's name.
+func TestReportAndFitnessIntervalsAreFlags(t *testing.T) {
+	o, err := ParseFlags([]string{"--node-name=n1"})
+	if err != nil || o.ReportEvery != 30*time.Second || o.FitnessEvery != 5*time.Minute {
+		t.Fatalf("defaults: %v %v %v", o.ReportEvery, o.FitnessEvery, err)
+	}
+	o, err = ParseFlags([]string{"--node-name=n1", "--report-interval=5s", "--fitness-interval=10s"})
+	if err != nil || o.ReportEvery != 5*time.Second || o.FitnessEvery != 10*time.Second {
+		t.Fatalf("set: %v %v %v", o.ReportEvery, o.FitnessEvery, err)
+	}
+	if _, err := ParseFlags([]string{"--node-name=n1", "--fitness-interval=0s"}); err == nil || !strings.Contains(err.Error(), "--fitness-interval") {
+		t.Fatalf("a zero interval: %v, want an error naming --fitness-interval", err)
 	}
 }

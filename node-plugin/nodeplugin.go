@@ -75,6 +75,9 @@ type Options struct {
 	// PolicyEvery is how often the VoterPolicy's host settings are checked
 	// against those the plugin runs with (0: 10s).
 	PolicyEvery time.Duration
+	// ReportEvery is the reporter's pass interval; FitnessEvery bounds how
+	// often it probes fitness.
+	ReportEvery, FitnessEvery time.Duration
 }
 
 // ParseFlags reads holdfast-node's flags; NODE_NAME comes from the
@@ -101,6 +104,9 @@ func ParseFlags(args []string) (Options, error) {
 	fs.StringVar(&o.CRIEndpoint, "cri-endpoint", "unix:///run/containerd/containerd.sock", "the container runtime's CRI socket")
 	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8095", "metrics address (0 disables)")
 	fs.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8096", "health probe address")
+	fs.DurationVar(&o.ReportEvery, "report-interval", 30*time.Second, "how often the Node's reports (provisioned, role, tombstone, fitness) are checked and published when changed")
+	fs.DurationVar(&o.FitnessEvery, "fitness-interval", 5*time.Minute, "how often the fitness probes run (fsync latency in the member data directory, round trip to each voter's peer port); "+
+		"at most as often as --report-interval, and more often than the VoterPolicy's spec.fitness.windowSeconds for a voter to be judged over a window")
 	v := version.Flag(fs)
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -110,6 +116,9 @@ func ParseFlags(args []string) (Options, error) {
 	}
 	if o.NodeName == "" {
 		return o, errors.New("--node-name or NODE_NAME: must name this node")
+	}
+	if o.ReportEvery <= 0 || o.FitnessEvery <= 0 {
+		return o, fmt.Errorf("--report-interval %v, --fitness-interval %v: both must be positive durations", o.ReportEvery, o.FitnessEvery)
 	}
 	return o, nil
 }
@@ -227,7 +236,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	// Voter swaps off: the host state is not the plugin's (not mounted),
 	// so the reporter neither reads it nor publishes fitness.
 	reporter := &report.Reporter{Client: mgr.GetClient(), NodeName: o.NodeName, Units: report.NoServerUnit{},
-		Clock: clock.RealClock{}, NoHostState: true, NoFitness: true}
+		Clock: clock.RealClock{}, Every: o.ReportEvery, FitnessEvery: o.FitnessEvery, NoHostState: true, NoFitness: true}
 	if o.VoterSwaps {
 		closeSystemd, err := addVoterSwaps(ctx, mgr, &o, reporter)
 		if err != nil {

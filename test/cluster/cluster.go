@@ -450,6 +450,20 @@ func (c *Cluster) LabelNode(ctx context.Context, name string, labels map[string]
 	return c.Client.Patch(ctx, &n, patch)
 }
 
+// AnnotateNode merges annotations into a node's annotations.
+func (c *Cluster) AnnotateNode(ctx context.Context, name string, annotations map[string]string) error {
+	var n corev1.Node
+	if err := c.Client.Get(ctx, client.ObjectKey{Name: name}, &n); err != nil {
+		return err
+	}
+	patch := client.MergeFrom(n.DeepCopy())
+	if n.Annotations == nil {
+		n.Annotations = map[string]string{}
+	}
+	maps.Copy(n.Annotations, annotations)
+	return c.Client.Patch(ctx, &n, patch)
+}
+
 // WaitNodeReady waits until the node named name is Ready and untainted
 // again (waitNodeReady).
 func (c *Cluster) WaitNodeReady(ctx context.Context, name string, timeout time.Duration) error {
@@ -530,7 +544,7 @@ func (c *Cluster) Stop() error {
 	// Members on the nodes go after the apiserver, as the hub's do.
 	for _, name := range slices.Backward(c.NodeNames) {
 		if h := c.Nodes[name].Host; h != nil {
-			h.close()
+			errs = append(errs, h.close())
 		}
 	}
 	return errors.Join(append(errs, c.cleanup())...)

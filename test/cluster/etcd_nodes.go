@@ -72,6 +72,9 @@ type Host struct {
 	n       *Node
 	initial string // the bootstrap cluster, for a first voter only
 
+	// disk holds the member data (db/): a block device of the node's own.
+	disk *disk
+
 	mu      sync.Mutex
 	proc    *dbusdouble.ExecProcess
 	starts  int
@@ -142,7 +145,7 @@ func (c *Cluster) startEtcdHosts(ctx context.Context, specs []NodeSpec) error {
 			h.initial = strings.Join(voters, ",")
 		}
 		if err := h.start(roleIs, voter); err != nil {
-			return fmt.Errorf("node %s: %w", n.Name, err)
+			return errors.Join(fmt.Errorf("node %s: %w", n.Name, err), h.close())
 		}
 		n.Host = h
 	}
@@ -170,6 +173,9 @@ func (h *Host) start(roleIs string, voter bool) error {
 		}
 	}
 	var err error
+	if h.disk, err = newDisk(filepath.Join(h.n.c.Dir, "disks", h.Node+".img"), filepath.Dir(h.State.MemberDataDir)); err != nil {
+		return fmt.Errorf("member disk: %w", err)
+	}
 	if h.Bus, err = dbusdouble.StartBus(busDir); err != nil {
 		return fmt.Errorf("dbus-daemon: %w", err)
 	}
@@ -294,13 +300,37 @@ func (h *Host) DataMovedAside() bool {
 	return err == nil
 }
 
-func (h *Host) close() {
+// SlowDisk limits the writes the node's pods make to the member's disk to
+// iops per second, as a failing or saturated disk: every O_DSYNC write
+// holdfast-node's fsync probe makes there waits for its turn. The limit is
+// set in every cgroup of the node now (a container started afterwards is
+// not limited); the member, in this process's cgroup and run with
+// --unsafe-no-fsync, is not slowed (blkioCgroups). It returns the undo.
+func (h *Host) SlowDisk(iops int) (func() error, error) {
+	if iops <= 0 {
+		return nil, fmt.Errorf("SlowDisk(%d): the limit must be positive", iops)
+	}
+	dirs, err := blkioCgroups(h.n.cgroupRoot)
+	if err != nil {
+		return nil, err
+	}
+	if err := h.disk.throttle(iops, dirs...); err != nil {
+		return nil, errors.Join(err, h.disk.throttle(0))
+	}
+	return func() error { return h.disk.throttle(0) }, nil
+}
+
+func (h *Host) close() error {
 	if h.Systemd != nil {
 		h.Systemd.Close()
 	}
 	if h.Bus != nil {
 		h.Bus.Close()
 	}
+	if h.disk != nil {
+		return h.disk.close()
+	}
+	return nil
 }
 
 // Stopping reports whether Stop has begun (a supervisor then restarts

@@ -165,8 +165,9 @@ func (n *Node) start(ctx context.Context) error {
 	}
 	// The kubelet and containerd write fixed paths under /var/lib and
 	// /var/log: the node has its own, and the machine's are never touched.
+	// Recursive: a member's node has its member disk mounted below.
 	for _, m := range [][2]string{{"var/lib", "/var/lib"}, {"var/log", "/var/log"}} {
-		if err := run(n.enter("mount", "--bind", filepath.Join(n.Dir, m[0]), m[1])...); err != nil {
+		if err := run(n.enter("mount", "--rbind", filepath.Join(n.Dir, m[0]), m[1])...); err != nil {
 			return err
 		}
 	}

@@ -72,6 +72,7 @@ func ReapOrphans() []string {
 			continue // its owner is alive
 		}
 		reap(st)
+		reapDisks(filepath.Dir(f))
 		// Helpers a harness started beside the cluster in the machine's
 		// own namespaces (the nodes' dbus-daemons) are found by the
 		// cluster's directory on their command line.

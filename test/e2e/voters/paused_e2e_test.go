@@ -11,7 +11,7 @@ import (
 	"github.com/holdfast-io/holdfast/test/cluster"
 )
 
-// TestRoleSwapPaused is the seed's role_swap_paused: the whole outgoing
+// TestRoleSwapPaused is the role_swap_paused scenario: the whole outgoing
 // host hangs once the candidate is promoted (Regate or StepDown seen): its
 // kubelet, its holdfast-node and its etcd member SIGSTOPped together. The
 // removal completes without it (its Node NotReady, its member removed by

@@ -3,41 +3,56 @@
 package voters
 
 import (
+	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/test/cluster"
 )
 
-// TestFullSwapWithWritesThroughout swaps a voter of the apiserver's own
-// etcd for the standby while a writer puts a key every 50 ms: at the end
-// three voters by etcd's vote, the outgoing member gone with its data moved
-// aside and its node an agent again (server unit stopped by holdfast-node,
-// agent unit running), the swap's steps in its status, Events and metrics,
-// no failed or lost write, a voter leader at every sample, one cluster ID.
-func TestFullSwapWithWritesThroughout(t *testing.T) {
+// TestRoleSwap is the role_swap scenario: a voter of the apiserver's own etcd
+// (carrying k3s's server labels and etcd annotations) swapped for the
+// standby while a writer puts a key every 50 ms, then swapped back in for a
+// voter that was never swapped. After the first swap: three voters by
+// etcd's vote; the outgoing member gone, its data moved aside, its node an
+// agent (server unit stopped by holdfast-node, agent unit running) with its
+// role labels and etcd annotations gone and its identity kept (the same Node
+// object, Ready again); the swap's steps in its status, Events and metrics;
+// the swap Lease released. The former member then joins the existing cluster
+// as a new member. Throughout: no failed or lost write in the writer's
+// history, a voter leader at every sample, one cluster ID on every member.
+func TestRoleSwap(t *testing.T) {
 	ctx, cli, before, clusterID := openDrill(t)
 	if len(before) != 3 {
 		t.Fatalf("start: voters %v, want 3", before)
 	}
 	out, in := before[0], nonVoter(t, before)
-	x := watch(cli, "/holdfast-writer/full-swap/")
+	// What a k3s server's Node carries, which a demoted node must lose.
+	if err := world.LabelNode(ctx, out, map[string]string{holdfastv1.LabelControlPlaneRole: "true", holdfastv1.LabelMasterRole: "true"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := world.AnnotateNode(ctx, out, map[string]string{k3sEtcdAnnotation: out + "-drill"}); err != nil {
+		t.Fatal(err)
+	}
+	uid := getNode(t, out).UID
+	x := watch(cli, "/holdfast-writer/role-swap/")
 	var seen []string
 	s := swapSucceeds(t, out, in, 5*time.Minute, func(step string) {
 		logStep(t, step)
 		seen = append(seen, step)
 	})
 	name := s.Name
-	r := x.check(t)
 	took := s.Status.FinishedAt.Sub(s.Status.StartedAt.Time)
-	t.Logf("swap %s: %s -> %s in %v, longest write stall %v; history:\n%s", s.Status.SwapID, out, in, took.Round(time.Millisecond),
-		r.Longest.Round(time.Millisecond), history(s))
+	t.Logf("swap %s: %s -> %s in %v; history:\n%s", s.Status.SwapID, out, in, took.Round(time.Millisecond), history(s))
 
 	// etcd's own vote.
-	after := wantSwapped(t, cli, before, out, in, clusterID, s)
+	mid := wantSwapped(t, cli, before, out, in, clusterID, s)
 	// The host half, as holdfast-node left it.
 	h := world.Nodes[out].Host
 	if !h.DataMovedAside() {
@@ -58,9 +73,22 @@ func TestFullSwapWithWritesThroughout(t *testing.T) {
 	if st := world.Nodes[in].Host.Systemd.ActiveState(cluster.ServerUnit); st != "active" {
 		t.Errorf("%s's server unit is %s", in, st)
 	}
+	// The Node: role labels and annotations gone, the tombstone retired
+	// with the data, identity kept.
+	eventually(t, time.Minute, out+" an agent Node with no role label, swap annotation or tombstone, Ready again", func() (bool, string) {
+		n, err := getNodeErr(ctx, out)
+		if err != nil {
+			return false, err.Error()
+		}
+		left := leftOnDemoted(n)
+		return len(left) == 0 && nodeReady(n), fmt.Sprintf("left %v, ready %v", left, nodeReady(n))
+	})
 	nOut, nIn := getNode(t, out), getNode(t, in)
-	if _, ok := nOut.Labels[holdfastv1.LabelEtcdRole]; ok {
-		t.Errorf("%s keeps the etcd role label", out)
+	if nOut.UID != uid {
+		t.Errorf("%s's Node is a new object (uid %s, was %s): its identity was not kept", out, nOut.UID, uid)
+	}
+	if nOut.Labels[holdfastv1.LabelDesiredRole] != holdfastv1.RoleAgent {
+		t.Errorf("%s's desired role %q, want agent", out, nOut.Labels[holdfastv1.LabelDesiredRole])
 	}
 	if _, ok := nIn.Labels[holdfastv1.LabelEtcdRole]; !ok {
 		t.Errorf("%s is a voter without the etcd role label", in)
@@ -90,7 +118,9 @@ func TestFullSwapWithWritesThroughout(t *testing.T) {
 	if !strings.HasSuffix(s.Status.SwapID, "-"+out+"-"+in) || s.Status.IncomingMemberID == "" || s.Status.OutgoingMemberID == "" {
 		t.Errorf("status swap ID %q members %q/%q", s.Status.SwapID, s.Status.IncomingMemberID, s.Status.OutgoingMemberID)
 	}
-	eventually(t, 20*time.Second, "swap Lease released", func() (bool, string) {
+	// The phase is Succeeded a pass before the Lease is released (one swap
+	// at a time: the webhook refuses the next one until then).
+	eventually(t, time.Minute, "swap Lease released", func() (bool, string) {
 		h := swapLeaseHolder(t)
 		return h == "", "held by " + h
 	})
@@ -101,8 +131,8 @@ func TestFullSwapWithWritesThroughout(t *testing.T) {
 		seen := swapEvents(t, name)
 		return seen[holdfastv1.SwapReasonLearnerAdded] && seen[holdfastv1.SwapReasonPromoted] && seen[holdfastv1.SwapReasonMemberRemoved], strings.Join(keys(seen), ",")
 	})
-	if err := world.WaitVotersHealthy(ctx, time.Minute, after...); err != nil {
-		t.Error(err)
+	if err := world.WaitVotersHealthy(ctx, 2*time.Minute, mid...); err != nil {
+		t.Fatal(err)
 	}
 	m := metrics(t)
 	for _, want := range [][]string{
@@ -117,6 +147,77 @@ func TestFullSwapWithWritesThroughout(t *testing.T) {
 	if l := metricLine(m, "holdfast_voters"); !strings.HasSuffix(l, " 3") {
 		t.Errorf("holdfast_voters: %q, want 3", l)
 	}
+
+	// The former member in again, for a voter that was never swapped: a new
+	// member of the existing cluster (never its old data), one cluster ID.
+	out2 := ""
+	for _, v := range mid {
+		if v != in {
+			out2 = v
+			break
+		}
+	}
+	s2 := swapSucceeds(t, out2, out, 6*time.Minute, func(step string) { logStep(t, step) })
+	r := x.check(t)
+	t.Logf("swap %s: %s -> %s in %v; history:\n%s", s2.Status.SwapID, out2, out, s2.Status.FinishedAt.Sub(s2.Status.StartedAt.Time).Round(time.Millisecond), history(s2))
+	t.Logf("both swaps: %d writes acknowledged, longest write stall %v", r.Acked, r.Longest.Round(time.Millisecond))
+	after := wantSwapped(t, cli, mid, out2, out, clusterID, s2)
+	if newID := s2.Status.IncomingMemberID; newID == "" || newID == s.Status.OutgoingMemberID {
+		t.Errorf("%s came back as member %q, its old member was %q: want a new member", out, newID, s.Status.OutgoingMemberID)
+	}
+	// Every member, asked on its own endpoint, is of the one cluster.
+	for _, v := range after {
+		c := etcdClientOn(t, v)
+		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		st, err := c.Status(sctx, world.Nodes[v].Host.ClientURL)
+		cancel()
+		if err != nil {
+			t.Errorf("status of %s: %v", v, err)
+			continue
+		}
+		if st.Header.ClusterId != clusterID {
+			t.Errorf("%s reports cluster %x, want %x", v, st.Header.ClusterId, clusterID)
+		}
+	}
+	eventually(t, time.Minute, "swap Lease released after the second swap", func() (bool, string) {
+		h := swapLeaseHolder(t)
+		return h == "", "held by " + h
+	})
+	if err := world.WaitVotersHealthy(ctx, 2*time.Minute, after...); err != nil {
+		t.Error(err)
+	}
+}
+
+// k3sEtcdAnnotation is one of the etcd annotations k3s puts on a server's
+// Node (etcd.k3s.cattle.io/...).
+const k3sEtcdAnnotation = "etcd.k3s.cattle.io/node-name"
+
+// leftOnDemoted is what a demoted node must no longer carry: a server role
+// label, a k3s etcd annotation, a swap's role annotations, a tombstone.
+func leftOnDemoted(n *corev1.Node) []string {
+	var left []string
+	for _, k := range []string{holdfastv1.LabelEtcdRole, holdfastv1.LabelControlPlaneRole, holdfastv1.LabelMasterRole} {
+		if _, ok := n.Labels[k]; ok {
+			left = append(left, k)
+		}
+	}
+	for k := range n.Annotations {
+		if strings.HasPrefix(k, "etcd.k3s.cattle.io/") || k == holdfastv1.AnnotationRoleSwap || k == holdfastv1.AnnotationRoleStep ||
+			k == holdfastv1.AnnotationRoleJoin || k == holdfastv1.AnnotationTombstone {
+			left = append(left, k)
+		}
+	}
+	slices.Sort(left)
+	return left
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 func keys(m map[string]bool) []string {
@@ -176,12 +277,13 @@ func TestOutgoingVoterPausedAfterPromotionIsStillRemoved(t *testing.T) {
 	}
 }
 
-// TestLearnerStalledByABlockedPeerPortIsRolledBack cuts the candidate off
-// from every member's address: its learner never starts, and past the
-// learner stall time plus the operation timeout the swap rolls back, the
-// learner removed and the candidate an agent again, the members exactly as
-// before.
-func TestLearnerStalledByABlockedPeerPortIsRolledBack(t *testing.T) {
+// TestRoleSwapBlockedPeer is the role_swap_blocked_peer scenario: the
+// candidate is cut off from every member's address, so its learner never
+// starts, and past the learner stall time plus the operation timeout the
+// swap rolls back: the learner removed, the candidate an agent again with
+// nothing of the swap left on either Node, the members exactly as before,
+// the swap Lease released, and no failed or lost write throughout.
+func TestRoleSwapBlockedPeer(t *testing.T) {
 	ctx, cli, before, clusterID := openDrill(t)
 	out, in := before[0], nonVoter(t, before)
 	unblock, err := world.Nodes[in].Host.BlockPeers(otherEtcdIPs(in)...)
@@ -199,8 +301,9 @@ func TestLearnerStalledByABlockedPeerPortIsRolledBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := waitPhase(t, name, holdfastv1.SwapRolledBack, 6*time.Minute, func(step string) { logStep(t, step) })
-	x.check(t)
-	t.Logf("history:\n%s", history(s))
+	r := x.check(t)
+	t.Logf("rolled back in %v, %d writes acknowledged, longest write stall %v; history:\n%s", s.Status.FinishedAt.Sub(s.Status.StartedAt.Time).Round(time.Millisecond),
+		r.Acked, r.Longest.Round(time.Millisecond), history(s))
 	if err := unblock(); err != nil {
 		t.Error(err)
 	}
@@ -226,6 +329,25 @@ func TestLearnerStalledByABlockedPeerPortIsRolledBack(t *testing.T) {
 	if nOut.Spec.Unschedulable || nOut.Labels[holdfastv1.LabelDesiredRole] == holdfastv1.RoleAgent {
 		t.Errorf("%s was touched: cordoned %v desired role %q", out, nOut.Spec.Unschedulable, nOut.Labels[holdfastv1.LabelDesiredRole])
 	}
+	eventually(t, time.Minute, "nothing of the swap left on "+in+" or "+out, func() (bool, string) {
+		var left []string
+		for _, name := range []string{in, out} {
+			n, err := getNodeErr(ctx, name)
+			if err != nil {
+				return false, err.Error()
+			}
+			for _, k := range []string{holdfastv1.AnnotationRoleSwap, holdfastv1.AnnotationRoleStep, holdfastv1.AnnotationRoleJoin, holdfastv1.AnnotationTombstone} {
+				if v, ok := n.Annotations[k]; ok {
+					left = append(left, name+": "+k+"="+v)
+				}
+			}
+		}
+		return len(left) == 0, strings.Join(left, "; ")
+	})
+	eventually(t, time.Minute, "swap Lease released", func() (bool, string) {
+		h := swapLeaseHolder(t)
+		return h == "", "held by " + h
+	})
 	if err := world.WaitVotersHealthy(ctx, time.Minute, before...); err != nil {
 		t.Error(err)
 	}
