@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -347,6 +348,21 @@ func TestWedgedRuntimeStoppedWhileApiserverAway(t *testing.T) {
 	}
 	if len(evs) != 2 || !names["wedged"] || !names["silent"] || agent.Pending() != 0 {
 		t.Fatalf("events after the apiserver came back: %+v (pending %d)", evs, agent.Pending())
+	}
+
+	// A plugin that died after posting them but before recording them as
+	// posted posts them again on its start: still one Event per fence.
+	if err := os.Remove(filepath.Join(agent.AuditDir, "fence-events-posted")); err != nil {
+		t.Fatal(err)
+	}
+	again := &fence.Agent{CRI: r.rt, Lease: fence.HTTPLease{}, Clock: clk, AuditDir: agent.AuditDir,
+		Units: agent.Units, Notifier: agent.Notifier}
+	if n, err := again.Recover(ctx); err != nil || n != 2 {
+		t.Fatalf("recovered %d actions (%v), want both", n, err)
+	}
+	again.Flush(ctx)
+	if evs := events(t, r.ns, fence.ReasonWedgedRuntime); len(evs) != 2 || again.Pending() != 0 {
+		t.Fatalf("events after posting them again: %+v (pending %d), want the same two", evs, again.Pending())
 	}
 }
 

@@ -254,6 +254,13 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	agent := &fence.Agent{CRI: cri, Units: fence.CacheUnits{Client: mgr.GetClient()}, Lease: fence.HTTPLease{},
 		Notifier: fence.EventNotifier{Client: mgr.GetClient(), NodeName: o.NodeName}, Clock: clock.RealClock{},
 		AuditDir: filepath.Join(o.HostDir, hoststate.FenceAuditDir)}
+	// A fence done while the apiserver was away, by a plugin that restarted
+	// before it came back, still gets its Event.
+	if n, err := agent.Recover(ctx); err != nil {
+		return fmt.Errorf("reading the fence audit: %w", err)
+	} else if n > 0 {
+		klog.FromContext(ctx).Info("Posting the Events of fences done before a restart", "actions", n)
+	}
 	if err := (&fence.UnitReconciler{Agent: agent}).SetupWithManager(mgr); err != nil {
 		return err
 	}

@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -62,7 +64,9 @@ func (h HTTPLease) Status(ctx context.Context, host string, port int32) (*lease.
 }
 
 // EventNotifier creates a Warning Event on the unit for each action,
-// synchronously, so an action whose Event did not land stays queued.
+// synchronously, so an action whose Event did not land stays queued. The
+// Event is named after the action's sandbox: an agent that restarts after
+// posting it but before recording it as posted posts it again harmlessly.
 type EventNotifier struct {
 	Client   client.Client
 	NodeName string
@@ -76,8 +80,12 @@ func (n EventNotifier) Fenced(ctx context.Context, a Action) error {
 		ref.UID, ref.ResourceVersion = u.UID, u.ResourceVersion
 	}
 	at := metav1.NewTime(a.At)
+	meta := metav1.ObjectMeta{GenerateName: a.Unit + ".fence.", Namespace: a.Namespace}
+	if a.Sandbox != "" {
+		meta = metav1.ObjectMeta{Name: a.Unit + ".fence." + shortID(a.Sandbox), Namespace: a.Namespace}
+	}
 	ev := &corev1.Event{
-		ObjectMeta:          metav1.ObjectMeta{GenerateName: a.Unit + ".fence.", Namespace: a.Namespace},
+		ObjectMeta:          meta,
 		InvolvedObject:      ref,
 		Reason:              a.Reason,
 		Message:             fmt.Sprintf("Node %s stopped runtime pod %s (epoch %d): %s", n.NodeName, a.Pod, a.Epoch, a.Message),
@@ -90,7 +98,19 @@ func (n EventNotifier) Fenced(ctx context.Context, a Action) error {
 		ReportingInstance:   n.NodeName,
 		Action:              "Fence",
 	}
-	return n.Client.Create(ctx, ev)
+	if err := n.Client.Create(ctx, ev); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	return nil
+}
+
+// shortID is a CRI ID's first 16 characters (crictl shows 13), unique
+// enough among one unit's sandboxes and safe in an object name.
+func shortID(id string) string {
+	if len(id) > 16 {
+		return strings.ToLower(id[:16])
+	}
+	return strings.ToLower(id)
 }
 
 // ReadyzProbe says whether the apiserver answers /readyz within 2s.

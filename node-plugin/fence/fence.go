@@ -14,10 +14,7 @@ package fence
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"sync"
 	"time"
 
@@ -27,7 +24,6 @@ import (
 
 	"github.com/holdfast-io/holdfast/api/lease"
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
-	"github.com/holdfast-io/holdfast/internal/atomicfile"
 )
 
 // Runtime is the part of the CRI runtime service the agent uses
@@ -72,7 +68,6 @@ const (
 	ReasonWedgedRuntime = "WedgedRuntimeStopped"
 	defaultLeasePort    = 9443
 	statusTimeout       = time.Second
-	auditFile           = "fence-audit.jsonl"
 	maxPendingActions   = 256
 )
 
@@ -245,46 +240,6 @@ func (a *Agent) stop(ctx context.Context, r runtimeSandbox, reason string, bound
 	a.mu.Unlock()
 	a.audit(ctx, act)
 	return &act, nil
-}
-
-// audit writes the action's line to the host audit file and the log at
-// once, and queues its Event.
-func (a *Agent) audit(ctx context.Context, act Action) {
-	klog.FromContext(ctx).Info("Fenced a runtime", "reason", act.Reason, "unit", klog.KRef(act.Namespace, act.Unit),
-		"pod", act.Pod, "epoch", act.Epoch, "bindingEpoch", act.BindingEpoch, "sandbox", act.Sandbox, "message", act.Message)
-	fences.WithLabelValues(act.Namespace, act.Unit, act.Reason).Inc()
-	if a.AuditDir != "" {
-		line, _ := json.Marshal(act)
-		if err := appendLine(filepath.Join(a.AuditDir, auditFile), line); err != nil {
-			klog.FromContext(ctx).Error(err, "Writing the fence audit line")
-		}
-	}
-	a.mu.Lock()
-	if len(a.pending) < maxPendingActions {
-		a.pending = append(a.pending, act)
-	}
-	a.mu.Unlock()
-}
-
-// Flush posts the Events of queued actions; call it while the apiserver
-// answers. Actions whose Event fails stay queued.
-func (a *Agent) Flush(ctx context.Context) {
-	a.mu.Lock()
-	pending := a.pending
-	a.pending = nil
-	a.mu.Unlock()
-	var left []Action
-	for _, act := range pending {
-		if a.Notifier == nil {
-			continue
-		}
-		if err := a.Notifier.Fenced(ctx, act); err != nil {
-			left = append(left, act)
-		}
-	}
-	a.mu.Lock()
-	a.pending = append(left, a.pending...)
-	a.mu.Unlock()
 }
 
 // Pending is the number of actions whose Event is not posted yet.
@@ -475,37 +430,6 @@ func wedged(now, outage time.Time, o observation, u *holdfastv1.Unit) string {
 		}
 	}
 	return ""
-}
-
-func appendLine(path string, line []byte) error {
-	dir := filepath.Dir(path)
-	_, dirErr := os.Stat(dir)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	if os.IsNotExist(dirErr) {
-		// A new directory's name survives a crash only with its parent.
-		if err := atomicfile.SyncDir(filepath.Dir(dir)); err != nil {
-			return err
-		}
-	}
-	_, statErr := os.Stat(path)
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	if _, err := f.Write(append(line, '\n')); err != nil {
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		return err
-	}
-	if os.IsNotExist(statErr) {
-		// A new log's name survives a crash only with its directory.
-		return atomicfile.SyncDir(filepath.Dir(path))
-	}
-	return nil
 }
 
 func joinErrs(errs []error) error {

@@ -40,9 +40,9 @@ const (
 	// moved aside by finish-demote, for people.
 	RetiredTombstoneFile = "tombstone.retired.json"
 	// FenceAuditDir is the fence agent's own directory under Dir, holding
-	// only its audit (fence-audit.jsonl): with voter swaps off it is the one
-	// host directory mounted, so the agent reaches none of the files above,
-	// which the host's units read.
+	// only its audit and the Events it has posted: with voter swaps off the
+	// chart mounts the pod's own emptyDir there and nothing of the host, so
+	// the agent reaches none of the files above, which the host's units read.
 	FenceAuditDir = "fence"
 )
 

@@ -29,7 +29,7 @@ func TestTheNodePluginMountsOnlyWhatItsFeaturesUse(t *testing.T) {
 		voters bool
 		paths  []string
 	}{
-		{"voter swaps off", false, []string{"/run/containerd/containerd.sock", "/var/lib/holdfast/fence"}},
+		{"voter swaps off", false, []string{"/run/containerd/containerd.sock"}},
 		{"voter swaps on", true, append([]string{"/run/containerd/containerd.sock"}, voterPaths...)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -80,6 +80,20 @@ func TestTheNodePluginMountsOnlyWhatItsFeaturesUse(t *testing.T) {
 			if dbusEnv != tc.voters {
 				t.Errorf("DBUS_SYSTEM_BUS_ADDRESS set: %v; want %v", dbusEnv, tc.voters)
 			}
+			// The fence audit (and its queue of Events not yet posted) has a
+			// writable directory in either mode: the host's with voter swaps,
+			// the pod's own emptyDir without.
+			if !tc.voters {
+				audit := ""
+				for _, m := range c.VolumeMounts {
+					if m.MountPath == "/var/lib/holdfast/fence" && !m.ReadOnly {
+						audit = m.Name
+					}
+				}
+				if !slices.ContainsFunc(pod.Volumes, func(v corev1.Volume) bool { return v.Name == audit && v.EmptyDir != nil }) {
+					t.Errorf("no emptyDir mounted writable at /var/lib/holdfast/fence for the fence audit: mounts %+v", c.VolumeMounts)
+				}
+			}
 		})
 	}
 }
@@ -109,7 +123,7 @@ func nodePodSpec(t *testing.T, ms []Manifest) corev1.PodSpec {
 // and values.yaml name with their reasons, and no more: uid 0 on the host
 // network in both modes, never privileged, no host PID or IPC, no privilege
 // escalation; no capabilities with voter swaps off (uid 0 owns the CRI
-// socket and the fence audit's directory), CHOWN, DAC_OVERRIDE and FOWNER
+// socket and its own emptyDir), CHOWN, DAC_OVERRIDE and FOWNER
 // with them; and RBAC to watch and patch Nodes, watch Units and create
 // Events only with voter swaps off, plus a Node read past the cache,
 // VoterPolicies, VoterSwaps and the swap Lease with them.
