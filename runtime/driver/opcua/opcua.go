@@ -141,7 +141,11 @@ func (d *Driver) closeLocked() error {
 	if d.client == nil {
 		return nil
 	}
-	err := d.client.Close(context.Background())
+	// A session on a dead connection would wait out its request timeout
+	// to close; the close is bounded by the driver's own.
+	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.Timeout)
+	defer cancel()
+	err := d.client.Close(ctx)
 	d.client, d.declared, d.types = nil, 0, nil
 	return err
 }

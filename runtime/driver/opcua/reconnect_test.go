@@ -36,12 +36,7 @@ func TestOPCUAReconnectsAfterTheServerRestarts(t *testing.T) {
 	}
 
 	p.start(t)
-	dials := r.Dials()
-	for !r.Connected() {
-		clk.Step(time.Second)
-		testutil.Eventually(t, 10*time.Second, "the monitor to dial", func() bool { return r.Dials() > dials && clk.HasWaiters() })
-		dials = r.Dials()
-	}
+	awaitReconnect(t, r, clk)
 	if err := r.WriteRegisters(ctx, testutil.Permit(t, 2), 101, []uint16{41}); err != nil {
 		t.Fatal(err)
 	}
@@ -56,12 +51,7 @@ func TestOPCUAReconnectsAfterTheServerRestarts(t *testing.T) {
 		t.Fatal("still connected after the server stopped")
 	}
 	p.start(t)
-	dials = r.Dials()
-	for !r.Connected() {
-		clk.Step(time.Second)
-		testutil.Eventually(t, 10*time.Second, "the monitor to dial", func() bool { return r.Dials() > dials && clk.HasWaiters() })
-		dials = r.Dials()
-	}
+	awaitReconnect(t, r, clk)
 	if v, err := r.ReadRegisters(ctx, 101, 1); err != nil || v[0] != 41 {
 		t.Fatalf("read after the restart = %v, %v; want the 41 written before it", v, err)
 	}
@@ -77,7 +67,7 @@ func TestOPCUAReconnectsAfterTheServerRestarts(t *testing.T) {
 	if err := r.Close(); err != nil {
 		t.Fatal(err)
 	}
-	dials = r.Dials()
+	dials := r.Dials()
 	p.stop()
 	p.start(t)
 	clk.Step(5 * time.Second)
@@ -86,5 +76,18 @@ func TestOPCUAReconnectsAfterTheServerRestarts(t *testing.T) {
 	}
 	if r.Dials() != dials {
 		t.Fatalf("a retired driver dialled %d times", r.Dials()-dials)
+	}
+}
+
+// awaitReconnect steps the health interval until the monitor has dialled
+// the driver back up, each step once the last dial has returned.
+func awaitReconnect(t *testing.T, r *driver.Reconnecting, clk *testingclock.FakeClock) {
+	t.Helper()
+	for !r.Connected() {
+		dials := r.Dials()
+		clk.Step(time.Second)
+		testutil.Eventually(t, 20*time.Second, "the monitor to dial", func() bool {
+			return r.Connected() || (r.Dials() > dials && clk.HasWaiters())
+		})
 	}
 }

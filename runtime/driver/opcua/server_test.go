@@ -19,6 +19,7 @@ import (
 // held.
 type plant struct {
 	port int
+	opts []server.Option
 
 	mu        sync.Mutex
 	values    map[string]any // by node name, with its OPC UA type
@@ -36,26 +37,30 @@ type written struct {
 }
 
 // startPlant serves variables named as in values (ns=N;s=NAME) on a free
-// loopback port, with security None and anonymous sessions, plus opts.
+// loopback port with the security and identities opts enable; without
+// opts, security None and anonymous sessions.
 func startPlant(t *testing.T, values map[string]any, opts ...server.Option) *plant {
 	t.Helper()
 	ps, err := ports.Loopback(1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &plant{port: ps[0], values: values, failReads: map[string]bool{}}
-	p.start(t, opts...)
+	p := &plant{port: ps[0], values: values, failReads: map[string]bool{}, opts: opts}
+	p.start(t)
 	t.Cleanup(p.stop)
 	return p
 }
 
-func (p *plant) start(t *testing.T, opts ...server.Option) {
+func (p *plant) start(t *testing.T) {
 	t.Helper()
-	opts = append([]server.Option{
-		server.EndPoint("127.0.0.1", p.port),
-		server.EnableSecurity("None", ua.MessageSecurityModeNone),
-		server.EnableAuthMode(ua.UserTokenTypeAnonymous),
-	}, opts...)
+	opts := p.opts
+	if len(opts) == 0 {
+		opts = []server.Option{
+			server.EnableSecurity("None", ua.MessageSecurityModeNone),
+			server.EnableAuthMode(ua.UserTokenTypeAnonymous),
+		}
+	}
+	opts = append([]server.Option{server.EndPoint("127.0.0.1", p.port)}, opts...)
 	srv := server.New(opts...)
 	// NewNodeNameSpace registers itself; the logging wrapper is registered
 	// after it, takes the next namespace index, and serves every node.
