@@ -5,10 +5,14 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
+
+	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/holdfast-io/holdfast/runtime/driver"
 	"github.com/holdfast-io/holdfast/runtime/driver/opcua"
 	"github.com/holdfast-io/holdfast/runtime/internal/testutil"
+	"github.com/holdfast-io/holdfast/runtime/lease"
 )
 
 // valves are the variables of the tests' plant: two outputs (UInt16 and
@@ -122,5 +126,28 @@ func TestOPCUAParseURLNamesEveryBadParameter(t *testing.T) {
 	cfg, err = opcua.ParseURL("x", "opcua://127.0.0.1:4840?node.1=i=5&policy=Basic256Sha256&cert=c.der&key=k.pem")
 	if err != nil || cfg.Mode.String() != "MessageSecurityModeSignAndEncrypt" {
 		t.Errorf("Basic256Sha256 defaults to SignAndEncrypt: %v, %v", cfg.Mode, err)
+	}
+}
+
+// L3: a write whose permit lapsed while it waited (behind a dial, or a
+// read on a dead session) is not put on the wire: not the epoch, not the
+// value.
+func TestOPCUAAWriteThatWaitedPastTheFenceIsNotSent(t *testing.T) {
+	p := startPlant(t, valves())
+	d := dial(t, p)
+	clk := testingclock.NewFakeClock(time.Now())
+	k := testutil.GrantedKeeper(t, clk, 3, 10*time.Second)
+	permit, err := k.Acquire(lease.WriteControl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer permit.Release()
+	clk.Step(15 * time.Second) // past deadline + hold bound while the write waited
+	err = d.WriteRegisters(context.Background(), permit, 101, []uint16{7})
+	if !errors.Is(err, lease.ErrFenced) || driver.IsTransportError(err) {
+		t.Fatalf("a write whose permit lapsed = %v, want ErrFenced and not a transport error", err)
+	}
+	if got := p.log(); len(got) != 0 {
+		t.Fatalf("the server saw %+v, want nothing", got)
 	}
 }
