@@ -27,6 +27,7 @@ import (
 	"github.com/holdfast-io/holdfast/runtime"
 	"github.com/holdfast-io/holdfast/runtime/driver"
 	"github.com/holdfast-io/holdfast/runtime/driver/modbus"
+	"github.com/holdfast-io/holdfast/runtime/driver/opcua"
 	"github.com/holdfast-io/holdfast/runtime/driver/simdriver"
 	"github.com/holdfast-io/holdfast/runtime/lease"
 	"github.com/holdfast-io/holdfast/runtime/state"
@@ -122,7 +123,7 @@ func NewFlagSet(o *Options) *flag.FlagSet {
 	fs.IntVar(&o.MetricsPort, "metrics-port", envParse(o, "metrics-port", holdfastv1.RuntimeEnvMetricsPort, 9441, strconv.Atoi), "port of the Prometheus /metrics endpoint; 0 disables it (the Unit's spec.runtime.metricsPort) (env "+holdfastv1.RuntimeEnvMetricsPort+")")
 	fs.StringVar(&o.LeaseTLSDir, "lease-tls-dir", os.Getenv(holdfastv1.RuntimeEnvLeaseTLSDir), "directory of the lease endpoint's credentials, read again whenever they change: "+leaseapi.CredentialsFile+" (this runtime's private key, then its certificate chain) and "+leaseapi.TrustBundleFile+" (the lease CA bundle). The endpoint speaks mutual TLS (HTTP/2) and takes a grant only from a client certificate of that CA naming "+leaseapi.GrantorIdentity+"; a status read (GET) needs none. The runtime pod mounts them from the lease signer and a ClusterTrustBundle (env "+holdfastv1.RuntimeEnvLeaseTLSDir+"); required unless --insecure-plaintext-lease")
 	fs.BoolVar(&o.Insecure, "insecure-plaintext-lease", envParse(o, "insecure-plaintext-lease", holdfastv1.RuntimeEnvInsecurePlaintextLease, false, strconv.ParseBool), "UNSAFE: serve the lease endpoint over plain HTTP and take grants from anyone who reaches the port. Any process on the network can then keep this runtime writing after the controller declared its lease expired, so two runtimes write at once. Only for a lab whose controller runs with --insecure-plaintext-lease too (env "+holdfastv1.RuntimeEnvInsecurePlaintextLease+")")
-	fs.Var(&o.Devices, "device", "a field device, NAME=URL, repeatable: modbus://HOST:PORT[?unit=1&timeout=5s&epochRegister=N|none&probe=N] (Modbus TCP; epochRegister is the device's owner-epoch block, which carries the epoch on every write) or sim://[?connectDelay=300ms] (in-process simulation)")
+	fs.Var(&o.Devices, "device", "a field device, NAME=URL, repeatable: modbus://HOST:PORT[?unit=1&timeout=5s&epochRegister=N|none&probe=N] (Modbus TCP; epochRegister is the device's owner-epoch block, which carries the epoch on every write), opcua://HOST:PORT?node.REG=NODEID[&epochNode=NODEID&timeout=5s&policy=None|Basic256Sha256&mode=..&cert=FILE&key=FILE&user=NAME&passwordFile=FILE] (OPC UA; see runtime/driver/opcua) or sim://[?connectDelay=300ms] (in-process simulation)")
 	fs.Var(&o.Outputs, "output", "an output, NAME=DEVICE:REGISTER[,step=N][,hold=V], repeatable: each scan commands its operating point plus step; at the lease deadline it is driven to hold=V (without hold it keeps its last value)")
 	fs.Var(&o.Inputs, "input", "an input read every scan, NAME=DEVICE:REGISTER, repeatable")
 	fs.DurationVar(&o.ScanInterval, "scan-interval", time.Second, "time between scans; liveness fails when no scan completes within max(60s, 10 scan intervals)")
@@ -381,6 +382,12 @@ func newDriver(name, raw string) (driver.Driver, error) {
 			return nil, err
 		}
 		return modbus.New(cfg), nil
+	case "opcua":
+		cfg, err := opcua.ParseURL(name, raw)
+		if err != nil {
+			return nil, err
+		}
+		return opcua.New(cfg), nil
 	case "sim":
 		var delay time.Duration
 		for key, vals := range u.Query() {
@@ -393,7 +400,7 @@ func newDriver(name, raw string) (driver.Driver, error) {
 		}
 		return simdriver.New(name, delay), nil
 	default:
-		return nil, fmt.Errorf("scheme %q: must be modbus or sim", u.Scheme)
+		return nil, fmt.Errorf("scheme %q: must be modbus, opcua or sim", u.Scheme)
 	}
 }
 

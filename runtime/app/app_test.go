@@ -10,6 +10,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/runtime/driver/opcua"
 )
 
 func TestHelpDocumentsEveryFlag(t *testing.T) {
@@ -50,7 +51,7 @@ func TestBadFlagsNameTheFlagAndTheReason(t *testing.T) {
 		"--unit", "a/b/c", "--epoch", "-1", "--mode", "Hot", "--lease-duration", "5s",
 		"--lease-port", "9440", "--health-port", "9440", "--lease-tls-dir", "/run/lease", "--insecure-plaintext-lease",
 		"--device", "c1=modbus://127.0.0.1:502?unit=300", "--device", "c2=ftp://x:1", "--device", "nameless",
-		"--device", "c3=sim://", "--output", "o=c9:1", "--output", "p=c3:70000", "--output", "q=c3:1,ramp=2", "--input", "i=c3:1,step=1",
+		"--device", "c3=sim://", "--device", "v1=opcua://127.0.0.1:4840?node.1=ns=2;s=V&colour=blue", "--output", "o=c9:1", "--output", "p=c3:70000", "--output", "q=c3:1,ramp=2", "--input", "i=c3:1,step=1",
 		"--scan-interval", "0s", "--mqtt-queue-size", "-1", "--restart-count", "-2",
 	}, &bytes.Buffer{}, ktesting.NewLogger(t, ktesting.NewConfig()))
 	if err == nil {
@@ -64,8 +65,9 @@ func TestBadFlagsNameTheFlagAndTheReason(t *testing.T) {
 		"--lease-port=9440: the lease, health and metrics ports must differ",
 		"--insecure-plaintext-lease=true: must not be given with --lease-tls-dir",
 		"--device=c1=modbus://127.0.0.1:502?unit=300: device c1: unit:",
-		`--device=c2=ftp://x:1: scheme "ftp": must be modbus or sim`,
+		`--device=c2=ftp://x:1: scheme "ftp": must be modbus, opcua or sim`,
 		"--device=nameless: must be NAME=URL",
+		"--device=v1=opcua://127.0.0.1:4840?node.1=ns=2;s=V&colour=blue: device v1: colour: unknown parameter",
 		`--output=o=c9:1: device "c9": no such --device`,
 		`--output=p=c3:70000: register "70000": must be 0..65535`,
 		"--output=q=c3:1,ramp=2: ramp: unknown option",
@@ -201,5 +203,26 @@ func TestTheLeaseChannelIsMutualTLSUnlessSaidUnsafe(t *testing.T) {
 	_, _, _ = Parse([]string{"--help"}, &help, log)
 	if !strings.Contains(help.String(), "UNSAFE") {
 		t.Fatalf("--help does not say --insecure-plaintext-lease is unsafe:\n%s", help.String())
+	}
+}
+
+// An opcua:// device builds the OPC UA driver with the URL's nodes and
+// owner-epoch node; the outputs and inputs name its registers.
+func TestTheOPCUADeviceFlagBuildsTheOPCUADriver(t *testing.T) {
+	cfg, _, err := Parse([]string{"--unit", "plant/kiln-1", "--epoch", "2", "--lease-tls-dir", "/run/lease",
+		"--device", "valve-1=opcua://127.0.0.1:4840?node.100=ns=2;s=Counter&node.101=ns=2;s=Valve&epochNode=ns=2;s=OwnerEpoch&timeout=2s",
+		"--output", "counter=valve-1:100,step=1", "--output", "valve=valve-1:101,hold=0"},
+		&bytes.Buffer{}, ktesting.NewLogger(t, ktesting.NewConfig()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Drivers) != 1 || cfg.Drivers[0].Name() != "valve-1" {
+		t.Fatalf("drivers %v, want valve-1", cfg.Drivers)
+	}
+	if _, ok := cfg.Drivers[0].(*opcua.Driver); !ok {
+		t.Fatalf("driver %T, want the OPC UA driver", cfg.Drivers[0])
+	}
+	if len(cfg.Outputs) != 2 || cfg.Outputs[1].Register != 101 || *cfg.Outputs[1].Hold != 0 {
+		t.Fatalf("outputs %+v", cfg.Outputs)
 	}
 }

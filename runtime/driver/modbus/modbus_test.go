@@ -7,11 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/klog/v2/ktesting"
 	testingclock "k8s.io/utils/clock/testing"
-
-	leaseapi "github.com/holdfast-io/holdfast/api/lease"
-	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 
 	"github.com/holdfast-io/holdfast/runtime/driver"
 	"github.com/holdfast-io/holdfast/runtime/driver/modbus"
@@ -172,7 +168,7 @@ func TestHoldThenFence_AWriteThatWaitedPastTheFenceIsNotSent(t *testing.T) {
 	defer sim.Close()
 	d := connect(t, sim.Addr())
 	clk := testingclock.NewFakeClock(time.Now())
-	k := grantedKeeper(t, clk, 3, 10*time.Second)
+	k := testutil.GrantedKeeper(t, clk, 3, 10*time.Second)
 	p, err := k.Acquire(lease.WriteControl)
 	if err != nil {
 		t.Fatal(err)
@@ -186,27 +182,6 @@ func TestHoldThenFence_AWriteThatWaitedPastTheFenceIsNotSent(t *testing.T) {
 	if log := sim.Writes(); len(log) != 0 {
 		t.Fatalf("the device logged %+v, want nothing", log)
 	}
-}
-
-// grantedKeeper is a Failover keeper at epoch, granted a lease of duration
-// now through the wire protocol's two steps (an anchor, then a grant that
-// echoes it with an acknowledged age).
-func grantedKeeper(t *testing.T, clk *testingclock.FakeClock, epoch int64, duration time.Duration) *lease.Keeper {
-	t.Helper()
-	k, err := lease.NewKeeper(lease.Config{Unit: "plant/kiln-1", Epoch: epoch, Mode: holdfastv1.Failover,
-		LeaseDuration: duration, Clock: clk}, ktesting.NewLogger(t, ktesting.NewConfig()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := &leaseapi.Grant{Unit: "plant/kiln-1", Epoch: epoch, DurationMillis: duration.Milliseconds(), Grantor: "g", Seq: 1}
-	_, reply := k.Grant(g, clk.Now())
-	zero := int64(0)
-	g2 := *g
-	g2.Seq, g2.AckAgeMillis, g2.Anchor = 2, &zero, reply.Anchor
-	if out, _ := k.Grant(&g2, clk.Now()); out != lease.Extended {
-		t.Fatalf("grant: %v, want Extended", out)
-	}
-	return k
 }
 
 func writeErr(k *lease.Keeper, d driver.Driver, addr, v uint16) error {

@@ -55,7 +55,7 @@ func TestHoldThenFence_NoWriteReachesTheDeviceAfterTheFence(t *testing.T) {
 
 	t.Run("the fence aborts the write in flight", func(t *testing.T) {
 		clk := testingclock.NewFakeClock(time.Now())
-		k := grantedKeeper(t, clk, 3, 10*time.Second)
+		k := testutil.GrantedKeeper(t, clk, 3, 10*time.Second)
 		d := n.connect(t, sim.Addr(), 5*time.Minute) // the write never times out by itself here
 		driver.AbortWritesOnFence(k, d)
 		ctx, cancel := context.WithCancel(context.Background())
@@ -93,7 +93,7 @@ func TestHoldThenFence_NoWriteReachesTheDeviceAfterTheFence(t *testing.T) {
 
 	t.Run("a write that timed out is aborted", func(t *testing.T) {
 		clk := testingclock.NewFakeClock(time.Now())
-		k := grantedKeeper(t, clk, 4, 10*time.Second)
+		k := testutil.GrantedKeeper(t, clk, 4, 10*time.Second)
 		d := n.connect(t, sim.Addr(), time.Second)
 		write(t, k, d, 100, 51)
 		n.cut(t)

@@ -7,7 +7,9 @@ import (
 	"time"
 
 	"k8s.io/klog/v2/ktesting"
+	testingclock "k8s.io/utils/clock/testing"
 
+	leaseapi "github.com/holdfast-io/holdfast/api/lease"
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/runtime/lease"
 )
@@ -52,4 +54,25 @@ func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bo
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// GrantedKeeper is a Failover keeper at epoch, granted a lease of duration
+// now through the wire protocol's two steps (an anchor, then a grant that
+// echoes it with an acknowledged age).
+func GrantedKeeper(t testing.TB, clk *testingclock.FakeClock, epoch int64, duration time.Duration) *lease.Keeper {
+	t.Helper()
+	k, err := lease.NewKeeper(lease.Config{Unit: "plant/kiln-1", Epoch: epoch, Mode: holdfastv1.Failover,
+		LeaseDuration: duration, Clock: clk}, ktesting.NewLogger(t, ktesting.NewConfig()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &leaseapi.Grant{Unit: "plant/kiln-1", Epoch: epoch, DurationMillis: duration.Milliseconds(), Grantor: "g", Seq: 1}
+	_, reply := k.Grant(g, clk.Now())
+	zero := int64(0)
+	g2 := *g
+	g2.Seq, g2.AckAgeMillis, g2.Anchor = 2, &zero, reply.Anchor
+	if out, _ := k.Grant(&g2, clk.Now()); out != lease.Extended {
+		t.Fatalf("grant: %v, want Extended", out)
+	}
+	return k
 }
