@@ -55,9 +55,11 @@ func Handlers(scheme *runtime.Scheme, reader client.Reader, opts *Options) map[s
 	}
 }
 
-// Register serves every validator on the webhook server.
+// Register serves every validator on the webhook server, each answer
+// counted and timed (RegisterAdmissionMetrics).
 func Register(srv crwebhook.Server, scheme *runtime.Scheme, reader client.Reader, opts *Options) {
 	for path, h := range Handlers(scheme, reader, opts) {
+		h.Handler = measured{resource: pathResources[path], next: h.Handler}
 		srv.Register(path, h)
 	}
 }

@@ -61,6 +61,9 @@ func run() error {
 	if err != nil {
 		return fmt.Errorf("reaching the apiserver: %w", err)
 	}
+	if err := webhook.RegisterAdmissionMetrics(metrics.Registry); err != nil {
+		return err
+	}
 	certs, err := webhook.ServingCertificate(*certDir, metrics.Registry)
 	if err != nil {
 		return err

@@ -221,7 +221,8 @@ type metric struct {
 	labels                      []string
 }
 
-// metrics finds every prometheus.New*(prometheus.*Opts{...}) outside tests,
+// metrics finds every prometheus.New*(prometheus.*Opts{...}) and
+// metrics.New*(&metrics.*Opts{...}) outside tests,
 // resolving Namespace/Subsystem/Name constants of the same file.
 func metrics(root string) ([]metric, error) {
 	var out []metric
@@ -266,10 +267,16 @@ func metrics(root string) ([]metric, error) {
 			if !ok || !strings.HasPrefix(sel.Sel.Name, "New") {
 				return true
 			}
-			if pkg, ok := sel.X.(*ast.Ident); !ok || pkg.Name != "prometheus" {
+			// prometheus's, and component-base's (metrics.New*(&metrics.*Opts{...})),
+			// which kube-scheduler's plugins register in its legacy registry.
+			if pkg, ok := sel.X.(*ast.Ident); !ok || (pkg.Name != "prometheus" && pkg.Name != "metrics") {
 				return true
 			}
-			lit, ok := call.Args[0].(*ast.CompositeLit)
+			arg := call.Args[0]
+			if u, ok := arg.(*ast.UnaryExpr); ok && u.Op == token.AND {
+				arg = u.X
+			}
+			lit, ok := arg.(*ast.CompositeLit)
 			if !ok {
 				return true
 			}

@@ -28,6 +28,7 @@ import (
 	"github.com/holdfast-io/holdfast/scheduler-plugin/apis/config/validation"
 	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/holdfastclient"
 	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/pluginargs"
+	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/pluginmetrics"
 	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/runtimepod"
 )
 
@@ -63,6 +64,7 @@ var _ fwk.SignPlugin = &StandbyColocation{}
 // New builds the plugin from its args and the scheduler's handle; it reads
 // Units through the scheduler's shared holdfast informers.
 func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+	pluginmetrics.Register()
 	args, err := getArgs(obj)
 	if err != nil {
 		return nil, err
@@ -192,6 +194,7 @@ func (pl *StandbyColocation) Filter(_ context.Context, state fwk.CycleState, pod
 		return fwk.AsStatus(fmt.Errorf("reading %q from the cycle state", stateKey))
 	}
 	if others := otherRuntimes(nodeInfo, g.unit, pod.Namespace); len(others) > 0 {
+		pluginmetrics.FilterRefusals.WithLabelValues(Name, "hosts_other_runtime").Inc()
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "hosts the runtime of unit "+others[0])
 	}
 	return nil

@@ -45,6 +45,7 @@ import (
 	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/holdfastclient"
 	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/nodeindex"
 	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/pluginargs"
+	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/pluginmetrics"
 	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/runtimepod"
 )
 
@@ -144,6 +145,7 @@ var _ fwk.SignPlugin = &UnitPlacement{}
 // Units through the scheduler's shared holdfast informers, and indexes nodes
 // from the scheduler's Node informer.
 func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+	pluginmetrics.Register()
 	args, err := getArgs(obj)
 	if err != nil {
 		return nil, err
@@ -515,9 +517,11 @@ func (pl *UnitPlacement) Filter(ctx context.Context, state fwk.CycleState, pod *
 	}
 	node := nodeInfo.Node()
 	if reason, _ := p.unitRefusal(node); reason != "" {
+		pluginmetrics.FilterRefusals.WithLabelValues(Name, p.refusalClass(reason)).Inc()
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reason)
 	}
 	if reason := nodeRefusal(klog.FromContext(ctx), node, pod); reason != "" {
+		pluginmetrics.FilterRefusals.WithLabelValues(Name, nodeRefusalClass(reason)).Inc()
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reason)
 	}
 	return nil
@@ -643,6 +647,7 @@ func (pl *UnitPlacement) record(ctx context.Context, pod *corev1.Pod, nodeName s
 		return fwk.AsStatus(fmt.Errorf("reading node %s: %w", nodeName, err))
 	}
 	var refusal *fwk.Status
+	already := false
 	// The first attempt starts from the informer's copy, which saves a
 	// round trip on the path every runtime takes; a conflict, or a refusal
 	// read from that copy, is decided again on the apiserver's.
@@ -653,7 +658,7 @@ func (pl *UnitPlacement) record(ctx context.Context, pod *corev1.Pod, nodeName s
 			reader = pl.units
 			defer func() { cached = false }()
 		}
-		refusal = nil
+		refusal, already = nil, false
 		var u holdfastv1.Unit
 		if err := reader.Get(ctx, key, &u); err != nil {
 			if apierrors.IsNotFound(err) && !cached {
@@ -681,7 +686,8 @@ func (pl *UnitPlacement) record(ctx context.Context, pod *corev1.Pod, nodeName s
 			return nil
 		}
 		if p.boundNode == nodeName {
-			return nil // recorded by an earlier attempt of this pod
+			already = true // recorded by an earlier attempt of this pod
+			return nil
 		}
 		b := u.Status.RuntimeBinding
 		b.Node = nodeName
@@ -690,11 +696,18 @@ func (pl *UnitPlacement) record(ctx context.Context, pod *corev1.Pod, nodeName s
 		return pl.live.Status().Update(ctx, &u)
 	})
 	if err != nil {
+		pluginmetrics.BindingRecords.WithLabelValues(pluginmetrics.Error).Inc()
 		return fwk.AsStatus(fmt.Errorf("recording node %s in the binding of unit %s: %w", nodeName, display, err))
 	}
 	if refusal != nil {
+		pluginmetrics.BindingRecords.WithLabelValues(pluginmetrics.Refused).Inc()
 		logger.V(2).Info("Runtime pod refused at Bind", "pod", klog.KObj(pod), "unit", key, "node", nodeName, "reason", refusal.Message())
 		return refusal
+	}
+	if already {
+		pluginmetrics.BindingRecords.WithLabelValues(pluginmetrics.AlreadyRecorded).Inc()
+	} else {
+		pluginmetrics.BindingRecords.WithLabelValues(pluginmetrics.Recorded).Inc()
 	}
 	logger.V(2).Info("Recorded the runtime binding", "pod", klog.KObj(pod), "unit", key, "node", nodeName)
 	return nil

@@ -136,16 +136,16 @@ func TestRoleSwap(t *testing.T) {
 	}
 	m := metrics(t)
 	for _, want := range [][]string{
-		{"holdfast_voterswaps_finished_total", `phase="Succeeded"`},
-		{"holdfast_voters"},
-		{"holdfast_voterswap_actions_total", `result="ok"`},
+		{"holdfast_voters_swaps_finished_total", `phase="Succeeded"`},
+		{"holdfast_voters_count"},
+		{"holdfast_voters_swap_actions_total", `result="ok"`},
 	} {
 		if metricLine(m, want[0], want[1:]...) == "" {
 			t.Errorf("metric %v missing from the voters role", want)
 		}
 	}
-	if l := metricLine(m, "holdfast_voters"); !strings.HasSuffix(l, " 3") {
-		t.Errorf("holdfast_voters: %q, want 3", l)
+	if l := metricLine(m, "holdfast_voters_count"); !strings.HasSuffix(l, " 3") {
+		t.Errorf("holdfast_voters_count: %q, want 3", l)
 	}
 
 	// The former member in again, for a voter that was never swapped: a new
