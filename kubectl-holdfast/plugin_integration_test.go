@@ -33,6 +33,7 @@ import (
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	plugin "github.com/holdfast-io/holdfast/kubectl-holdfast"
 	"github.com/holdfast-io/holdfast/policy"
+	"github.com/holdfast-io/holdfast/test/poll"
 	"github.com/holdfast-io/holdfast/test/testenv"
 )
 
@@ -173,13 +174,7 @@ func updateStatus(t *testing.T, u *holdfastv1.Unit, mutate func(*holdfastv1.Unit
 // eventually polls until cond holds or the deadline passes.
 func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	poll.Until(t, d, what, poll.True(cond))
 }
 
 // start runs the binary in the background; the returned func waits for it.

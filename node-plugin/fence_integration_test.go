@@ -28,6 +28,7 @@ import (
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/node-plugin/fence"
 	"github.com/holdfast-io/holdfast/test/crihost"
+	"github.com/holdfast-io/holdfast/test/poll"
 	"github.com/holdfast-io/holdfast/test/ports"
 )
 
@@ -173,14 +174,8 @@ func startManager(t testing.TB, setup func(ctrl.Manager) error) client.Client {
 func waitFor(t *testing.T, what string, cond func() bool) time.Duration {
 	t.Helper()
 	start := time.Now()
-	for time.Since(start) < 60*time.Second {
-		if cond() {
-			return time.Since(start)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("%s: not within 60s", what)
-	return 0
+	poll.Until(t, 60*time.Second, what, poll.True(cond))
+	return time.Since(start)
 }
 
 func events(t *testing.T, ns, reason string) []corev1.Event {

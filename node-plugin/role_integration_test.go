@@ -32,6 +32,7 @@ import (
 	"github.com/holdfast-io/holdfast/test/dbusdouble"
 	"github.com/holdfast-io/holdfast/test/etcdproc"
 	"github.com/holdfast-io/holdfast/test/etcdwatch"
+	"github.com/holdfast-io/holdfast/test/poll"
 	"github.com/holdfast-io/holdfast/test/systemdhost"
 )
 
@@ -207,16 +208,10 @@ const (
 
 func eventually(t *testing.T, what string, cond func() (bool, error)) {
 	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	var err error
-	for time.Now().Before(deadline) {
-		var ok bool
-		if ok, err = cond(); ok {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("%s: not within %v (last error %v)", what, waitTimeout, err)
+	poll.Until(t, waitTimeout, what, func() (bool, string) {
+		ok, err := cond()
+		return ok, fmt.Sprint(err)
+	})
 }
 
 // writer is test/etcdwatch's Writer: it puts keys throughout, reads each

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/holdfast-io/holdfast/internal/leasetls/leasetlstest"
+	"github.com/holdfast-io/holdfast/test/poll"
 )
 
 // The webhook's serving certificate is rotated with no restart (the
@@ -81,10 +82,10 @@ func TestTheWebhookServesARotatedCertificateWithoutRestart(t *testing.T) {
 	// the client of the old CA alone still holds its connection from before
 	// the rotation (a connection outlives the certificate it began with).
 	setCABundle(t, leasetlstest.Bundle(oldCA, oldCA))
-	pollUntil(t, "the apiserver trusting only the old CA fails to call the webhook", func() bool {
+	poll.Until(t, 60*time.Second, "the apiserver trusting only the old CA fails to call the webhook", poll.True(func() bool {
 		res := env.Kubectl().Run(t, "", "label", "node", "edge-9", "holdfast.io/desired-role=server")
 		return strings.Contains(res.Stderr, "failed calling webhook") && strings.Contains(res.Stderr, "x509")
-	})
+	}))
 	// 3. Retire the old CA: the apiserver trusting the new one alone reaches it.
 	setCABundle(t, newCA.CertPEM)
 	refusedByTheNodeRule(t, p.ruleAnswers(t))
@@ -181,16 +182,4 @@ func freeAddr(t *testing.T) string {
 	}
 	defer l.Close()
 	return l.Addr().String()
-}
-
-// pollUntil waits up to a minute for cond.
-func pollUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 60s", what)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/holdfast-io/holdfast/runtime/leasetest"
 	"github.com/holdfast-io/holdfast/runtime/runtimetest"
 	"github.com/holdfast-io/holdfast/test/devicesim"
+	"github.com/holdfast-io/holdfast/test/poll"
 )
 
 const (
@@ -88,13 +89,7 @@ func (p *proc) metric(t *testing.T, name string) string {
 
 func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	poll.Until(t, timeout, what, poll.True(cond))
 }
 
 // grantor is the authorised grantor of p: a client certificate of the CA

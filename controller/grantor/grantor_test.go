@@ -19,6 +19,7 @@ import (
 	"github.com/holdfast-io/holdfast/api/lease"
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	runtimelease "github.com/holdfast-io/holdfast/runtime/lease"
+	"github.com/holdfast-io/holdfast/test/poll"
 )
 
 // endpoint answers the lease protocol at the HTTP boundary the way the
@@ -144,13 +145,7 @@ var unit = types.NamespacedName{Namespace: "plant", Name: "kiln-1"}
 // waitFor polls until cond holds (the loop runs on its own goroutine).
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	poll.Until(t, 10*time.Second, what, poll.True(cond))
 }
 
 // parked reports whether the unit's loop waits on its timer with no attempt

@@ -18,6 +18,7 @@ import (
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/controller/units"
+	"github.com/holdfast-io/holdfast/test/poll"
 )
 
 // TestL5UnplacedRebindCountsAgainstTheBudget: with no scheduler running, no
@@ -54,7 +55,7 @@ func TestL5UnplacedRebindCountsAgainstTheBudget(t *testing.T) {
 	key := types.NamespacedName{Namespace: ns, Name: "kiln"}
 
 	e1 := waitNewEpoch(t, key, 0)
-	eventually(t, 30*time.Second, "the first runtime pod", func() (bool, string) { return runtimePod(t, u, e1) != nil, "" })
+	poll.Until(t, 30*time.Second, "the first runtime pod", func() (bool, string) { return runtimePod(t, u, e1) != nil, "" })
 
 	// The first binding's start-up grace, margin and hold-off all pass. No
 	// pod is ever placed: only the budget stops the re-binds. Each later
@@ -63,7 +64,7 @@ func TestL5UnplacedRebindCountsAgainstTheBudget(t *testing.T) {
 	// test waits, however slowly the machine runs.
 	clk.Step(30 * time.Second)
 	var got *holdfastv1.Unit
-	eventually(t, 60*time.Second, "the suspension", func() (bool, string) {
+	poll.Until(t, 60*time.Second, "the suspension", func() (bool, string) {
 		got = getUnit(t, key)
 		b := got.Status.RuntimeBinding
 		done := len(b.UnplacedRebinds) > 2 || meta.IsStatusConditionTrue(got.Status.Conditions, holdfastv1.ConditionFailoverSuspended)
@@ -93,7 +94,7 @@ func TestL5UnplacedRebindCountsAgainstTheBudget(t *testing.T) {
 	// it is (L14).
 	want := []string{units.EventLeaseBelowFloor, units.EventLeaseExpired, units.EventRebound, units.EventLeaseExpired, units.EventRebound,
 		units.EventLeaseExpired, units.EventBudgetExhausted}
-	eventually(t, 15*time.Second, "the events", func() (bool, string) {
+	poll.Until(t, 15*time.Second, "the events", func() (bool, string) {
 		got := eventReasons(events(t, u))
 		return slices.Equal(got, want), strings.Join(got, ",")
 	})
@@ -108,12 +109,12 @@ func TestL5UnplacedRebindCountsAgainstTheBudget(t *testing.T) {
 		c := meta.FindStatusCondition(u.Status.Conditions, holdfastv1.ConditionFailoverRequest)
 		return c != nil && c.Reason == holdfastv1.ReasonLeadershipHoldOff
 	}
-	eventually(t, 60*time.Second, "the new leader's pass inside its hold-off", func() (bool, string) {
+	poll.Until(t, 60*time.Second, "the new leader's pass inside its hold-off", func() (bool, string) {
 		u := getUnit(t, key)
 		return holdOff(u), fmt.Sprintf("%+v", u.Status.Conditions)
 	})
 	clk.Step(10 * time.Minute)
-	eventually(t, 30*time.Second, "the new leader's pass after its hold-off", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "the new leader's pass after its hold-off", func() (bool, string) {
 		u := getUnit(t, key)
 		return !holdOff(u), fmt.Sprintf("%+v", u.Status.Conditions)
 	})

@@ -17,6 +17,7 @@ import (
 	"github.com/holdfast-io/holdfast/controller/units"
 	"github.com/holdfast-io/holdfast/runtime/driver/modbus"
 	"github.com/holdfast-io/holdfast/test/devicesim"
+	"github.com/holdfast-io/holdfast/test/poll"
 )
 
 // TestADeviceHoldingALaterEpochIsNeverWritten (L13): the unit's device
@@ -42,7 +43,7 @@ func TestADeviceHoldingALaterEpochIsNeverWritten(t *testing.T) {
 				t.Fatalf("the controller drew epoch %d, not below the device's %d: the test proves nothing", e1, later)
 			}
 			var c *metav1.Condition
-			eventually(t, 60*time.Second, "LaterEpochAtDevice", func() (bool, string) {
+			poll.Until(t, 60*time.Second, "LaterEpochAtDevice", func() (bool, string) {
 				u := p.unit()
 				c = meta.FindStatusCondition(u.Status.Conditions, holdfastv1.ConditionLaterEpochAtDevice)
 				return c != nil && c.Status == metav1.ConditionTrue, fmt.Sprintf("%+v", u.Status.Conditions)
@@ -60,7 +61,7 @@ func TestADeviceHoldingALaterEpochIsNeverWritten(t *testing.T) {
 			if c.Reason != holdfastv1.ReasonWritesWithheld {
 				t.Errorf("condition reason %s", c.Reason)
 			}
-			eventually(t, 10*time.Second, "the Event", func() (bool, string) {
+			poll.Until(t, 10*time.Second, "the Event", func() (bool, string) {
 				for _, e := range events(t, p.u) {
 					if e.Reason == units.EventLaterEpochAtDevice && e.Type == "Warning" && e.Note == c.Message {
 						return true, ""
@@ -72,7 +73,7 @@ func TestADeviceHoldingALaterEpochIsNeverWritten(t *testing.T) {
 			// The runtime goes on scanning, reading the block before each
 			// attempt; nothing it sends reaches the device.
 			reads := p.dev.ReadsServed()
-			eventually(t, 20*time.Second, "ten more withheld attempts", func() (bool, string) {
+			poll.Until(t, 20*time.Second, "ten more withheld attempts", func() (bool, string) {
 				return p.dev.ReadsServed() >= reads+10, fmt.Sprintf("%d reads", p.dev.ReadsServed()-reads)
 			})
 			if log := p.dev.Writes(); len(log) != 0 {
@@ -91,7 +92,7 @@ func TestADeviceHoldingALaterEpochIsNeverWritten(t *testing.T) {
 				t.Fatalf("the failover drew epoch %d, not above the device's %d", e2, later)
 			}
 			p.waitWrites(2)
-			eventually(t, 30*time.Second, "LaterEpochAtDevice cleared", func() (bool, string) {
+			poll.Until(t, 30*time.Second, "LaterEpochAtDevice cleared", func() (bool, string) {
 				u := p.unit()
 				c := meta.FindStatusCondition(u.Status.Conditions, holdfastv1.ConditionLaterEpochAtDevice)
 				return c != nil && c.Status == metav1.ConditionFalse && c.Reason == holdfastv1.ReasonNoLaterEpoch, fmt.Sprintf("%+v", c)

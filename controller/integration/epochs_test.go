@@ -20,6 +20,7 @@ import (
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/controller/units"
+	"github.com/holdfast-io/holdfast/test/poll"
 )
 
 // TestARecreatedUnitNeverReusesAnEpoch (L13): a unit is created, failed
@@ -119,7 +120,7 @@ func deleteUnit(t *testing.T, u *holdfastv1.Unit) {
 	if err := env.Client.Delete(ctx, u); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 20*time.Second, "the unit and its pods gone", func() (bool, string) {
+	poll.Until(t, 20*time.Second, "the unit and its pods gone", func() (bool, string) {
 		var pods corev1.PodList
 		if err := env.Client.List(ctx, &pods, client.InNamespace(u.Namespace), client.MatchingLabels{holdfastv1.LabelUnit: u.Name}); err != nil {
 			return false, err.Error()

@@ -21,6 +21,7 @@ import (
 	"github.com/holdfast-io/holdfast/controller/units"
 	"github.com/holdfast-io/holdfast/policy"
 	"github.com/holdfast-io/holdfast/test/devicesim"
+	"github.com/holdfast-io/holdfast/test/poll"
 )
 
 // plant is one test's cluster corner: a Failover unit whose real runtime
@@ -116,7 +117,7 @@ func (p *plant) waitPod(n int) {
 	if n > 1 {
 		after = p.epoch(n - 1)
 	}
-	eventually(p.t, 60*time.Second, fmt.Sprintf("runtime pod of binding %d", n), func() (bool, string) {
+	poll.Until(p.t, 60*time.Second, fmt.Sprintf("runtime pod of binding %d", n), func() (bool, string) {
 		b := p.unit().Status.RuntimeBinding
 		if b == nil || b.Epoch <= after || (n <= len(p.epochs) && b.Epoch != p.epochs[n-1]) {
 			return false, fmt.Sprintf("binding %+v", b)
@@ -155,7 +156,7 @@ func (p *plant) place(n int) string {
 func (p *plant) waitLease(n int, state holdfastv1.LeaseState, within time.Duration) {
 	p.t.Helper()
 	epoch := p.epoch(n)
-	eventually(p.t, within, fmt.Sprintf("lease %s at epoch %d", state, epoch), func() (bool, string) {
+	poll.Until(p.t, within, fmt.Sprintf("lease %s at epoch %d", state, epoch), func() (bool, string) {
 		b := p.unit().Status.RuntimeBinding
 		return b != nil && b.Epoch == epoch && b.LeaseState == state && b.LeaseStateEpoch == epoch, fmt.Sprintf("%+v", b)
 	})
@@ -164,7 +165,7 @@ func (p *plant) waitLease(n int, state holdfastv1.LeaseState, within time.Durati
 func (p *plant) waitWrites(n int) {
 	p.t.Helper()
 	epoch := p.epoch(n)
-	eventually(p.t, 20*time.Second, fmt.Sprintf("accepted device writes at epoch %d", epoch), func() (bool, string) {
+	poll.Until(p.t, 20*time.Second, fmt.Sprintf("accepted device writes at epoch %d", epoch), func() (bool, string) {
 		return len(devicesim.ByEpoch(p.dev.Writes())[epoch]) >= 3, fmt.Sprintf("epochs %v", devicesim.Epochs(p.dev.Writes()))
 	})
 }
@@ -184,7 +185,7 @@ func (p *plant) waitEvents(want []string) {
 	if floor, _ := policy.DefaultGrantorTimings().LeaseFloor(); p.u.Spec.Availability.Mode == holdfastv1.Failover && p.u.Spec.Availability.LeaseDuration() < floor {
 		want = append([]string{units.EventLeaseBelowFloor}, want...)
 	}
-	eventually(p.t, 15*time.Second, "events "+strings.Join(want, ","), func() (bool, string) {
+	poll.Until(p.t, 15*time.Second, "events "+strings.Join(want, ","), func() (bool, string) {
 		got := p.eventReasons()
 		return slices.Equal(got, want), strings.Join(got, ",")
 	})
@@ -288,7 +289,7 @@ func primaryLoss(t *testing.T, sig syscall.Signal, wantAttempt holdfastv1.Renewa
 			}
 		})
 		var st leaseapi.Status
-		eventually(t, 10*time.Second, "the woken runtime to answer", func() (bool, string) {
+		poll.Until(t, 10*time.Second, "the woken runtime to answer", func() (bool, string) {
 			var err error
 			st, err = old.leaseStatus()
 			return err == nil, fmt.Sprint(err)
@@ -384,7 +385,7 @@ func TestAReplacementThatNeverAnswersIsStartupFailedThenTheNextStandbyThenSuspen
 		t.Fatalf("after the first replacement: %+v expiry %+v", b, b.Expiry)
 	}
 	second := p.place(3)
-	eventually(t, 60*time.Second, "the suspension", func() (bool, string) {
+	poll.Until(t, 60*time.Second, "the suspension", func() (bool, string) {
 		u := p.unit()
 		return meta.IsStatusConditionTrue(u.Status.Conditions, holdfastv1.ConditionFailoverSuspended), fmt.Sprintf("%+v", u.Status.RuntimeBinding)
 	})
@@ -416,7 +417,7 @@ func TestAReplacementThatNeverAnswersIsStartupFailedThenTheNextStandbyThenSuspen
 	// The pod left in place finally starts: its first renewal recovers.
 	p.k.setNode(second, func(s *simNode) { s.broken = false })
 	p.waitLease(3, holdfastv1.LeaseHeld, 30*time.Second)
-	eventually(t, 10*time.Second, "the suspension lifted", func() (bool, string) {
+	poll.Until(t, 10*time.Second, "the suspension lifted", func() (bool, string) {
 		u := p.unit()
 		c := meta.FindStatusCondition(u.Status.Conditions, holdfastv1.ConditionFailoverSuspended)
 		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == holdfastv1.ReasonRuntimeConfirmed && len(u.Status.RuntimeBinding.UnsettledRebinds) == 0,

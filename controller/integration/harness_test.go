@@ -38,6 +38,7 @@ import (
 	"github.com/holdfast-io/holdfast/controller/units"
 	"github.com/holdfast-io/holdfast/internal/leasetls/leasetlstest"
 	"github.com/holdfast-io/holdfast/policy"
+	"github.com/holdfast-io/holdfast/test/poll"
 	"github.com/holdfast-io/holdfast/test/testenv"
 )
 
@@ -196,24 +197,6 @@ func auditReasons(recs []audit.Record, unit string) []string {
 	return out
 }
 
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t testing.TB, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	last := ""
-	for {
-		ok, msg := cond()
-		if ok {
-			return
-		}
-		last = msg
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s; last: %s", timeout, what, last)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
 // node creates a Ready node with labels.
 func node(t testing.TB, name string, labels map[string]string) {
 	t.Helper()
@@ -258,7 +241,7 @@ func runtimePod(t testing.TB, u *holdfastv1.Unit, epoch int64) *corev1.Pod {
 func waitNewEpoch(t testing.TB, key types.NamespacedName, after int64) int64 {
 	t.Helper()
 	var e int64
-	eventually(t, 20*time.Second, fmt.Sprintf("a binding above epoch %d", after), func() (bool, string) {
+	poll.Until(t, 20*time.Second, fmt.Sprintf("a binding above epoch %d", after), func() (bool, string) {
 		var u holdfastv1.Unit
 		if err := env.Client.Get(context.Background(), key, &u); err != nil {
 			return false, err.Error()

@@ -18,6 +18,7 @@ import (
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/controller/units"
 	"github.com/holdfast-io/holdfast/test/devicesim"
+	"github.com/holdfast-io/holdfast/test/poll"
 )
 
 // benchLeaderLossUnits is how many real runtimes hold leases through the
@@ -43,7 +44,7 @@ func BenchmarkGrantorLeaderLoss(b *testing.B) {
 	k := newKubelet(b, ns)
 	electionID := "grantor-" + ns
 	procs := map[string]*controllerProcess{"ctl-a": startControllerProcess(b, ns, electionID, "ctl-a")}
-	eventually(b, 60*time.Second, "ctl-a leading", func() (bool, string) {
+	poll.Until(b, 60*time.Second, "ctl-a leading", func() (bool, string) {
 		h := holder(electionLease(b, electionID))
 		return strings.HasPrefix(h, "ctl-a_"), h
 	})
@@ -77,13 +78,13 @@ func BenchmarkGrantorLeaderLoss(b *testing.B) {
 		}
 		key := types.NamespacedName{Namespace: ns, Name: u.Name}
 		e := waitNewEpoch(b, key, 0)
-		eventually(b, 60*time.Second, "the first pod of "+u.Name, func() (bool, string) { return runtimePod(b, u, e) != nil, "" })
+		poll.Until(b, 60*time.Second, "the first pod of "+u.Name, func() (bool, string) { return runtimePod(b, u, e) != nil, "" })
 		schedule(b, key, e, primary)
 		us, devs, epochs = append(us, u), append(devs, dev), append(epochs, e)
 	}
 	for _, u := range us {
 		key := types.NamespacedName{Namespace: ns, Name: u.Name}
-		eventually(b, 60*time.Second, u.Name+" held", func() (bool, string) {
+		poll.Until(b, 60*time.Second, u.Name+" held", func() (bool, string) {
 			bd := getUnit(b, key).Status.RuntimeBinding
 			return bd != nil && bd.LeaseState == holdfastv1.LeaseHeld, fmt.Sprintf("%+v", bd)
 		})
@@ -102,7 +103,7 @@ func BenchmarkGrantorLeaderLoss(b *testing.B) {
 		}
 		// The worst phase for the first unit: the leader renews it in
 		// steady state and its next renewal is due.
-		eventually(b, 90*time.Second, leader+" renewing in the worst phase", func() (bool, string) {
+		poll.Until(b, 90*time.Second, leader+" renewing in the worst phase", func() (bool, string) {
 			st, err := rts[0].leaseStatus()
 			if err != nil || st.LastGrantor != leader || st.State != leaseapi.Held || st.RemainingMillis == nil {
 				return false, fmt.Sprintf("%+v %v", st, err)
@@ -162,7 +163,7 @@ func BenchmarkGrantorLeaderLoss(b *testing.B) {
 		// The killed process comes back as the standby for the next kill.
 		p := startControllerProcess(b, ns, electionID, leader)
 		procs[leader] = p
-		eventually(b, 90*time.Second, leader+" back as a candidate", func() (bool, string) {
+		poll.Until(b, 90*time.Second, leader+" back as a candidate", func() (bool, string) {
 			log, _ := os.ReadFile(p.logPath)
 			return strings.Contains(string(log), "Attempting to acquire leader lease"), ""
 		})

@@ -21,6 +21,7 @@ import (
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/controller/leadership"
 	"github.com/holdfast-io/holdfast/controller/units"
+	"github.com/holdfast-io/holdfast/test/poll"
 )
 
 func electionLease(t testing.TB, id string) *coordinationv1.Lease {
@@ -45,7 +46,7 @@ func holder(l *coordinationv1.Lease) string {
 func TestADeliberateStopReleasesTheGrantorLeaseAtOnce(t *testing.T) {
 	id := "grantor-release"
 	c := startController(t, controllerOptions{identity: "ctl-release", electionID: id, standDown: 90 * time.Second})
-	eventually(t, 30*time.Second, "leadership", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "leadership", func() (bool, string) {
 		h := holder(electionLease(t, id))
 		return strings.HasPrefix(h, "ctl-release_"), h
 	})
@@ -114,7 +115,7 @@ func TestALostLeadershipStandsDownRenewingWhatItHolds(t *testing.T) {
 	// the loss is noticed up to the renew deadline (4s) later, so 20s
 	// leaves a stand-down long enough to watch.
 	c := startController(t, controllerOptions{namespace: ns, identity: "ctl-lost", electionID: id, standDown: 20 * time.Second})
-	eventually(t, 30*time.Second, "leadership", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "leadership", func() (bool, string) {
 		h := holder(electionLease(t, id))
 		return strings.HasPrefix(h, "ctl-lost_"), h
 	})
@@ -133,10 +134,10 @@ func TestALostLeadershipStandsDownRenewingWhatItHolds(t *testing.T) {
 	}
 	key := types.NamespacedName{Namespace: ns, Name: "kiln-9"}
 	e1 := waitNewEpoch(t, key, 0)
-	eventually(t, 20*time.Second, "the first runtime pod", func() (bool, string) { return runtimePod(t, u, e1) != nil, "" })
+	poll.Until(t, 20*time.Second, "the first runtime pod", func() (bool, string) { return runtimePod(t, u, e1) != nil, "" })
 	schedule(t, key, e1, "lost-edge-1")
 	kubeletReports(t, ns, units.PodName("kiln-9", e1), "127.0.0.1", false, 0)
-	eventually(t, 20*time.Second, "renewal attempts", func() (bool, string) { return endpoint.count.Load() >= 2, "" })
+	poll.Until(t, 20*time.Second, "renewal attempts", func() (bool, string) { return endpoint.count.Load() >= 2, "" })
 
 	// Another process takes the Lease; this one's renewals fail and its
 	// manager stops without being asked.
@@ -150,7 +151,7 @@ func TestALostLeadershipStandsDownRenewingWhatItHolds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "the stand-down", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "the stand-down", func() (bool, string) {
 		for _, l := range c.auditLines(t) {
 			if l.Reason == "GrantorStandingDown" && strings.Contains(l.Message, ns+"/kiln-9") {
 				return true, ""
@@ -159,7 +160,7 @@ func TestALostLeadershipStandsDownRenewingWhatItHolds(t *testing.T) {
 		return false, "no GrantorStandingDown line"
 	})
 	during := endpoint.count.Load()
-	eventually(t, 5*time.Second, "renewals during the stand-down", func() (bool, string) { return endpoint.count.Load() >= during+2, "" })
+	poll.Until(t, 5*time.Second, "renewals during the stand-down", func() (bool, string) { return endpoint.count.Load() >= during+2, "" })
 	resp, err := http.Get("http://" + c.health + "/healthz")
 	if err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("/healthz must answer during the stand-down: %v %v", resp, err)

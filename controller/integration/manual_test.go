@@ -19,6 +19,7 @@ import (
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/controller/units"
+	"github.com/holdfast-io/holdfast/test/poll"
 )
 
 func annotate(t *testing.T, key types.NamespacedName, kv map[string]string) {
@@ -70,7 +71,7 @@ func TestAnAutonomyUnitFailsOverOnlyByHandWithAConfirmedFence(t *testing.T) {
 
 	var pod *corev1.Pod
 	e1 := waitNewEpoch(t, key, 0)
-	eventually(t, 20*time.Second, "the first binding's pod", func() (bool, string) {
+	poll.Until(t, 20*time.Second, "the first binding's pod", func() (bool, string) {
 		pod = runtimePod(t, u, e1)
 		return pod != nil, fmt.Sprintf("no pod of epoch %d", e1)
 	})
@@ -82,7 +83,7 @@ func TestAnAutonomyUnitFailsOverOnlyByHandWithAConfirmedFence(t *testing.T) {
 
 	schedule(t, key, e1, "press-edge-1")
 	kubeletReports(t, ns, pod.Name, "127.0.0.1", true, 0)
-	eventually(t, 20*time.Second, "RuntimeReady and the first address", func() (bool, string) {
+	poll.Until(t, 20*time.Second, "RuntimeReady and the first address", func() (bool, string) {
 		got := getUnit(t, key)
 		b := got.Status.RuntimeBinding
 		return meta.IsStatusConditionTrue(got.Status.Conditions, holdfastv1.ConditionRuntimeReady) && b.FirstAddressAt != nil && b.Node == "press-edge-1",
@@ -91,7 +92,7 @@ func TestAnAutonomyUnitFailsOverOnlyByHandWithAConfirmedFence(t *testing.T) {
 
 	// Without a confirmed fence: refused, consumed, nothing moved.
 	annotate(t, key, map[string]string{holdfastv1.AnnotationFailoverTo: "press-standby-1"})
-	eventually(t, 20*time.Second, "the refusal", func() (bool, string) {
+	poll.Until(t, 20*time.Second, "the refusal", func() (bool, string) {
 		got := getUnit(t, key)
 		c := meta.FindStatusCondition(got.Status.Conditions, holdfastv1.ConditionFailoverRequest)
 		_, pending := got.Annotations[holdfastv1.AnnotationFailoverTo]
@@ -110,7 +111,7 @@ func TestAnAutonomyUnitFailsOverOnlyByHandWithAConfirmedFence(t *testing.T) {
 	})
 	var pod2 *corev1.Pod
 	e2 := waitNewEpoch(t, key, e1)
-	eventually(t, 20*time.Second, "the manual re-bind", func() (bool, string) {
+	poll.Until(t, 20*time.Second, "the manual re-bind", func() (bool, string) {
 		pod2 = runtimePod(t, u, e2)
 		return pod2 != nil, fmt.Sprintf("no pod of epoch %d", e2)
 	})
@@ -126,7 +127,7 @@ func TestAnAutonomyUnitFailsOverOnlyByHandWithAConfirmedFence(t *testing.T) {
 	if pod2.Spec.NodeName != "" || terms[0].MatchFields[0].Values[0] != "press-standby-1" || pod2.Spec.NodeSelector != nil {
 		t.Fatalf("the new pod must ask the scheduler for the node asked for, never name it: %+v", pod2.Spec)
 	}
-	eventually(t, 20*time.Second, "the request consumed and the old pod deleted", func() (bool, string) {
+	poll.Until(t, 20*time.Second, "the request consumed and the old pod deleted", func() (bool, string) {
 		got := getUnit(t, key)
 		old := runtimePod(t, u, e1)
 		_, pending := got.Annotations[holdfastv1.AnnotationFailoverTo]
@@ -136,14 +137,14 @@ func TestAnAutonomyUnitFailsOverOnlyByHandWithAConfirmedFence(t *testing.T) {
 	schedule(t, key, e2, "press-standby-1")
 	kubeletReports(t, ns, pod2.Name, "127.0.0.1", true, 0)
 	annotate(t, key, map[string]string{holdfastv1.AnnotationRestart: time.Now().UTC().Add(time.Second).Format(time.RFC3339), holdfastv1.AnnotationRequestID: "req-10"})
-	eventually(t, 20*time.Second, "the restart clearing the Hold", func() (bool, string) {
+	poll.Until(t, 20*time.Second, "the restart clearing the Hold", func() (bool, string) {
 		got := getUnit(t, key)
 		c := meta.FindStatusCondition(got.Status.Conditions, holdfastv1.ConditionHeld)
 		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == holdfastv1.ReasonRestarted, fmt.Sprintf("%+v", got.Status)
 	})
 
 	want := []string{units.EventManualFailoverRefused, units.EventHold, units.EventManualRebind, units.EventRestarted}
-	eventually(t, 10*time.Second, "the events", func() (bool, string) {
+	poll.Until(t, 10*time.Second, "the events", func() (bool, string) {
 		got := eventReasons(events(t, u))
 		return slices.Equal(got, want), strings.Join(got, ",")
 	})

@@ -19,6 +19,7 @@ import (
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/controller/audit"
 	"github.com/holdfast-io/holdfast/controller/units"
+	"github.com/holdfast-io/holdfast/test/poll"
 )
 
 // TestTheRebindIsDecidedWhenTheMarginEnds: the availability decision runs on
@@ -51,7 +52,7 @@ func TestTheRebindIsDecidedWhenTheMarginEnds(t *testing.T) {
 	held := func(n int) {
 		t.Helper()
 		p.place(n)
-		eventually(t, 60*time.Second, fmt.Sprintf("binding %d holding its lease", n), func() (bool, string) {
+		poll.Until(t, 60*time.Second, fmt.Sprintf("binding %d holding its lease", n), func() (bool, string) {
 			b := p.unit().Status.RuntimeBinding
 			if b.Epoch == p.epoch(n) && b.LeaseState == holdfastv1.LeaseHeld && b.LeaseStateEpoch == b.Epoch {
 				return true, ""
@@ -74,7 +75,7 @@ func TestTheRebindIsDecidedWhenTheMarginEnds(t *testing.T) {
 		// The last acknowledgement is recorded at most a third of the lease
 		// before the grantor's own: the deadline is reached by small steps.
 		clk.SetTime(b.LastAcknowledgedRenewal.Time.Add(lease))
-		eventually(t, 60*time.Second, fmt.Sprintf("the expiry at epoch %d", b.Epoch), func() (bool, string) {
+		poll.Until(t, 60*time.Second, fmt.Sprintf("the expiry at epoch %d", b.Epoch), func() (bool, string) {
 			b := p.unit().Status.RuntimeBinding
 			if b.LeaseState == holdfastv1.LeaseExpired && b.Expiry != nil && b.Expiry.Epoch == p.epoch(n) {
 				return true, ""
@@ -98,7 +99,7 @@ func TestTheRebindIsDecidedWhenTheMarginEnds(t *testing.T) {
 		touch(t, p.u, fmt.Sprint(n))
 		waitNewEpoch(t, p.key, p.epoch(n))
 		out := map[string]audit.Record{}
-		eventually(t, 15*time.Second, "the re-bind's audit line", func() (bool, string) {
+		poll.Until(t, 15*time.Second, "the re-bind's audit line", func() (bool, string) {
 			for _, r := range p.c.auditLines(t) {
 				if r.Unit == unit {
 					out[r.Reason] = r
@@ -114,7 +115,7 @@ func TestTheRebindIsDecidedWhenTheMarginEnds(t *testing.T) {
 	held(1)
 	exp1 := lose(1)
 	var until time.Time
-	eventually(t, 30*time.Second, "the LeadershipHoldOff Event", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "the LeadershipHoldOff Event", func() (bool, string) {
 		for _, e := range events(t, p.u) {
 			if e.Reason != units.EventLeadershipHoldOff {
 				continue

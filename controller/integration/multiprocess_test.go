@@ -20,6 +20,7 @@ import (
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/controller/units"
 	"github.com/holdfast-io/holdfast/test/devicesim"
+	"github.com/holdfast-io/holdfast/test/poll"
 )
 
 // controllerProcess is one holdfast-controller --role=units process.
@@ -93,7 +94,7 @@ func TestTheLeaderKilledMidLeaseNeverFencesTheRuntime(t *testing.T) {
 
 	electionID := "grantor-" + ns
 	a := startControllerProcess(t, ns, electionID, "ctl-a")
-	eventually(t, 60*time.Second, "ctl-a leading", func() (bool, string) {
+	poll.Until(t, 60*time.Second, "ctl-a leading", func() (bool, string) {
 		h := holder(electionLease(t, electionID))
 		return strings.HasPrefix(h, "ctl-a_"), h
 	})
@@ -113,9 +114,9 @@ func TestTheLeaderKilledMidLeaseNeverFencesTheRuntime(t *testing.T) {
 	}
 	key := types.NamespacedName{Namespace: ns, Name: "kiln"}
 	e1 := waitNewEpoch(t, key, 0)
-	eventually(t, 30*time.Second, "the first runtime pod", func() (bool, string) { return runtimePod(t, u, e1) != nil, "" })
+	poll.Until(t, 30*time.Second, "the first runtime pod", func() (bool, string) { return runtimePod(t, u, e1) != nil, "" })
 	schedule(t, key, e1, primary)
-	eventually(t, 30*time.Second, "the lease held", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "the lease held", func() (bool, string) {
 		bd := getUnit(t, key).Status.RuntimeBinding
 		return bd != nil && bd.LeaseState == holdfastv1.LeaseHeld, fmt.Sprintf("%+v", bd)
 	})
@@ -123,7 +124,7 @@ func TestTheLeaderKilledMidLeaseNeverFencesTheRuntime(t *testing.T) {
 	// Kill the leader in the worst phase: steady renewals (the runtime's
 	// anchor one renewal behind), just before its next renewal, when the
 	// runtime has the least of its lease left: about 30s - 2 x 5s.
-	eventually(t, 60*time.Second, "ctl-a renewing in the worst phase", func() (bool, string) {
+	poll.Until(t, 60*time.Second, "ctl-a renewing in the worst phase", func() (bool, string) {
 		st, err := rt.leaseStatus()
 		if err != nil || st.LastGrantor != "ctl-a" || st.State != leaseapi.Held || st.LastSeq < 5 || st.RemainingMillis == nil {
 			return false, fmt.Sprintf("%+v %v", st, err)

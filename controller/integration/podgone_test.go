@@ -20,6 +20,7 @@ import (
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/controller/units"
 	"github.com/holdfast-io/holdfast/test/devicesim"
+	"github.com/holdfast-io/holdfast/test/poll"
 )
 
 // L11/L13 with real runtime processes on the real apiserver and a plain
@@ -71,13 +72,13 @@ func TestAPodGoneIsNotAStoppedWriterUntilItsNodeConfirms(t *testing.T) {
 
 		// Stopped on the node: the plugin's next listing releases the name.
 		old.kill()
-		eventually(t, 30*time.Second, "the Unit created again", func() (bool, string) {
+		poll.Until(t, 30*time.Second, "the Unit created again", func() (bool, string) {
 			err := env.Client.Create(ctx, again.DeepCopy())
 			return err == nil, fmt.Sprintf("create: %v", err)
 		})
 		e := waitNewEpoch(t, p.key, 0)
 		schedule(t, p.key, e, other)
-		eventually(t, 30*time.Second, "the re-created Unit's runtime writing", func() (bool, string) {
+		poll.Until(t, 30*time.Second, "the re-created Unit's runtime writing", func() (bool, string) {
 			return len(writesTo(dev, 101)) >= 3, fmt.Sprintf("%d writes", len(writesTo(dev, 101)))
 		})
 		oneWriterAtATime(t, dev, 100, 101)
@@ -113,14 +114,14 @@ func TestAPodGoneIsNotAStoppedWriterUntilItsNodeConfirms(t *testing.T) {
 		p.waitPod(2)
 		if u := p.unit(); u.Annotations[holdfastv1.AnnotationFailoverConfirmFenced] != "" {
 			// Consumed after the status write; wait for it.
-			eventually(t, 10*time.Second, "the certification consumed", func() (bool, string) {
+			poll.Until(t, 10*time.Second, "the certification consumed", func() (bool, string) {
 				v := p.unit().Annotations[holdfastv1.AnnotationFailoverConfirmFenced]
 				return v == "", v
 			})
 		}
 		p.k.setNode(p.primary, func(n *simNode) { n.cut = false })
 		schedule(t, p.key, p.epoch(2), p.primary)
-		eventually(t, 30*time.Second, "the new runtime writing", func() (bool, string) {
+		poll.Until(t, 30*time.Second, "the new runtime writing", func() (bool, string) {
 			return len(writesTo(dev, 101)) >= 3, fmt.Sprintf("%d writes", len(writesTo(dev, 101)))
 		})
 		oneWriterAtATime(t, dev, 100, 101)
@@ -142,7 +143,7 @@ func autonomyWriting(t *testing.T) (*devicesim.Sim, *plant, string, *runtimeProc
 		u.Spec.Runtime.Args = plainArgs(dev, "100")
 	}, "standby-1")
 	p.place(1)
-	eventually(t, 30*time.Second, "the runtime writing", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "the runtime writing", func() (bool, string) {
 		return len(writesTo(dev, 100)) >= 3, fmt.Sprintf("%d writes", len(writesTo(dev, 100)))
 	})
 	pod := units.PodName("kiln", p.epoch(1))
@@ -154,7 +155,7 @@ func autonomyWriting(t *testing.T) (*devicesim.Sim, *plant, string, *runtimeProc
 func awaitHandOver(t *testing.T, key types.NamespacedName, want string) *metav1.Time {
 	t.Helper()
 	var at *metav1.Time
-	eventually(t, 60*time.Second, "RuntimeHandOver saying "+want, func() (bool, string) {
+	poll.Until(t, 60*time.Second, "RuntimeHandOver saying "+want, func() (bool, string) {
 		u := getUnit(t, key)
 		if u == nil || u.Status.RuntimeBinding == nil {
 			return false, "no binding"
@@ -183,7 +184,7 @@ func forceDelete(t *testing.T, ns, pod string) {
 func writesOn(t *testing.T, dev *devicesim.Sim, register uint16) {
 	t.Helper()
 	n := len(writesTo(dev, register))
-	eventually(t, 20*time.Second, "the old runtime writing on", func() (bool, string) {
+	poll.Until(t, 20*time.Second, "the old runtime writing on", func() (bool, string) {
 		return len(writesTo(dev, register)) >= n+3, fmt.Sprintf("%d writes since", len(writesTo(dev, register))-n)
 	})
 }

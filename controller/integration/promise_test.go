@@ -20,6 +20,7 @@ import (
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/controller/units"
 	"github.com/holdfast-io/holdfast/test/devicesim"
+	"github.com/holdfast-io/holdfast/test/poll"
 )
 
 // edit changes the plant's Unit spec through the apiserver.
@@ -38,7 +39,7 @@ func (p *plant) edit(f func(*holdfastv1.UnitSpec)) {
 func (p *plant) promise(what string, ok func(*holdfastv1.RuntimePromise) bool) *holdfastv1.RuntimePromise {
 	p.t.Helper()
 	var pr *holdfastv1.RuntimePromise
-	eventually(p.t, 30*time.Second, what, func() (bool, string) {
+	poll.Until(p.t, 30*time.Second, what, func() (bool, string) {
 		b := p.unit().Status.RuntimeBinding
 		if b == nil || b.Promise == nil {
 			return false, "no promise"
@@ -80,7 +81,7 @@ func TestTheRecordedPromiseSurvivesAControllerRestart(t *testing.T) {
 	p.c.stop()
 	p.c = startController(t, controllerOptions{namespace: p.ns, identity: "ctl-second", standDown: 90 * time.Second})
 	rt := p.k.proc(units.PodName("kiln", p.epoch(1)))
-	eventually(t, 30*time.Second, "the new leader granting", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "the new leader granting", func() (bool, string) {
 		st, err := rt.leaseStatus()
 		return err == nil && st.LastGrantor == "ctl-second" && st.State == leaseapi.Held, fmt.Sprintf("%+v %v", st, err)
 	})
@@ -119,13 +120,13 @@ func TestAModeSwitchIsAPlannedHandOverBothWays(t *testing.T) {
 	rt1 := p.k.proc(units.PodName("kiln", p.epoch(1)))
 
 	p.edit(func(s *holdfastv1.UnitSpec) { s.Availability.Mode = holdfastv1.Autonomy })
-	eventually(t, 30*time.Second, "the hand-over held and announced", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "the hand-over held and announced", func() (bool, string) {
 		u := p.unit()
 		c := meta.FindStatusCondition(u.Status.Conditions, holdfastv1.ConditionRuntimeHandOver)
 		return meta.IsStatusConditionTrue(u.Status.Conditions, holdfastv1.ConditionHeld) && c != nil && c.Status == metav1.ConditionTrue,
 			fmt.Sprintf("%+v", u.Status.Conditions)
 	})
-	eventually(t, 30*time.Second, "the Failover runtime fenced by its own lease", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "the Failover runtime fenced by its own lease", func() (bool, string) {
 		st, err := rt1.leaseStatus()
 		return err == nil && st.Fenced && st.State == leaseapi.Fenced, fmt.Sprintf("%+v %v", st, err)
 	})
@@ -168,7 +169,7 @@ func TestAModeSwitchIsAPlannedHandOverBothWays(t *testing.T) {
 	// start, and again when the unit is Failover once more.
 	want := []string{units.EventLeaseBelowFloor, units.EventLeaseEstablished, units.EventHandOver, units.EventHandedOver,
 		units.EventHandOver, units.EventLeaseBelowFloor, units.EventHandedOver, units.EventLeaseEstablished}
-	eventually(t, 15*time.Second, "the events", func() (bool, string) {
+	poll.Until(t, 15*time.Second, "the events", func() (bool, string) {
 		got := p.eventReasons()
 		return slices.Equal(got, want), strings.Join(got, ",")
 	})

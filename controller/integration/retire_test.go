@@ -19,6 +19,7 @@ import (
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/controller/units"
 	"github.com/holdfast-io/holdfast/test/devicesim"
+	"github.com/holdfast-io/holdfast/test/poll"
 )
 
 // L13 across re-creations, with real runtime processes on the real
@@ -39,7 +40,7 @@ func TestARecreatedUnitNeverStartsASecondWriter(t *testing.T) {
 	plainArgs := func(register string) []string { return plainArgs(dev, register) }
 	p := newPlantWith(t, func(u *holdfastv1.Unit) { u.Spec.Runtime.Args = plainArgs("100") }, "standby-1")
 	ctx := context.Background()
-	eventually(t, 20*time.Second, "the finalizer on the Unit", func() (bool, string) {
+	poll.Until(t, 20*time.Second, "the finalizer on the Unit", func() (bool, string) {
 		u := p.unit()
 		return controllerutil.ContainsFinalizer(u, holdfastv1.FinalizerRuntimeStopped), fmt.Sprintf("finalizers %v", u.Finalizers)
 	})
@@ -48,7 +49,7 @@ func TestARecreatedUnitNeverStartsASecondWriter(t *testing.T) {
 	p.place(1)
 	p.waitLease(1, holdfastv1.LeaseHeld, 30*time.Second)
 	writesTo := func(register uint16) []devicesim.Write { return writesTo(dev, register) }
-	eventually(t, 20*time.Second, "the first runtime writing", func() (bool, string) {
+	poll.Until(t, 20*time.Second, "the first runtime writing", func() (bool, string) {
 		return len(writesTo(100)) >= 3, fmt.Sprintf("%d writes", len(writesTo(100)))
 	})
 	old := p.k.proc(units.PodName("kiln", p.epoch(1)))
@@ -65,7 +66,7 @@ func TestARecreatedUnitNeverStartsASecondWriter(t *testing.T) {
 	again.Spec.NodeSelector = map[string]string{"holdfast.io/device": p.ns + "-other"}
 	again.Spec.Runtime.Args = plainArgs("101")
 	refused, sawRetiring := 0, false
-	eventually(t, 60*time.Second, "the Unit created again", func() (bool, string) {
+	poll.Until(t, 60*time.Second, "the Unit created again", func() (bool, string) {
 		if u := (&holdfastv1.Unit{}); env.Client.Get(ctx, p.key, u) == nil && u.UID == gone.UID {
 			c := meta.FindStatusCondition(u.Status.Conditions, holdfastv1.ConditionRuntimeHandOver)
 			sawRetiring = sawRetiring || (c != nil && c.Status == metav1.ConditionTrue && strings.HasPrefix(c.Message, "Unit deleted"))
@@ -87,7 +88,7 @@ func TestARecreatedUnitNeverStartsASecondWriter(t *testing.T) {
 		t.Fatalf("the re-created Unit took epoch %d, not above %d", e, p.epoch(1))
 	}
 	schedule(t, p.key, e, other)
-	eventually(t, 30*time.Second, "the re-created Unit's runtime writing", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "the re-created Unit's runtime writing", func() (bool, string) {
 		return len(writesTo(101)) >= 3, fmt.Sprintf("%d writes", len(writesTo(101)))
 	})
 	olds, news := writesTo(100), writesTo(101)

@@ -5,6 +5,7 @@ package leasecerts_test
 import (
 	"context"
 	"crypto/x509"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -28,6 +29,7 @@ import (
 	"github.com/holdfast-io/holdfast/controller/units"
 	"github.com/holdfast-io/holdfast/internal/leasetls"
 	"github.com/holdfast-io/holdfast/internal/leasetls/leasetlstest"
+	"github.com/holdfast-io/holdfast/test/poll"
 	"github.com/holdfast-io/holdfast/test/testenv"
 )
 
@@ -144,12 +146,10 @@ func TestRuntimePodsGetTheirLeaseCredentialsFromTheCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	var bundle []byte
-	if err := poll(ctx, func() (ok bool) {
+	poll.Until(t, time.Minute, "the trust bundle", func() (bool, string) {
 		bundle, err = leasetlstest.ProjectedTrustBundle(ctx, env.Client, ctbSrc)
-		return err == nil
-	}); err != nil {
-		t.Fatalf("no trust bundle: %v", err)
-	}
+		return err == nil, fmt.Sprint(err)
+	})
 	rc, err := leasetls.ParseRuntime(creds, bundle)
 	if err != nil {
 		t.Fatalf("the credentials the kubelet would write do not load: %v", err)
@@ -174,39 +174,27 @@ func TestRuntimePodsGetTheirLeaseCredentialsFromTheCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	var answer error
-	if err := poll(ctx, func() bool {
+	poll.Until(t, time.Minute, "a renewal for the runtime of a past epoch refused", func() (bool, string) {
 		req, key, err := leasetlstest.RequestPodCertificate(ctx, env.Client, pod, pcSrc, node.UID, "sa-uid")
 		if err != nil {
 			t.Fatal(err)
 		}
 		_, answer = leasetlstest.AwaitPodCertificate(ctx, env.Client, req, key)
-		return answer != nil
-	}); err != nil || !strings.Contains(answer.Error(), "Denied: StaleEpoch") {
-		t.Fatalf("a renewal for the runtime of a past epoch: %v %v, want Denied: StaleEpoch", err, answer)
+		return answer != nil, "issued"
+	})
+	if !strings.Contains(answer.Error(), "Denied: StaleEpoch") {
+		t.Fatalf("a renewal for the runtime of a past epoch: %v, want Denied: StaleEpoch", answer)
 	}
 
 	// A second CA joins the bundle: the ClusterTrustBundle follows.
 	ca2 := leasetlstest.NewCA(t, "lease-ca-2")
 	leasetlstest.WriteAtomic(t, dir, ca1.DirFiles(leasetlstest.Bundle(ca1, ca2)))
-	if err := poll(ctx, func() bool {
+	poll.Until(t, time.Minute, "the trust bundle published again with both CAs", func() (bool, string) {
 		b, err := leasetlstest.ProjectedTrustBundle(ctx, env.Client, ctbSrc)
-		return err == nil && strings.Count(string(b), "BEGIN CERTIFICATE") == 2
-	}); err != nil {
-		t.Fatalf("the trust bundle was not published again: %v", err)
-	}
+		return err == nil && strings.Count(string(b), "BEGIN CERTIFICATE") == 2, fmt.Sprint(err)
+	})
 	var ctb certificatesv1.ClusterTrustBundle
 	if err := env.Client.Get(ctx, client.ObjectKey{Name: leasecerts.TrustBundleName}, &ctb); err != nil || ctb.Spec.SignerName != leaseapi.SignerName {
 		t.Fatalf("ClusterTrustBundle %s: %+v %v", leasecerts.TrustBundleName, ctb.Spec, err)
 	}
-}
-
-func poll(ctx context.Context, cond func() bool) error {
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-	return nil
 }

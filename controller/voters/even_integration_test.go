@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/test/poll"
 )
 
 // TestTheEvenCountIsReportedAndAlerts: a swap held between its promotion and
@@ -46,7 +47,7 @@ func TestTheEvenCountIsReportedAndAlerts(t *testing.T) {
 		t.Fatalf("the swap waits for v4's Ready with voters %v, want four", v)
 	}
 	var since *metav1.Time
-	eventually(t, 30*time.Second, "VoterPolicy status reporting four voters as even", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "VoterPolicy status reporting four voters as even", func() (bool, string) {
 		p := getPolicy(t)
 		cond := condition(p, holdfastv1.ConditionVotersEven)
 		since = p.Status.EvenSince
@@ -60,7 +61,7 @@ func TestTheEvenCountIsReportedAndAlerts(t *testing.T) {
 	// Kept, not restamped, by the passes that follow: the status's
 	// heartbeat moves on, evenSince does not.
 	shifted.Advance(10 * time.Second)
-	eventually(t, 30*time.Second, "a later status write", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "a later status write", func() (bool, string) {
 		p := getPolicy(t)
 		return p.Status.ObservedTime != nil && !p.Status.ObservedTime.Time.Before(since.Add(10*time.Second)),
 			fmt.Sprintf("observed %v", p.Status.ObservedTime)
@@ -71,7 +72,7 @@ func TestTheEvenCountIsReportedAndAlerts(t *testing.T) {
 
 	h4.quiet.Store(false)
 	waitPhase(t, name, holdfastv1.SwapSucceeded, 2*time.Minute)
-	eventually(t, 30*time.Second, "the even count cleared", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "the even count cleared", func() (bool, string) {
 		p := getPolicy(t)
 		cond := condition(p, holdfastv1.ConditionVotersEven)
 		return len(p.Status.Voters) == 3 && p.Status.EvenSince == nil && cond != nil && cond.Status == metav1.ConditionFalse && gauge(t, "holdfast_voters_even") == 0,

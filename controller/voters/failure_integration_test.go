@@ -23,6 +23,7 @@ import (
 	"github.com/holdfast-io/holdfast/node-plugin/role"
 	"github.com/holdfast-io/holdfast/policy"
 	"github.com/holdfast-io/holdfast/test/etcdwatch"
+	"github.com/holdfast-io/holdfast/test/poll"
 )
 
 // waitStep waits until the swap reaches step (or a later phase), and
@@ -30,7 +31,7 @@ import (
 func waitStep(t testing.TB, name string, step holdfastv1.SwapStep, within time.Duration) *holdfastv1.VoterSwap {
 	t.Helper()
 	var s *holdfastv1.VoterSwap
-	eventually(t, within, "swap "+name+" at step "+string(step), func() (bool, string) {
+	poll.Until(t, within, "swap "+name+" at step "+string(step), func() (bool, string) {
 		s = getSwap(t, name)
 		if s.Status.Phase.Finished() {
 			t.Fatalf("swap %s finished %s before step %s: %s\nhistory:\n%s", name, s.Status.Phase, step, describe(s), history(s))
@@ -43,7 +44,7 @@ func waitStep(t testing.TB, name string, step holdfastv1.SwapStep, within time.D
 // waitWaiting waits until the swap waits for reason.
 func waitWaiting(t testing.TB, name, reason string, within time.Duration) {
 	t.Helper()
-	eventually(t, within, "swap "+name+" waiting for "+reason, func() (bool, string) {
+	poll.Until(t, within, "swap "+name+" waiting for "+reason, func() (bool, string) {
 		s := getSwap(t, name)
 		if s.Status.Phase.Finished() {
 			t.Fatalf("swap %s finished %s while waiting for %s: %s\nhistory:\n%s", name, s.Status.Phase, reason, describe(s), history(s))
@@ -129,7 +130,7 @@ func TestRemovalCompletesWithTheOutgoingVoterPaused(t *testing.T) {
 	h1 := c.hosts["p1"]
 	h1.pause(t)
 	h4.quiet.Store(false)
-	eventually(t, time.Minute, "p1's member removed", func() (bool, string) {
+	poll.Until(t, time.Minute, "p1's member removed", func() (bool, string) {
 		// A read may time out while the voters that stay elect a leader
 		// in p1's place.
 		v, _, _, err := etcdwatch.Members(context.Background(), cli)
@@ -157,7 +158,7 @@ func TestRemovalCompletesWithTheOutgoingVoterPaused(t *testing.T) {
 	// finishes its demotion (TestAHostDownForItsWholeSwapFinishesOnReturn
 	// checks the whole host).
 	h1.resume(t)
-	eventually(t, 2*time.Minute, "p1 finished its demotion with its server stopped", func() (bool, string) {
+	poll.Until(t, 2*time.Minute, "p1 finished its demotion with its server stopped", func() (bool, string) {
 		n := getNode(t, "p1")
 		st := h1.sd.ActiveState(serverUnit)
 		rep := holdfastv1.ActuatorReportOf(n.Annotations)
@@ -180,7 +181,7 @@ func TestSwapRefusedWhileAVoterIsPaused(t *testing.T) {
 	waitHealthyStatus(t, "q1", "q2", "q3")
 	resume := c.hosts["q2"].pauseEtcd(t)
 	defer resume()
-	eventually(t, time.Minute, "EtcdHealthy False naming q2", func() (bool, string) {
+	poll.Until(t, time.Minute, "EtcdHealthy False naming q2", func() (bool, string) {
 		p := &holdfastv1.VoterPolicy{}
 		if err := env.Client.Get(context.Background(), client.ObjectKey{Name: holdfastv1.VoterPolicyName}, p); err != nil {
 			return false, err.Error()
@@ -210,7 +211,7 @@ func TestSwapRefusedWhileAVoterIsPaused(t *testing.T) {
 			cond.Status != metav1.ConditionFalse || !strings.Contains(cond.Message, "q2") {
 			t.Errorf("GatesPassed is %s, want False naming q2", describeCond(cond))
 		}
-		eventually(t, 10*time.Second, "a Warning Event on the refused swap naming q2", func() (bool, string) {
+		poll.Until(t, 10*time.Second, "a Warning Event on the refused swap naming q2", func() (bool, string) {
 			var evs eventsv1.EventList
 			if err := env.Client.List(context.Background(), &evs); err != nil {
 				return false, err.Error()
@@ -361,7 +362,7 @@ func TestSwapAbandonedWhenWorkloadPodsOutlastTheDrainWait(t *testing.T) {
 	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(job), job); err != nil || job.DeletionTimestamp != nil {
 		t.Errorf("the workload pod was evicted or deleted: %v", err)
 	}
-	eventually(t, 10*time.Second, "swap Lease released", func() (bool, string) {
+	poll.Until(t, 10*time.Second, "swap Lease released", func() (bool, string) {
 		h := policy.SwapLeaseHolder(getLease(t))
 		return h == "", h
 	})
@@ -421,7 +422,7 @@ func TestAnUnfitVoterIsOnlyProposedUnderDryRun(t *testing.T) {
 func waitFitnessReports(t testing.TB, nodes ...string) {
 	t.Helper()
 	for _, n := range nodes {
-		eventually(t, 30*time.Second, n+"'s first fitness report", func() (bool, string) {
+		poll.Until(t, 30*time.Second, n+"'s first fitness report", func() (bool, string) {
 			return getNode(t, n).Annotations[holdfastv1.AnnotationFitness] != "", ""
 		})
 	}

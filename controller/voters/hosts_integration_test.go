@@ -45,6 +45,7 @@ import (
 	"github.com/holdfast-io/holdfast/test/dbusdouble"
 	"github.com/holdfast-io/holdfast/test/etcdproc"
 	"github.com/holdfast-io/holdfast/test/etcdwatch"
+	"github.com/holdfast-io/holdfast/test/poll"
 	"github.com/holdfast-io/holdfast/test/systemdhost"
 )
 
@@ -453,7 +454,7 @@ type controller struct {
 func (c *controller) afterPasses(t testing.TB, n int64) {
 	t.Helper()
 	want := c.rec.Passes() + n
-	eventually(t, time.Minute, fmt.Sprintf("%d more controller passes", n), func() (bool, string) {
+	poll.Until(t, time.Minute, fmt.Sprintf("%d more controller passes", n), func() (bool, string) {
 		got := c.rec.Passes()
 		return got >= want, fmt.Sprintf("%d passes, want %d", got, want)
 	})
@@ -530,21 +531,6 @@ func startController(t testing.TB, o ctrlOpts) *controller {
 
 // --- waiting ----------------------------------------------------------------
 
-func eventually(t testing.TB, within time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	last := ""
-	for time.Now().Before(deadline) {
-		ok, s := cond()
-		if ok {
-			return
-		}
-		last = s
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("%s: not within %v; last: %s", what, within, last)
-}
-
 func getSwap(t testing.TB, name string) *holdfastv1.VoterSwap {
 	t.Helper()
 	s := &holdfastv1.VoterSwap{}
@@ -572,7 +558,7 @@ func waitPhase(t testing.TB, name string, phase holdfastv1.SwapPhase, within tim
 	var s *holdfastv1.VoterSwap
 	// What the nodes said the last time the swap waited, for a failure.
 	var waited string
-	eventually(t, within, "swap "+name+" "+string(phase), func() (bool, string) {
+	poll.Until(t, within, "swap "+name+" "+string(phase), func() (bool, string) {
 		s = getSwap(t, name)
 		if s.Status.Phase.Finished() && s.Status.Phase != phase {
 			t.Fatalf("swap %s finished %s, want %s: %s\nhistory:\n%s\nnodes while it waited:\n%s", name, s.Status.Phase, phase, describe(s), history(s), waited)
@@ -616,7 +602,7 @@ func waitHealthyStatus(t testing.TB, voterNames ...string) {
 	t.Helper()
 	want := slices.Clone(voterNames)
 	slices.Sort(want)
-	eventually(t, time.Minute, "VoterPolicy status healthy with voters "+strings.Join(want, ","), func() (bool, string) {
+	poll.Until(t, time.Minute, "VoterPolicy status healthy with voters "+strings.Join(want, ","), func() (bool, string) {
 		p := &holdfastv1.VoterPolicy{}
 		if err := env.Client.Get(context.Background(), client.ObjectKey{Name: holdfastv1.VoterPolicyName}, p); err != nil {
 			return false, err.Error()
@@ -636,7 +622,7 @@ func createSwap(t testing.TB, out, in string) string {
 	// The incoming host's node plugin reports it provisioned on its first
 	// pass; until the webhook has read that report, admission refuses the
 	// swap for it. Any other refusal fails the test.
-	eventually(t, 30*time.Second, "the swap "+out+" -> "+in+" admitted", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "the swap "+out+" -> "+in+" admitted", func() (bool, string) {
 		s := &holdfastv1.VoterSwap{ObjectMeta: metav1.ObjectMeta{GenerateName: "swap-" + out + "-"},
 			Spec: holdfastv1.VoterSwapSpec{Outgoing: out, Incoming: in, Reason: "test", Origin: holdfastv1.SwapManual}}
 		err := env.Client.Create(context.Background(), s)
@@ -659,7 +645,7 @@ func bindCandidate(t testing.TB, swap, node string) {
 	t.Helper()
 	ctx := context.Background()
 	pod := &corev1.Pod{}
-	eventually(t, 30*time.Second, "voter-candidate pod", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "voter-candidate pod", func() (bool, string) {
 		err := env.Client.Get(ctx, client.ObjectKey{Namespace: releaseNS, Name: voters.CandidatePodName(swap)}, pod)
 		return err == nil, fmt.Sprint(err)
 	})

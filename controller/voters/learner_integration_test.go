@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/test/poll"
 )
 
 // TestTheCandidatesMemberIsALearnerUntilItsServerStarts: a member at the
@@ -46,7 +47,7 @@ func TestTheCandidatesMemberIsALearnerUntilItsServerStarts(t *testing.T) {
 	// etcd takes a voter only once its leader has been connected to every
 	// voter for five seconds ("unhealthy cluster" until then).
 	var added *clientv3.MemberAddResponse
-	eventually(t, time.Minute, "l4 added as a voter", func() (bool, string) {
+	poll.Until(t, time.Minute, "l4 added as a voter", func() (bool, string) {
 		mctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 		var err error

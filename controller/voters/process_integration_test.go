@@ -17,6 +17,7 @@ import (
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/controller/voters"
 	"github.com/holdfast-io/holdfast/policy"
+	"github.com/holdfast-io/holdfast/test/poll"
 	"github.com/holdfast-io/holdfast/test/testenv"
 )
 
@@ -100,7 +101,7 @@ func TestTheVotersRoleSIGKILLedAtEveryStepCompletesTheSwap(t *testing.T) {
 	waitHealthyStatus(t, "s1", "s2", "s3")
 	// The status an earlier test's controller left behind looks healthy too;
 	// the webhook admits the swap only on one this process has stamped.
-	eventually(t, time.Minute, "a VoterPolicy status the process stamped", func() (bool, string) {
+	poll.Until(t, time.Minute, "a VoterPolicy status the process stamped", func() (bool, string) {
 		pol := &holdfastv1.VoterPolicy{}
 		if err := env.Client.Get(context.Background(), client.ObjectKey{Name: holdfastv1.VoterPolicyName}, pol); err != nil {
 			return false, err.Error()

@@ -12,6 +12,7 @@ import (
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/policy"
 	"github.com/holdfast-io/holdfast/test/etcdwatch"
+	"github.com/holdfast-io/holdfast/test/poll"
 )
 
 // TestAHostDownForItsWholeSwapFinishesOnReturn: the outgoing host goes down
@@ -42,14 +43,14 @@ func TestAHostDownForItsWholeSwapFinishesOnReturn(t *testing.T) {
 	h4.quiet.Store(false)
 
 	waitStep(t, name, holdfastv1.StepFinishDemote, 2*time.Minute)
-	eventually(t, time.Minute, "d1 given its finish-demote step while down", func() (bool, string) {
+	poll.Until(t, time.Minute, "d1 given its finish-demote step while down", func() (bool, string) {
 		n := getNode(t, "d1")
 		return n.Annotations[holdfastv1.AnnotationRoleStep] == holdfastv1.RoleStepFinishDemote, n.Annotations[holdfastv1.AnnotationRoleStep]
 	})
 	// The operation timeout of FinishDemote passes with d1 away.
 	shifted.Advance(2 * time.Minute)
 	s := waitPhase(t, name, holdfastv1.SwapSucceeded, time.Minute)
-	eventually(t, 20*time.Second, "swap Lease released", func() (bool, string) {
+	poll.Until(t, 20*time.Second, "swap Lease released", func() (bool, string) {
 		h := policy.SwapLeaseHolder(getLease(t))
 		return h == "", "held by " + h
 	})
@@ -61,7 +62,7 @@ func TestAHostDownForItsWholeSwapFinishesOnReturn(t *testing.T) {
 	t.Logf("history:\n%s", history(s))
 
 	h1.resume(t)
-	eventually(t, 3*time.Minute, "d1 finished to an agent on its return", func() (bool, string) {
+	poll.Until(t, 3*time.Minute, "d1 finished to an agent on its return", func() (bool, string) {
 		n := getNode(t, "d1")
 		role, _ := h1.state.Role()
 		server, agent := h1.sd.ActiveState(serverUnit), h1.sd.ActiveState(agentUnit)

@@ -22,6 +22,7 @@ import (
 	"github.com/holdfast-io/holdfast/controller/audit"
 	"github.com/holdfast-io/holdfast/controller/voters"
 	"github.com/holdfast-io/holdfast/policy"
+	"github.com/holdfast-io/holdfast/test/poll"
 )
 
 // TestFullSwapWithRealEtcd swaps voter a1 out and standby a4 in on a real
@@ -94,7 +95,7 @@ func TestFullSwapWithRealEtcd(t *testing.T) {
 		}
 	}
 	if l := getLease(t); policy.SwapLeaseHolder(l) != "" {
-		eventually(t, 10*time.Second, "swap Lease released", func() (bool, string) {
+		poll.Until(t, 10*time.Second, "swap Lease released", func() (bool, string) {
 			l := getLease(t)
 			return policy.SwapLeaseHolder(l) == "", policy.SwapLeaseHolder(l)
 		})
@@ -141,7 +142,7 @@ func TestFullSwapWithRealEtcd(t *testing.T) {
 	}
 
 	// Events on the swap, Normal for each step carried out.
-	eventually(t, 10*time.Second, "Events on the swap", func() (bool, string) {
+	poll.Until(t, 10*time.Second, "Events on the swap", func() (bool, string) {
 		var evs eventsv1.EventList
 		if err := env.Client.List(context.Background(), &evs); err != nil {
 			return false, err.Error()
@@ -241,7 +242,7 @@ func TestAnUnfitVoterIsSwappedAutomaticallyAndTheCooldownHolds(t *testing.T) {
 		got := automaticCondition(t)
 		return strings.HasPrefix(got, "False Cooldown: u3 is unfit (fsync p99 4s over 1s) but the cooldown runs until"), got
 	})
-	eventually(t, 10*time.Second, "a Warning Event Cooldown on VoterPolicy naming u3", func() (bool, string) {
+	poll.Until(t, 10*time.Second, "a Warning Event Cooldown on VoterPolicy naming u3", func() (bool, string) {
 		var evs eventsv1.EventList
 		if err := env.Client.List(ctx, &evs); err != nil {
 			return false, err.Error()

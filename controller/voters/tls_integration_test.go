@@ -14,6 +14,7 @@ import (
 	"github.com/holdfast-io/holdfast/controller/voters"
 	"github.com/holdfast-io/holdfast/test/etcdproc"
 	"github.com/holdfast-io/holdfast/test/etcdtls"
+	"github.com/holdfast-io/holdfast/test/poll"
 )
 
 // TestEtcdClientTLSFromTheSecret: a real etcd member that requires client
@@ -42,7 +43,7 @@ func TestEtcdClientTLSFromTheSecret(t *testing.T) {
 	}
 	withCert := &voters.ClientEtcd{TLS: cfg, StatusTimeout: time.Second, RequestTimeout: 2 * time.Second}
 	var view voters.EtcdView
-	eventually(t, 30*time.Second, "the TLS member answers the client built from the Secret", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "the TLS member answers the client built from the Secret", func() (bool, string) {
 		view = withCert.Observe(context.Background(), []string{m.ClientURL})
 		return view.Err == "" && len(view.Members) == 1 && view.Members[0].Answered, view.Err
 	})

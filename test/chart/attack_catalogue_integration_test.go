@@ -230,7 +230,7 @@ func TestTheAttackCatalogueIsRefused(t *testing.T) {
 		{attackers[3], "change a Unit's status (lease Expired)", "holdfast-scheduler-records-placement-only"},
 		{attackers[6], "port-forward to a runtime pod", "holdfast-runtime-pods-sealed"},
 	} {
-		poll(t, "the chart's policy "+p.name+" in force", func() bool {
+		eventually(t, "the chart's policy "+p.name+" in force", func() bool {
 			err := attempt(p.a, p.what)
 			return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "ValidatingAdmissionPolicy '"+p.name+"'")
 		})

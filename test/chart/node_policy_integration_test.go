@@ -116,7 +116,7 @@ func TestTheNodePluginChangesOnlyItsOwnNode(t *testing.T) {
 	grantNodeStatus(ctx, t, cs)
 
 	awaitNodePolicy(ctx, t, onN2, "n1")
-	poll(t, "the test's nodes/status grant in force", func() bool { return apply(onN2, "n2", status, 0, true) == nil })
+	eventually(t, "the test's nodes/status grant in force", func() bool { return apply(onN2, "n2", status, 0, true) == nil })
 
 	before, err := cs.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{})
 	if err != nil {
@@ -177,7 +177,7 @@ func refusedByPolicy(err error, want string) bool {
 // helm install does not wait for the policy to reach the admission cache.
 func awaitNodePolicy(ctx context.Context, t *testing.T, c *kubernetes.Clientset, other string) {
 	t.Helper()
-	poll(t, "the chart's node policy in force", func() bool {
+	eventually(t, "the chart's node policy in force", func() bool {
 		_, err := c.CoreV1().Nodes().Patch(ctx, other, types.MergePatchType, []byte(`{"metadata":{"annotations":{"example.com/probe":"x"}}}`),
 			metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
 		return refusedByPolicy(err, "not "+other)

@@ -102,7 +102,7 @@ func controllerScenario(t *testing.T, bin, kubeconfig string, chartArgs []string
 		return cur.Status.RuntimeBinding.Epoch
 	}
 	var e1 int64
-	poll(t, "the first binding and its runtime pod", func() bool {
+	eventually(t, "the first binding and its runtime pod", func() bool {
 		e1 = epoch()
 		_, ok := pod(e1)
 		return e1 > 0 && ok
@@ -140,7 +140,7 @@ func controllerScenario(t *testing.T, bin, kubeconfig string, chartArgs []string
 	}
 	// Refused: an Autonomy runtime never fences itself.
 	annotate(map[string]string{holdfastv1.AnnotationFailoverTo: "rb-press-standby"})
-	poll(t, "the refused request consumed", consumed)
+	eventually(t, "the refused request consumed", consumed)
 	// Carried out with a confirmed fence, asked the way an operator asks:
 	// kubectl holdfast failover --wait exits 0 once the real controller has
 	// re-bound the unit.
@@ -155,7 +155,7 @@ func controllerScenario(t *testing.T, bin, kubeconfig string, chartArgs []string
 		t.Fatalf("re-bound at epoch %d, not above the first binding's %d:\n%s", e2, e1, out)
 	}
 	e2, _ := strconv.ParseInt(m[1], 10, 64)
-	poll(t, "the re-bind, the old pod deleted", func() bool {
+	eventually(t, "the re-bind, the old pod deleted", func() bool {
 		_, newPod := pod(e2)
 		_, oldPod := pod(e1)
 		return epoch() == e2 && newPod && !oldPod && consumed()
@@ -189,8 +189,8 @@ func controllerScenario(t *testing.T, bin, kubeconfig string, chartArgs []string
 		}
 		return nil
 	}
-	poll(t, "the invalid restart request's Event", func() bool { return invalid() != nil })
-	poll(t, "the Event patched into a series", func() bool {
+	eventually(t, "the invalid restart request's Event", func() bool { return invalid() != nil })
+	eventually(t, "the Event patched into a series", func() bool {
 		p, _ := pod(e2)
 		patch := fmt.Sprintf(`{"metadata":{"annotations":{"rb.holdfast.io/touch":"%d"}}}`, time.Now().UnixNano())
 		if err := env.Client.Patch(ctx, p, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
@@ -213,7 +213,7 @@ func controllerScenario(t *testing.T, bin, kubeconfig string, chartArgs []string
 	if err != nil {
 		t.Fatal(err)
 	}
-	poll(t, "the hand-over to the next epoch once the Autonomy runtime's pod is gone", func() bool {
+	eventually(t, "the hand-over to the next epoch once the Autonomy runtime's pod is gone", func() bool {
 		// The pod of e2 is bound to a node: its deletion is graceful and
 		// ends when the kubelet confirms the containers stopped, as the
 		// test does here for the kubelet this cluster lacks.
@@ -300,7 +300,7 @@ func leaseCredentials(ctx context.Context, t *testing.T, ns string, epoch int64,
 	}
 	files[leasetls.CABundleFile] = append(append([]byte{}, files[leasetls.CABundleFile]...), second.CertPEM...)
 	leasetlstest.WriteAtomic(t, dir, files)
-	poll(t, "the CA bundle published again", func() bool {
+	eventually(t, "the CA bundle published again", func() bool {
 		b, err := leasetlstest.ProjectedTrustBundle(ctx, env.Client, bundleSrc)
 		return err == nil && strings.Count(string(b), "BEGIN CERTIFICATE") == 2
 	})

@@ -382,7 +382,7 @@ func serveChartWebhook(t *testing.T, installed admissionregistrationv1.Validatin
 	}
 	t.Cleanup(func() { _ = env.Client.Delete(ctx, vwc) })
 	addr := net.JoinHostPort(wh.LocalServingHost, fmt.Sprint(wh.LocalServingPort))
-	poll(t, "the webhook serving on "+addr, func() bool {
+	eventually(t, "the webhook serving on "+addr, func() bool {
 		c, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true}) // only: is it up
 		if err == nil {
 			_ = c.Close()

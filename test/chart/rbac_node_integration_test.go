@@ -22,6 +22,7 @@ import (
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/test/crihost"
 	"github.com/holdfast-io/holdfast/test/dbusdouble"
+	"github.com/holdfast-io/holdfast/test/poll"
 	"github.com/holdfast-io/holdfast/test/ports"
 )
 
@@ -141,18 +142,18 @@ func nodeScenario(t *testing.T, bin, kubeconfig string, chartArgs []string) {
 		}
 		return n
 	}
-	poll(t, "the reporter's annotations on the Node", func() bool {
+	eventually(t, "the reporter's annotations on the Node", func() bool {
 		n := getNode()
 		return n.Annotations[holdfastv1.AnnotationProvisioned] == fmt.Sprint(voters) && (!voters || n.Annotations[holdfastv1.AnnotationFitness] != "")
 	})
 
 	// A re-bind: the runtime at epoch 1 is stale and is fenced, with an Event.
 	bind(2)
-	poll(t, "the stale runtime fenced", func() bool {
+	eventually(t, "the stale runtime fenced", func() bool {
 		sbs, err := rt.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{Id: sandbox})
 		return err == nil && len(sbs) == 0
 	})
-	poll(t, "the fence Event", func() bool {
+	eventually(t, "the fence Event", func() bool {
 		var evs corev1.EventList
 		if err := env.Client.List(ctx, &evs, client.InNamespace(ns)); err != nil {
 			t.Fatal(err)
@@ -164,7 +165,7 @@ func nodeScenario(t *testing.T, bin, kubeconfig string, chartArgs []string) {
 		}
 		return false
 	})
-	poll(t, "the fence audit line", func() bool {
+	eventually(t, "the fence audit line", func() bool {
 		b, err := os.ReadFile(filepath.Join(dir, "holdfast", "fence", "fence-audit.jsonl"))
 		return err == nil && strings.Contains(string(b), `"reason":"StaleRuntimeStopped"`)
 	})
@@ -193,7 +194,7 @@ func nodeScenario(t *testing.T, bin, kubeconfig string, chartArgs []string) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, "the actuator's refusal on the Node", func() bool {
+	eventually(t, "the actuator's refusal on the Node", func() bool {
 		return strings.Contains(getNode().Annotations[holdfastv1.AnnotationActuator], holdfastv1.ActuatorRefused)
 	})
 	// A finish-demote without the Lease: the plugin reads the swaps for a
@@ -207,7 +208,7 @@ func nodeScenario(t *testing.T, bin, kubeconfig string, chartArgs []string) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, "the finish-demote refusal on the Node", func() bool {
+	eventually(t, "the finish-demote refusal on the Node", func() bool {
 		a := getNode().Annotations[holdfastv1.AnnotationActuator]
 		return strings.Contains(a, holdfastv1.RoleStepFinishDemote) && strings.Contains(a, "not provably gone")
 	})
@@ -229,15 +230,9 @@ func pastWebhookCalls(write func() error) error {
 	}
 }
 
-func poll(t *testing.T, what string, cond func() bool) {
+func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	poll.Until(t, 60*time.Second, what, poll.True(cond))
 }
 
 // setpriv is util-linux's setpriv, which runs the plugin with the chart's

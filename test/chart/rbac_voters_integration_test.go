@@ -25,6 +25,7 @@ import (
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/test/etcdproc"
 	"github.com/holdfast-io/holdfast/test/etcdtls"
+	"github.com/holdfast-io/holdfast/test/poll"
 )
 
 // votersUnexercised are the voters role's grants its scenario does not
@@ -295,14 +296,8 @@ func votersScenario(t *testing.T, bin, kubeconfig string, chartArgs []string) {
 	}
 }
 
-// pollLong is poll with room for a real etcd and a loaded machine.
+// pollLong is eventually with room for a real etcd and a loaded machine.
 func pollLong(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(3 * time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	poll.Until(t, 3*time.Minute, what, poll.True(cond))
 }

@@ -12,6 +12,7 @@ import (
 	leaseapi "github.com/holdfast-io/holdfast/api/lease"
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/runtime/lease"
+	"github.com/holdfast-io/holdfast/test/poll"
 )
 
 // Permit returns a permit at epoch from an Autonomy keeper (which permits
@@ -47,13 +48,7 @@ func FreePort(t testing.TB) string {
 // Eventually polls cond every 10ms until it holds or timeout passes.
 func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	poll.Until(t, timeout, what, poll.True(cond))
 }
 
 // GrantedKeeper is a Failover keeper at epoch, granted a lease of duration

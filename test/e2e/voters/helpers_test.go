@@ -248,21 +248,6 @@ func swapLeaseHolder(t *testing.T) string {
 	return policy.SwapLeaseHolder(l)
 }
 
-func eventually(t *testing.T, within time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	last := ""
-	for time.Now().Before(deadline) {
-		ok, s := cond()
-		if ok {
-			return
-		}
-		last = s
-		time.Sleep(250 * time.Millisecond)
-	}
-	t.Fatalf("%s: not within %v; last: %s", what, within, last)
-}
-
 // swapEvents are the reasons of the Normal Events regarding the swap.
 func swapEvents(t *testing.T, name string) map[string]bool {
 	t.Helper()

@@ -9,6 +9,7 @@ import (
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/test/cluster"
+	"github.com/holdfast-io/holdfast/test/poll"
 )
 
 // TestRoleSwapPaused is the role_swap_paused scenario: the whole outgoing
@@ -50,7 +51,7 @@ func TestRoleSwapPaused(t *testing.T) {
 	resume()
 	resumedAt := time.Now()
 	h := world.Nodes[out].Host
-	eventually(t, 3*time.Minute, out+" an agent with its data moved aside", func() (bool, string) {
+	poll.Until(t, 3*time.Minute, out+" an agent with its data moved aside", func() (bool, string) {
 		st := h.Systemd.ActiveState(cluster.ServerUnit)
 		role, _ := h.State.Role()
 		return h.DataMovedAside() && st != "active" && h.MemberPID() == 0 && role == holdfastv1.RoleAgent, "server unit " + st + ", role file " + role

@@ -22,6 +22,7 @@ import (
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/policy"
 	"github.com/holdfast-io/holdfast/test/cluster"
+	"github.com/holdfast-io/holdfast/test/poll"
 )
 
 // TestRoleSwapRefused is the role_swap_refused scenario. It SIGSTOPs a voter
@@ -115,7 +116,7 @@ func TestRoleSwapRefused(t *testing.T) {
 		}
 		// The apiserver fails requests on and off while a member of its own
 		// etcd is paused; the event recorder retries for about two minutes.
-		eventually(t, 3*time.Minute, "a Warning Event on the refused swap", func() (bool, string) {
+		poll.Until(t, 3*time.Minute, "a Warning Event on the refused swap", func() (bool, string) {
 			var evs eventsv1.EventList
 			if err := world.Client.List(ctx, &evs); err != nil {
 				return false, err.Error()
@@ -135,7 +136,7 @@ func TestRoleSwapRefused(t *testing.T) {
 	if !slices.Equal(after, before) || len(learners) > 0 || id != clusterID {
 		t.Errorf("while %s is paused: voters %v learners %v cluster %x; want %v, none, %x", paused, after, learners, id, before, clusterID)
 	}
-	eventually(t, 2*time.Minute, "the swap Lease free", func() (bool, string) {
+	poll.Until(t, 2*time.Minute, "the swap Lease free", func() (bool, string) {
 		h, err := swapLeaseHolderErr(ctx)
 		if err != nil {
 			return false, err.Error()
@@ -166,7 +167,7 @@ func TestRoleSwapRefused(t *testing.T) {
 	// Afterwards the same swap goes through.
 	y := watch(cli, "/holdfast-writer/refused-paused-after/")
 	var n2 string
-	eventually(t, 2*time.Minute, "the swap admitted after the resume", func() (bool, string) {
+	poll.Until(t, 2*time.Minute, "the swap admitted after the resume", func() (bool, string) {
 		n, err := createSwap(t, out, in)
 		if err != nil {
 			return false, err.Error()

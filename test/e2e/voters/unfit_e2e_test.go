@@ -19,6 +19,7 @@ import (
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/test/cluster"
+	"github.com/holdfast-io/holdfast/test/poll"
 )
 
 // The unfit drill's disk and thresholds: a member disk limited to
@@ -88,7 +89,7 @@ func TestAnUnfitVoterIsSwappedAutomatically(t *testing.T) {
 	slowDisk(t, slow)
 	t.Logf("%s %s's member disk limited to %d write IOPS (fitness before: %s)", time.Now().UTC().Format("15:04:05.000"), slow, slowWriteIOPS, fitnessBefore)
 	var auto *holdfastv1.VoterSwap
-	eventually(t, 8*time.Minute, "an automatic swap for "+slow, func() (bool, string) {
+	poll.Until(t, 8*time.Minute, "an automatic swap for "+slow, func() (bool, string) {
 		swaps := automaticSwaps(ctx)
 		if len(swaps) > 0 {
 			auto = &swaps[0]
@@ -113,7 +114,7 @@ func TestAnUnfitVoterIsSwappedAutomatically(t *testing.T) {
 	}
 	after := wantSwapped(t, cli, before, slow, standby, clusterID, s)
 	h := world.Nodes[slow].Host
-	eventually(t, time.Minute, slow+" an agent with its data moved aside", func() (bool, string) {
+	poll.Until(t, time.Minute, slow+" an agent with its data moved aside", func() (bool, string) {
 		st := h.Systemd.ActiveState(cluster.ServerUnit)
 		role, _ := h.State.Role()
 		return h.DataMovedAside() && st != "active" && h.MemberPID() == 0 && role == holdfastv1.RoleAgent, "server unit " + st + ", role file " + role
@@ -127,7 +128,7 @@ func TestAnUnfitVoterIsSwappedAutomatically(t *testing.T) {
 	slowDisk(t, second)
 	slowedAt := time.Now()
 	t.Logf("%s %s's member disk limited to %d write IOPS", slowedAt.UTC().Format("15:04:05.000"), second, slowWriteIOPS)
-	eventually(t, 6*time.Minute, second+" unfit and held by the cooldown", func() (bool, string) {
+	poll.Until(t, 6*time.Minute, second+" unfit and held by the cooldown", func() (bool, string) {
 		c := automaticCondition(ctx)
 		return strings.HasPrefix(c, holdfastv1.SwapReasonCooldown+": "+second+" is unfit"), fmt.Sprintf("%s fitness %s; %s", second, fitnessOf(ctx, second), c)
 	})

@@ -14,6 +14,7 @@ import (
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/test/cluster"
+	"github.com/holdfast-io/holdfast/test/poll"
 )
 
 // TestRoleSwap is the role_swap scenario: a voter of the apiserver's own etcd
@@ -75,7 +76,7 @@ func TestRoleSwap(t *testing.T) {
 	}
 	// The Node: role labels and annotations gone, the tombstone retired
 	// with the data, identity kept.
-	eventually(t, time.Minute, out+" an agent Node with no role label, swap annotation or tombstone, Ready again", func() (bool, string) {
+	poll.Until(t, time.Minute, out+" an agent Node with no role label, swap annotation or tombstone, Ready again", func() (bool, string) {
 		n, err := getNodeErr(ctx, out)
 		if err != nil {
 			return false, err.Error()
@@ -120,14 +121,14 @@ func TestRoleSwap(t *testing.T) {
 	}
 	// The phase is Succeeded a pass before the Lease is released (one swap
 	// at a time: the webhook refuses the next one until then).
-	eventually(t, time.Minute, "swap Lease released", func() (bool, string) {
+	poll.Until(t, time.Minute, "swap Lease released", func() (bool, string) {
 		h := swapLeaseHolder(t)
 		return h == "", "held by " + h
 	})
 	// An Event posted while the apiserver's own etcd is changing members can
 	// fail and is retried by client-go's recorder (12 x 10s): give it that
 	// long (make test-e2e once saw MemberRemoved arrive after 20s).
-	eventually(t, 3*time.Minute, "Events on the swap", func() (bool, string) {
+	poll.Until(t, 3*time.Minute, "Events on the swap", func() (bool, string) {
 		seen := swapEvents(t, name)
 		return seen[holdfastv1.SwapReasonLearnerAdded] && seen[holdfastv1.SwapReasonPromoted] && seen[holdfastv1.SwapReasonMemberRemoved], strings.Join(keys(seen), ",")
 	})
@@ -179,7 +180,7 @@ func TestRoleSwap(t *testing.T) {
 			t.Errorf("%s reports cluster %x, want %x", v, st.Header.ClusterId, clusterID)
 		}
 	}
-	eventually(t, time.Minute, "swap Lease released after the second swap", func() (bool, string) {
+	poll.Until(t, time.Minute, "swap Lease released after the second swap", func() (bool, string) {
 		h := swapLeaseHolder(t)
 		return h == "", "held by " + h
 	})
@@ -268,7 +269,7 @@ func TestOutgoingVoterPausedAfterPromotionIsStillRemoved(t *testing.T) {
 	t.Logf("history:\n%s", history(s))
 	after := wantSwapped(t, cli, before, out, in, clusterID, s)
 	h := world.Nodes[out].Host
-	eventually(t, time.Minute, out+" an agent with its data moved aside", func() (bool, string) {
+	poll.Until(t, time.Minute, out+" an agent with its data moved aside", func() (bool, string) {
 		st := h.Systemd.ActiveState(cluster.ServerUnit)
 		return h.DataMovedAside() && st != "active" && h.MemberPID() == 0, "server unit " + st
 	})
@@ -329,7 +330,7 @@ func TestRoleSwapBlockedPeer(t *testing.T) {
 	if nOut.Spec.Unschedulable || nOut.Labels[holdfastv1.LabelDesiredRole] == holdfastv1.RoleAgent {
 		t.Errorf("%s was touched: cordoned %v desired role %q", out, nOut.Spec.Unschedulable, nOut.Labels[holdfastv1.LabelDesiredRole])
 	}
-	eventually(t, time.Minute, "nothing of the swap left on "+in+" or "+out, func() (bool, string) {
+	poll.Until(t, time.Minute, "nothing of the swap left on "+in+" or "+out, func() (bool, string) {
 		var left []string
 		for _, name := range []string{in, out} {
 			n, err := getNodeErr(ctx, name)
@@ -344,7 +345,7 @@ func TestRoleSwapBlockedPeer(t *testing.T) {
 		}
 		return len(left) == 0, strings.Join(left, "; ")
 	})
-	eventually(t, time.Minute, "swap Lease released", func() (bool, string) {
+	poll.Until(t, time.Minute, "swap Lease released", func() (bool, string) {
 		h := swapLeaseHolder(t)
 		return h == "", "held by " + h
 	})
