@@ -116,10 +116,11 @@ func TestOPCUAPromotionAdoptsTheOperatingPoint(t *testing.T) {
 	p.setFailReads("Valve", true)
 	u := startRuntime(t, p, 2)
 	u.grant(t, 2)
+	u.tick(t)
 	for range 3 {
+		// Scans run one after another: once the next scan has read, the
+		// writes of the one before it, if any, are in the log.
 		u.tick(t)
-		// the scan's writes, if any, follow its reads at once
-		time.Sleep(50 * time.Millisecond)
 		if got := p.log(); len(got) != 0 {
 			t.Fatalf("the runtime wrote %+v while it could not read the Valve node", got)
 		}
