@@ -28,8 +28,8 @@ func ConfirmedFence(u *holdfastv1.Unit) (how, stale string) {
 		return "", fmt.Sprintf("%s names no epoch: set %s to %d, the epoch of the runtime that was fenced (kubectl holdfast failover --confirm-fenced sets both)",
 			holdfastv1.AnnotationFailoverConfirmFenced, holdfastv1.AnnotationFailoverConfirmEpoch, epoch)
 	}
-	n, err := strconv.ParseInt(strings.TrimSpace(raw), 10, 64)
-	if err != nil || n < 1 {
+	n, err := holdfastv1.ParseEpoch(strings.TrimSpace(raw))
+	if err != nil {
 		return "", fmt.Sprintf("%s: %q is not an epoch (a whole number from 1): set it to %d, the epoch of the runtime that was fenced",
 			holdfastv1.AnnotationFailoverConfirmEpoch, raw, epoch)
 	}
