@@ -1,5 +1,6 @@
 // Package plugin is kubectl-holdfast, the kubectl plugin an operator uses to
-// see and steer holdfast: status, swap, failover and restart. It asks; the
+// see and steer holdfast: status, swap, failover, confirm-fenced and
+// restart. It asks; the
 // webhook and the controller decide. Every command exits with one of the
 // codes below, so a script can tell a refusal from a typo from an outage.
 package plugin
@@ -186,6 +187,9 @@ every reason the cluster gave and exits 1.
   # Move unit kiln-1 to node edge-2 after powering off its node
   kubectl holdfast failover kiln-1 --to edge-2 --confirm-fenced "powered off at the breaker"
 
+  # Certify that kiln-1's runtime has stopped (its node powered off), where a wait needs it
+  kubectl holdfast confirm-fenced kiln-1 --how "powered off at the breaker"
+
   # Resume kiln-1 after a Hold, once its runtime is ready
   kubectl holdfast restart kiln-1`,
 	}
@@ -200,7 +204,7 @@ every reason the cluster gave and exits 1.
 	root.SetOut(streams.Out)
 	root.SetErr(streams.ErrOut)
 	o.config.AddFlags(root.PersistentFlags())
-	root.AddCommand(newStatusCommand(o), newSwapCommand(o), newFailoverCommand(o), newRestartCommand(o), newVersionCommand(o))
+	root.AddCommand(newStatusCommand(o), newSwapCommand(o), newFailoverCommand(o), newConfirmFencedCommand(o), newRestartCommand(o), newVersionCommand(o))
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErr("%v", err) })
 	return root
 }

@@ -809,7 +809,10 @@ func TestFailoverExitCodes(t *testing.T) {
 	held := cond(holdfastv1.ConditionHeld, metav1.ConditionFalse, holdfastv1.ReasonRenewalAcknowledged, "ok")
 	kiln := mkUnit(t, ns, "kiln-1", holdfastv1.Failover,
 		&holdfastv1.RuntimeBinding{Node: "fo-edge-1", Epoch: 3, LeaseState: holdfastv1.LeaseHeld, LeaseStateEpoch: 3}, held)
-	press := mkUnit(t, ns, "press-2", holdfastv1.Autonomy, &holdfastv1.RuntimeBinding{Node: "fo-edge-1", Epoch: 1}, held)
+	press := mkUnit(t, ns, "press-2", holdfastv1.Autonomy, &holdfastv1.RuntimeBinding{Node: "fo-edge-1", Epoch: 1, Pod: "press-2-runtime-e1"}, held)
+	// press-2's runtime, restarted twice in its pod by the kubelet: the
+	// process a confirmation names.
+	pressPod := mkRuntimePod(t, ns, "press-2", 1, 2)
 
 	wantExit(t, admin(t, "failover", "-n", ns, "kiln-1"), plugin.ExitUsage, "--to NODE is required")
 	wantExit(t, admin(t, "failover", "-n", ns, "nope", "--to", "fo-standby-1"), plugin.ExitUsage, `unit "nope" not found in namespace `+ns)
@@ -837,7 +840,8 @@ func TestFailoverExitCodes(t *testing.T) {
 	wantExit(t, admin(t, "failover", "-n", ns, "press-2", "--to", "fo-standby-1", "--confirm-fenced", "powered off at the breaker"), plugin.ExitOK)
 	a = getUnit(t, press).Annotations
 	if a[holdfastv1.AnnotationFailoverTo] != "fo-standby-1" || a[holdfastv1.AnnotationFailoverConfirmFenced] != "powered off at the breaker" ||
-		a[holdfastv1.AnnotationFailoverConfirmEpoch] != strconv.FormatInt(getUnit(t, press).Status.RuntimeBinding.Epoch, 10) {
+		a[holdfastv1.AnnotationFailoverConfirmEpoch] != strconv.FormatInt(getUnit(t, press).Status.RuntimeBinding.Epoch, 10) ||
+		a[holdfastv1.AnnotationFailoverConfirmIncarnation] != string(pressPod.UID)+"/2" {
 		t.Fatalf("annotations after a confirmed failover: %v", a)
 	}
 

@@ -4,7 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strconv"
+	"maps"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -38,9 +38,11 @@ places the new runtime on NODE. Two writers must never drive one device, so:
     --confirm-fenced; once its lease expired and the margin passed, none is needed.
 
 --confirm-fenced (annotation holdfast.io/failover-confirm-fenced) is recorded
-in the audit trail with your user name, with the epoch of the runtime you
-certify (holdfast.io/failover-confirm-epoch, the binding's epoch as read here):
-if another runtime is bound before the request lands, it certifies nothing.
+in the audit trail with your user name, with the runtime you certify as read
+here: its epoch (holdfast.io/failover-confirm-epoch) and its process, the pod's
+UID and restart count (holdfast.io/failover-confirm-incarnation). If another
+runtime is bound, or the kubelet restarts this one, before the request lands,
+it certifies nothing.
 Without it, any confirmation left on the unit from earlier is removed, so it
 never certifies a fence you did not.
 
@@ -82,12 +84,14 @@ never certifies a fence you did not.
 					"(how the old node was fenced) is required", u.Namespace, u.Name)
 			}
 			annotations := map[string]any{holdfastv1.AnnotationFailoverTo: to,
-				holdfastv1.AnnotationFailoverConfirmFenced: nil, holdfastv1.AnnotationFailoverConfirmEpoch: nil}
+				holdfastv1.AnnotationFailoverConfirmFenced: nil, holdfastv1.AnnotationFailoverConfirmEpoch: nil,
+				holdfastv1.AnnotationFailoverConfirmIncarnation: nil}
 			if confirm != "" {
-				// The certification is of the runtime read above: if another
-				// is bound before it lands, it certifies nothing.
-				annotations[holdfastv1.AnnotationFailoverConfirmFenced] = confirm
-				annotations[holdfastv1.AnnotationFailoverConfirmEpoch] = strconv.FormatInt(epoch, 10)
+				c, _, err := o.certification(ctx, u, confirm)
+				if err != nil {
+					return err
+				}
+				maps.Copy(annotations, c)
 			}
 			if err := o.annotate(ctx, u, annotations); err != nil {
 				return apiErr(fmt.Sprintf("asking for the failover of unit %s/%s", u.Namespace, u.Name), err)

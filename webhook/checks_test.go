@@ -292,10 +292,13 @@ func TestUnitRules(t *testing.T) {
 		}
 		return u
 	}
+	// The runtime of epoch 3 restarted once in its pod.
+	nodes.Running = &holdfastv1.RuntimeIncarnation{PodUID: "pod-uid-3", RestartCount: 1}
 	held := unitBound(holdfastv1.Failover, holdfastv1.LeaseHeld)
 	expired := unitBound(holdfastv1.Failover, holdfastv1.LeaseExpired)
 	fence := holdfastv1.AnnotationFailoverConfirmFenced
 	epoch := holdfastv1.AnnotationFailoverConfirmEpoch
+	inc := holdfastv1.AnnotationFailoverConfirmIncarnation
 	to := holdfastv1.AnnotationFailoverTo
 	for _, tc := range []struct {
 		name     string
@@ -305,16 +308,16 @@ func TestUnitRules(t *testing.T) {
 		audits   []string
 	}{
 		{"failover of a held lease without a fence", admin, held, ann(held, to, "edge-2"), []string{
-			"metadata.annotations[holdfast.io/failover-to]: Forbidden: the runtime on edge-1 still holds its control lease (Held at epoch 3); set holdfast.io/failover-confirm-fenced (with holdfast.io/failover-confirm-epoch: \"3\") to how edge-1 was fenced, or wait for the lease to expire",
+			"metadata.annotations[holdfast.io/failover-to]: Forbidden: the runtime on edge-1 still holds its control lease (Held at epoch 3); set holdfast.io/failover-confirm-fenced (with holdfast.io/failover-confirm-epoch: \"3\" and holdfast.io/failover-confirm-incarnation: \"pod-uid-3/1\") to how edge-1 was fenced, or wait for the lease to expire",
 		}, nil},
-		{"failover of a held lease with a fence", admin, held, ann(held, to, "edge-2", fence, "breaker off", epoch, "3"), nil,
+		{"failover of a held lease with a fence", admin, held, ann(held, to, "edge-2", fence, "breaker off", epoch, "3", inc, "pod-uid-3/1"), nil,
 			[]string{AuditConfirmFenced, AuditManualFailover}},
 		// A confirmation certifies the runtime of the epoch it names, the
 		// binding's: a stale one re-applied (GitOps) or one naming none is
 		// refused, and certifies nothing for the failover beside it.
 		{"failover of a held lease with a fence of an earlier epoch", admin, held, ann(held, to, "edge-2", fence, "breaker off", epoch, "2"), []string{
 			`metadata.annotations[holdfast.io/failover-confirm-epoch]: Invalid value: "2": holdfast.io/failover-confirm-fenced certifies the runtime of epoch 2, but the binding is at epoch 3: a confirmation of one runtime says nothing of another; if the runtime of epoch 3 has stopped, set holdfast.io/failover-confirm-epoch to 3`,
-			"metadata.annotations[holdfast.io/failover-to]: Forbidden: the runtime on edge-1 still holds its control lease (Held at epoch 3); set holdfast.io/failover-confirm-fenced (with holdfast.io/failover-confirm-epoch: \"3\") to how edge-1 was fenced, or wait for the lease to expire",
+			"metadata.annotations[holdfast.io/failover-to]: Forbidden: the runtime on edge-1 still holds its control lease (Held at epoch 3); set holdfast.io/failover-confirm-fenced (with holdfast.io/failover-confirm-epoch: \"3\" and holdfast.io/failover-confirm-incarnation: \"pod-uid-3/1\") to how edge-1 was fenced, or wait for the lease to expire",
 		}, nil},
 		{"a fence naming no epoch", admin, held, ann(held, fence, "breaker off"), []string{
 			`metadata.annotations[holdfast.io/failover-confirm-epoch]: Invalid value: "": holdfast.io/failover-confirm-fenced names no epoch: set holdfast.io/failover-confirm-epoch to 3, the epoch of the runtime that was fenced (kubectl holdfast failover --confirm-fenced sets both)`,
@@ -323,10 +326,25 @@ func TestUnitRules(t *testing.T) {
 			`metadata.annotations[holdfast.io/failover-confirm-epoch]: Invalid value: "three": holdfast.io/failover-confirm-epoch: "three" is not an epoch (a whole number from 1): set it to 3, the epoch of the runtime that was fenced`,
 		}, nil},
 		{"the same words moved to the binding's epoch are a new certification", admin, ann(held, fence, "breaker off", epoch, "2"),
-			ann(held, fence, "breaker off", epoch, "3"), nil, []string{AuditConfirmFenced}},
+			ann(held, fence, "breaker off", epoch, "3", inc, "pod-uid-3/1"), nil, []string{AuditConfirmFenced}},
+		// It certifies one process: one written before the kubelet
+		// restarted the runtime (refused then, applied later by a GitOps
+		// tool) or naming none is refused.
+		{"a fence written before the kubelet restarted the runtime", admin, held, ann(held, to, "edge-2", fence, "breaker off", epoch, "3", inc, "pod-uid-3/0"), []string{
+			`metadata.annotations[holdfast.io/failover-confirm-incarnation]: Invalid value: "pod-uid-3/0": holdfast.io/failover-confirm-fenced certifies pod pod-uid-3 restart 0, but the runtime of epoch 3 is pod pod-uid-3 restart 1: the kubelet restarted it since; a confirmation of one process says nothing of another; if it has stopped too, set holdfast.io/failover-confirm-incarnation to "pod-uid-3/1"`,
+			"metadata.annotations[holdfast.io/failover-to]: Forbidden: the runtime on edge-1 still holds its control lease (Held at epoch 3); set holdfast.io/failover-confirm-fenced (with holdfast.io/failover-confirm-epoch: \"3\" and holdfast.io/failover-confirm-incarnation: \"pod-uid-3/1\") to how edge-1 was fenced, or wait for the lease to expire",
+		}, nil},
+		{"a fence naming no process", admin, held, ann(held, fence, "breaker off", epoch, "3"), []string{
+			`metadata.annotations[holdfast.io/failover-confirm-incarnation]: Invalid value: "": holdfast.io/failover-confirm-fenced names no runtime process: set holdfast.io/failover-confirm-incarnation to "pod-uid-3/1", the runtime of epoch 3 as its pod reads now (kubectl holdfast failover --confirm-fenced sets it)`,
+		}, nil},
+		{"a fence of no pod while one runs", admin, held, ann(held, fence, "breaker off", epoch, "3", inc, "none"), []string{
+			`metadata.annotations[holdfast.io/failover-confirm-incarnation]: Invalid value: "none": holdfast.io/failover-confirm-fenced certifies no runtime pod, but the runtime of epoch 3 is pod pod-uid-3 restart 1: a runtime pod exists since; a confirmation of one process says nothing of another; if it has stopped too, set holdfast.io/failover-confirm-incarnation to "pod-uid-3/1"`,
+		}, nil},
+		{"the same words naming the process now running are a new certification", admin, ann(held, fence, "breaker off", epoch, "3", inc, "pod-uid-3/0"),
+			ann(held, fence, "breaker off", epoch, "3", inc, "pod-uid-3/1"), nil, []string{AuditConfirmFenced}},
 		{"failover of an expired lease", admin, expired, ann(expired, to, "edge-2"), nil, []string{AuditManualFailover}},
 		{"failover of an Autonomy runtime needs a fence", admin, unitBound(holdfastv1.Autonomy, ""), ann(unitBound(holdfastv1.Autonomy, ""), to, "edge-2"), []string{
-			"metadata.annotations[holdfast.io/failover-to]: Forbidden: the runtime on edge-1 is an Autonomy runtime and never fences itself; set holdfast.io/failover-confirm-fenced (with holdfast.io/failover-confirm-epoch: \"3\") to how edge-1 was fenced",
+			"metadata.annotations[holdfast.io/failover-to]: Forbidden: the runtime on edge-1 is an Autonomy runtime and never fences itself; set holdfast.io/failover-confirm-fenced (with holdfast.io/failover-confirm-epoch: \"3\" and holdfast.io/failover-confirm-incarnation: \"pod-uid-3/1\") to how edge-1 was fenced",
 		}, nil},
 		{"failover outside the groups, to a NotReady node", operator, expired, ann(expired, to, "edge-3"), []string{
 			"metadata.annotations[holdfast.io/failover-to]: Forbidden: edge-3 is NotReady; name a Ready target",
@@ -346,16 +364,16 @@ func TestUnitRules(t *testing.T) {
 			`metadata.annotations[holdfast.io/failover-confirm-fenced]: Invalid value: "  ": must say how the old node was fenced`,
 			`metadata.annotations[holdfast.io/restart]: Invalid value: "tomorrow": must be an RFC 3339 time, e.g. 2026-11-29T20:15:00Z`,
 		}, nil},
-		{"fence outside the groups", operator, held, ann(held, fence, "breaker off", epoch, "3"), []string{
+		{"fence outside the groups", operator, held, ann(held, fence, "breaker off", epoch, "3", inc, "pod-uid-3/1"), []string{
 			"metadata.annotations[holdfast.io/failover-confirm-fenced]: Forbidden: user olivia (groups plant-operators, system:authenticated) may not confirm a fence: requires membership in one of the groups [system:masters]",
 		}, nil},
 		// A deleted Autonomy Unit (or a hand-over) waits on its node's report
 		// or this certification: admitted on a Terminating Unit, to the same
 		// groups only.
 		{"a fence certified on a Unit being deleted", admin, deleting(unitBound(holdfastv1.Autonomy, "")),
-			ann(deleting(unitBound(holdfastv1.Autonomy, "")), fence, "powered off at the breaker", epoch, "3"), nil, []string{AuditConfirmFenced}},
+			ann(deleting(unitBound(holdfastv1.Autonomy, "")), fence, "powered off at the breaker", epoch, "3", inc, "pod-uid-3/1"), nil, []string{AuditConfirmFenced}},
 		{"a fence certified on a Unit being deleted, outside the groups", operator, deleting(unitBound(holdfastv1.Autonomy, "")),
-			ann(deleting(unitBound(holdfastv1.Autonomy, "")), fence, "powered off at the breaker", epoch, "3"), []string{
+			ann(deleting(unitBound(holdfastv1.Autonomy, "")), fence, "powered off at the breaker", epoch, "3", inc, "pod-uid-3/1"), []string{
 				"metadata.annotations[holdfast.io/failover-confirm-fenced]: Forbidden: user olivia (groups plant-operators, system:authenticated) may not confirm a fence: requires membership in one of the groups [system:masters]",
 			}, nil},
 		{"a restart by anyone allowed to patch the unit is audited", operator, held, ann(held, holdfastv1.AnnotationRestart, "2026-11-29T20:15:00Z"), nil,
@@ -402,15 +420,17 @@ func TestUnitRules(t *testing.T) {
 func TestAuditRecordsCarryTheRequestID(t *testing.T) {
 	o := testOptions()
 	o.FailoverGroups = []string{"system:masters"}
-	nodes := unitFacts{Nodes: []corev1.Node{readyNode("edge-1", true, map[string]string{"dev": "kiln-1"}), readyNode("edge-2", true, nil)}}
+	nodes := unitFacts{Nodes: []corev1.Node{readyNode("edge-1", true, map[string]string{"dev": "kiln-1"}), readyNode("edge-2", true, nil)},
+		Running: &holdfastv1.RuntimeIncarnation{PodUID: "pod-uid-3"}}
 	old := unitBound(holdfastv1.Failover, holdfastv1.LeaseHeld)
 	u := old.DeepCopy()
 	u.Annotations = map[string]string{
-		holdfastv1.AnnotationFailoverTo:            "edge-2",
-		holdfastv1.AnnotationFailoverConfirmFenced: "breaker off",
-		holdfastv1.AnnotationFailoverConfirmEpoch:  "3",
-		holdfastv1.AnnotationRestart:               "2026-11-29T20:15:00Z",
-		holdfastv1.AnnotationRequestID:             "req-7f3a",
+		holdfastv1.AnnotationFailoverTo:                 "edge-2",
+		holdfastv1.AnnotationFailoverConfirmFenced:      "breaker off",
+		holdfastv1.AnnotationFailoverConfirmEpoch:       "3",
+		holdfastv1.AnnotationFailoverConfirmIncarnation: "pod-uid-3/0",
+		holdfastv1.AnnotationRestart:                    "2026-11-29T20:15:00Z",
+		holdfastv1.AnnotationRequestID:                  "req-7f3a",
 	}
 	v, audits := checkUnit(o, admin, old, u, nodes)
 	expect(t, v)

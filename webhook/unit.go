@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -25,6 +26,10 @@ type unitFacts struct {
 	// Nodes are every Node, read when the targets or a failover request
 	// changed; nil otherwise.
 	Nodes []corev1.Node
+	// Running is the binding's runtime process (nil: no runtime pod), read
+	// when a fence confirmation or a failover request is judged: the
+	// process a confirmation must name.
+	Running *holdfastv1.RuntimeIncarnation
 }
 
 // unitChange is what a Unit request changes, which decides what is read and
@@ -50,15 +55,28 @@ func unitChanges(old, u *holdfastv1.Unit) unitChange {
 		return ok && v != "" && (oldAnn == nil || oldAnn[k] != v)
 	}
 	c.failoverTo = set(holdfastv1.AnnotationFailoverTo)
-	// A new epoch under the same words is a new certification.
+	// A new epoch or process under the same words is a new certification.
 	c.confirm = set(holdfastv1.AnnotationFailoverConfirmFenced) ||
-		(u.Annotations[holdfastv1.AnnotationFailoverConfirmFenced] != "" && set(holdfastv1.AnnotationFailoverConfirmEpoch))
+		(u.Annotations[holdfastv1.AnnotationFailoverConfirmFenced] != "" &&
+			(set(holdfastv1.AnnotationFailoverConfirmEpoch) || set(holdfastv1.AnnotationFailoverConfirmIncarnation)))
 	c.restart = set(holdfastv1.AnnotationRestart)
 	return c
 }
 
 func (c unitChange) needsNodes(u *holdfastv1.Unit) bool {
 	return c.failoverTo || (c.spec && u.Spec.Availability.Targets != nil)
+}
+
+// needsRunning: the rules read the runtime process a confirmation names.
+func (c unitChange) needsRunning() bool {
+	return c.confirm || c.failoverTo
+}
+
+// confirmEpochMatches: the confirmation's epoch is the binding's, so what
+// makes it stale is the process it names.
+func confirmEpochMatches(u *holdfastv1.Unit) bool {
+	e, err := holdfastv1.ParseEpoch(strings.TrimSpace(u.Annotations[holdfastv1.AnnotationFailoverConfirmEpoch]))
+	return err == nil && e == bindingEpoch(u)
 }
 
 func bindingEpoch(u *holdfastv1.Unit) int64 {
@@ -125,7 +143,7 @@ func checkUnit(o *Options, r requester, old, u *holdfastv1.Unit, f unitFacts) (v
 
 	var audits []AuditRecord
 	ref := AuditRef{Kind: "Unit", Namespace: u.Namespace, Name: u.Name}
-	confirm, stale := policy.ConfirmedFence(u)
+	confirm, stale := policy.ConfirmedFence(u, f.Running)
 	if c.confirm {
 		p := annPath.Key(holdfastv1.AnnotationFailoverConfirmFenced)
 		switch {
@@ -134,7 +152,11 @@ func checkUnit(o *Options, r requester, old, u *holdfastv1.Unit, f unitFacts) (v
 		case !isController && !inAnyGroup(r.Groups, o.ConfirmFencedGroups):
 			v.forbid(field.Forbidden(p, groupsNeeded("confirm a fence", r, o.ConfirmFencedGroups)))
 		case stale != "":
-			v.invalidf(field.Invalid(annPath.Key(holdfastv1.AnnotationFailoverConfirmEpoch), u.Annotations[holdfastv1.AnnotationFailoverConfirmEpoch], stale))
+			k := holdfastv1.AnnotationFailoverConfirmEpoch
+			if _, ok := u.Annotations[k]; ok && confirmEpochMatches(u) {
+				k = holdfastv1.AnnotationFailoverConfirmIncarnation
+			}
+			v.invalidf(field.Invalid(annPath.Key(k), u.Annotations[k], stale))
 		default:
 			audits = append(audits, AuditRecord{Audit: AuditConfirmFenced, Object: ref, Reason: confirm,
 				Target: u.Annotations[holdfastv1.AnnotationFailoverTo]})
@@ -157,11 +179,11 @@ func checkUnit(o *Options, r requester, old, u *holdfastv1.Unit, f unitFacts) (v
 			case u.Spec.Availability.Mode != holdfastv1.Failover:
 				v.forbid(field.Forbidden(p, fmt.Sprintf(
 					"the runtime on %s is an Autonomy runtime and never fences itself; set %s to how %s was fenced",
-					b.Node, policy.ConfirmAnnotations(b.Epoch), b.Node)))
+					b.Node, policy.ConfirmAnnotations(b.Epoch, f.Running), b.Node)))
 			case b.LeaseState == holdfastv1.LeaseHeld:
 				v.forbid(field.Forbidden(p, fmt.Sprintf(
 					"the runtime on %s still holds its control lease (Held at epoch %d); set %s to how %s was fenced, or wait for the lease to expire",
-					b.Node, b.Epoch, policy.ConfirmAnnotations(b.Epoch), b.Node)))
+					b.Node, b.Epoch, policy.ConfirmAnnotations(b.Epoch, f.Running), b.Node)))
 			}
 		}
 		if len(v.invalid)+len(v.forbidden) == before {
@@ -254,6 +276,15 @@ func (uv *UnitValidator) validate(ctx context.Context, old, u *holdfastv1.Unit) 
 			return nil, readFailed("listing Nodes", err)
 		}
 		f.Nodes = nodes.Items
+	}
+	if b := u.Status.RuntimeBinding; b != nil && b.Pod != "" && unitChanges(old, u).needsRunning() {
+		var pod corev1.Pod
+		switch err := uv.Reader.Get(ctx, client.ObjectKey{Namespace: u.Namespace, Name: b.Pod}, &pod); {
+		case err == nil:
+			f.Running = policy.IncarnationOf(&pod)
+		case !apierrors.IsNotFound(err):
+			return nil, readFailed("reading the unit's runtime pod", err)
+		}
 	}
 	v, audits := checkUnit(uv.Options, r, old, u, f)
 	if err := v.err(unitGVR, unitGK, u.Name); err != nil {

@@ -5,8 +5,12 @@ package webhook_test
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
@@ -123,17 +127,32 @@ func TestManualFailoverNeedsGroupTargetAndFence(t *testing.T) {
 		"the runtime on edge-1 still holds its control lease")
 	res = annotate(lead, "holdfast.io/failover-to=edge-2")
 	refusal(t, "failover-while-lease-held", res,
-		`the runtime on edge-1 still holds its control lease (Held at epoch 3); set holdfast.io/failover-confirm-fenced (with holdfast.io/failover-confirm-epoch: "3") to how edge-1 was fenced`)
-	res = annotate(lead, "holdfast.io/failover-to=edge-9", "holdfast.io/failover-confirm-fenced=powered off at the breaker", "holdfast.io/failover-confirm-epoch=3")
+		`the runtime on edge-1 still holds its control lease (Held at epoch 3); set holdfast.io/failover-confirm-fenced (with holdfast.io/failover-confirm-epoch: "3" and holdfast.io/failover-confirm-incarnation: "none") to how edge-1 was fenced`)
+	res = annotate(lead, "holdfast.io/failover-to=edge-9", "holdfast.io/failover-confirm-fenced=powered off at the breaker", "holdfast.io/failover-confirm-epoch=3", "holdfast.io/failover-confirm-incarnation=none")
 	refusal(t, "failover-to-non-target", res, "edge-9 is not a failover target of this unit")
-	res = annotate(lead, "holdfast.io/failover-to=edge-3", "holdfast.io/failover-confirm-fenced=powered off at the breaker", "holdfast.io/failover-confirm-epoch=3")
+	res = annotate(lead, "holdfast.io/failover-to=edge-3", "holdfast.io/failover-confirm-fenced=powered off at the breaker", "holdfast.io/failover-confirm-epoch=3", "holdfast.io/failover-confirm-incarnation=none")
 	refusal(t, "failover-to-not-ready", res, "edge-3 is NotReady")
-	res = annotate(operator, "holdfast.io/failover-confirm-fenced=powered off at the breaker", "holdfast.io/failover-confirm-epoch=3")
+	res = annotate(operator, "holdfast.io/failover-confirm-fenced=powered off at the breaker", "holdfast.io/failover-confirm-epoch=3", "holdfast.io/failover-confirm-incarnation=none")
 	refusal(t, "confirm-fenced-outside-groups", res, "may not confirm a fence: requires membership in one of the groups [system:masters, shift-leads]")
 	// A confirmation re-applied after its runtime was replaced (a GitOps
 	// tool's stale copy) names an epoch that is not the binding's.
-	res = annotate(lead, "holdfast.io/failover-confirm-fenced=powered off at the breaker", "holdfast.io/failover-confirm-epoch=2")
+	res = annotate(lead, "holdfast.io/failover-confirm-fenced=powered off at the breaker", "holdfast.io/failover-confirm-epoch=2", "holdfast.io/failover-confirm-incarnation=none")
 	refusal(t, "confirm-fenced-stale-epoch", res, "certifies the runtime of epoch 2, but the binding is at epoch 3")
+
+	// It names one process: written while no runtime pod existed, it says
+	// nothing once one runs; written for a restart the kubelet has gone
+	// past (refused then, applied later by a GitOps tool), nothing of the
+	// process now running.
+	pod := runtimePodOf(t, ns, "kiln-1", 3)
+	res = annotate(lead, "holdfast.io/failover-confirm-fenced=powered off at the breaker", "holdfast.io/failover-confirm-epoch=3", "holdfast.io/failover-confirm-incarnation=none")
+	refusal(t, "", res, "certifies no runtime pod, but the runtime of epoch 3 is pod "+string(pod.UID)+" restart 0: a runtime pod exists since")
+	restarted(t, pod)
+	res = annotate(lead, "holdfast.io/failover-confirm-fenced=powered off at the breaker", "holdfast.io/failover-confirm-epoch=3", "holdfast.io/failover-confirm-incarnation="+string(pod.UID)+"/0")
+	refusal(t, "", res, "certifies pod "+string(pod.UID)+" restart 0, but the runtime of epoch 3 is pod "+string(pod.UID)+" restart 1: the kubelet restarted it since")
+	res = annotate(lead, "holdfast.io/failover-confirm-fenced=powered off at the breaker", "holdfast.io/failover-confirm-epoch=3", "holdfast.io/failover-confirm-incarnation=0d6c7f0e-runtime-e3/0")
+	// The example shows one pod UID whatever this run's.
+	res.Stderr = strings.ReplaceAll(res.Stderr, string(pod.UID), "5b1e3d2a-9c47-4f0e-8a61-2f7d9c3e4b10")
+	refusal(t, "confirm-fenced-stale-process", res, "the runtime of epoch 3 is pod 5b1e3d2a-9c47-4f0e-8a61-2f7d9c3e4b10 restart 1: its pod was re-created since")
 
 	var u holdfastv1.Unit
 	if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "kiln-1"}, &u); err != nil {
@@ -143,7 +162,8 @@ func TestManualFailoverNeedsGroupTargetAndFence(t *testing.T) {
 		t.Fatalf("a refused failover request reached the Unit: %v", u.Annotations)
 	}
 
-	allowed(t, annotate(lead, "holdfast.io/failover-to=edge-2", "holdfast.io/failover-confirm-fenced=powered off at the breaker", "holdfast.io/failover-confirm-epoch=3"))
+	allowed(t, annotate(lead, "holdfast.io/failover-to=edge-2", "holdfast.io/failover-confirm-fenced=powered off at the breaker", "holdfast.io/failover-confirm-epoch=3",
+		"holdfast.io/failover-confirm-incarnation="+string(pod.UID)+"/1"))
 	for _, kind := range []string{webhook.AuditManualFailover, webhook.AuditConfirmFenced} {
 		rec := lastAudit(t, kind)
 		if rec.User != "sam" || !contains(rec.Groups, shiftLeadGroup) || rec.Object != (webhook.AuditRef{Kind: "Unit", Namespace: ns, Name: "kiln-1"}) ||
@@ -183,4 +203,35 @@ func TestEpochNeverGoesBackwards(t *testing.T) {
 	allowed(t, status(controllerUser, `{"status":{"runtimeBinding":{"epoch":4,"node":"","leaseEstablishedBy":null,"leaseState":"Pending"}}}`))
 	// An ordinary status write that keeps both is allowed to anyone RBAC lets.
 	allowed(t, status("", `{"status":{"runtimeBinding":{"unsettledRebinds":["edge-2"]}}}`))
+}
+
+// runtimePodOf creates the runtime pod of the unit's binding at epoch, as
+// the controller does, and reports its runtime container started once.
+func runtimePodOf(t *testing.T, ns, unit string, epoch int64) *corev1.Pod {
+	t.Helper()
+	ctx := context.Background()
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: holdfastv1.RuntimePodName(unit, epoch),
+			Labels: map[string]string{holdfastv1.LabelUnit: unit, holdfastv1.LabelEpoch: strconv.FormatInt(epoch, 10)}},
+		Spec: corev1.PodSpec{SchedulerName: "holdfast-scheduler",
+			Containers: []corev1.Container{{Name: holdfastv1.RuntimeContainer, Image: "unit-runtime:dev"}}},
+	}
+	if err := env.Client.Create(ctx, p); err != nil {
+		t.Fatalf("creating the runtime pod: %v", err)
+	}
+	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: holdfastv1.RuntimeContainer, Image: "unit-runtime:dev"}}
+	if err := env.Client.Status().Update(ctx, p); err != nil {
+		t.Fatalf("reporting the runtime container: %v", err)
+	}
+	return p
+}
+
+// restarted reports the pod's runtime container restarted, as its kubelet
+// does.
+func restarted(t *testing.T, p *corev1.Pod) {
+	t.Helper()
+	p.Status.ContainerStatuses[0].RestartCount++
+	if err := env.Client.Status().Update(context.Background(), p); err != nil {
+		t.Fatalf("reporting the restart: %v", err)
+	}
 }

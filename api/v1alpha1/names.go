@@ -113,6 +113,14 @@ const (
 	// the Unit's binding is at that epoch: one re-applied later (a GitOps
 	// tool, a copied manifest) says nothing of a later runtime.
 	AnnotationFailoverConfirmEpoch = "holdfast.io/failover-confirm-epoch"
+	// AnnotationFailoverConfirmIncarnation names the runtime process the
+	// confirmation certifies as fenced: "<pod UID>/<restart count>" of the
+	// binding's runtime pod as the person read it, or "none" when no
+	// runtime pod existed. A confirmation counts only while that process is
+	// the binding's: one applied after the kubelet restarted the runtime,
+	// or after its pod was re-created, says nothing of the process that
+	// runs.
+	AnnotationFailoverConfirmIncarnation = "holdfast.io/failover-confirm-incarnation"
 	// AnnotationRestart asks for a restart of the runtime (RFC 3339 time).
 	AnnotationRestart = "holdfast.io/restart"
 	// AnnotationRequestID names a person's request: set by whoever asks

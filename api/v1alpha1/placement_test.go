@@ -14,3 +14,33 @@ func TestParseEpoch(t *testing.T) {
 		}
 	}
 }
+
+func TestParseIncarnation(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want *RuntimeIncarnation
+		err  bool
+	}{
+		{in: "none"},
+		{in: "5b1e3d2a-9c47-4f0e-8a61-2f7d9c3e4b10/0", want: &RuntimeIncarnation{PodUID: "5b1e3d2a-9c47-4f0e-8a61-2f7d9c3e4b10"}},
+		{in: "uid/12", want: &RuntimeIncarnation{PodUID: "uid", RestartCount: 12}},
+		{in: "", err: true},
+		{in: "None", err: true},
+		{in: "uid", err: true},
+		{in: "/3", err: true},
+		{in: "uid/", err: true},
+		{in: "uid/-1", err: true},
+		{in: "uid/+1", err: true},
+		{in: "uid/01", err: true},
+		{in: "a/b/1", err: true},
+		{in: "uid/99999999999", err: true},
+	} {
+		got, err := ParseIncarnation(tc.in)
+		if (err != nil) != tc.err || (got == nil) != (tc.want == nil) || (got != nil && *got != *tc.want) {
+			t.Errorf("ParseIncarnation(%q) = %+v, %v; want %+v, error %v", tc.in, got, err, tc.want, tc.err)
+		}
+		if err == nil && got != nil && got.String() != tc.in {
+			t.Errorf("%+v spells %q, read from %q", got, got.String(), tc.in)
+		}
+	}
+}

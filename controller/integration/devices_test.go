@@ -4,7 +4,6 @@ package integration
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -82,11 +81,8 @@ func TestADeviceHoldingALaterEpochIsNeverWritten(t *testing.T) {
 
 			// The fix: a person's failover, fence confirmed, goes above the
 			// device's epoch, and that runtime drives the device.
-			annotate(t, p.key, map[string]string{
-				holdfastv1.AnnotationFailoverTo:            p.targets[0],
-				holdfastv1.AnnotationFailoverConfirmFenced: "the other writer of the coupler was stopped",
-				holdfastv1.AnnotationFailoverConfirmEpoch:  strconv.FormatInt(p.epoch(1), 10),
-			})
+			annotate(t, p.key, fenceConfirmed(t, p.key, "the other writer of the coupler was stopped", p.epoch(1),
+				holdfastv1.AnnotationFailoverTo, p.targets[0]))
 			p.place(2)
 			if e2 := p.epoch(2); e2 <= later {
 				t.Fatalf("the failover drew epoch %d, not above the device's %d", e2, later)

@@ -5,7 +5,6 @@ package integration
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -104,11 +103,7 @@ func createAutonomyUnit(t *testing.T, key types.NamespacedName, standby string) 
 // returns the new binding's epoch.
 func failOverByHand(t *testing.T, key types.NamespacedName, to string, from int64) int64 {
 	t.Helper()
-	annotate(t, key, map[string]string{
-		holdfastv1.AnnotationFailoverTo:            to,
-		holdfastv1.AnnotationFailoverConfirmFenced: "the edge node powered off at its breaker",
-		holdfastv1.AnnotationFailoverConfirmEpoch:  strconv.FormatInt(from, 10),
-	})
+	annotate(t, key, fenceConfirmed(t, key, "the edge node powered off at its breaker", from, holdfastv1.AnnotationFailoverTo, to))
 	return waitNewEpoch(t, key, from)
 }
 

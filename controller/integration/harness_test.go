@@ -307,7 +307,7 @@ func kubeletReports(t testing.TB, ns, name, ip string, ready bool, restarts int3
 		p.Status.StartTime = &now
 		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: st, LastTransitionTime: now}}
 		p.Status.ContainerStatuses = []corev1.ContainerStatus{{
-			Name: units.RuntimeContainer, Image: p.Spec.Containers[0].Image, Ready: ready, RestartCount: restarts,
+			Name: holdfastv1.RuntimeContainer, Image: p.Spec.Containers[0].Image, Ready: ready, RestartCount: restarts,
 			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}},
 		}}
 		return env.Client.Status().Update(ctx, &p)

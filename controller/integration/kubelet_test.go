@@ -34,7 +34,6 @@ import (
 
 	leaseapi "github.com/holdfast-io/holdfast/api/lease"
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
-	"github.com/holdfast-io/holdfast/controller/units"
 	"github.com/holdfast-io/holdfast/internal/leasetls/leasetlstest"
 	"github.com/holdfast-io/holdfast/node-plugin/fence"
 )
@@ -394,7 +393,7 @@ func (k *kubelet) report(pod *corev1.Pod, ip string, ready bool, waiting *corev1
 			p.Status.StartTime = &now
 		}
 		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: st, LastTransitionTime: now}}
-		cs := corev1.ContainerStatus{Name: units.RuntimeContainer, Image: p.Spec.Containers[0].Image, Ready: ready}
+		cs := corev1.ContainerStatus{Name: holdfastv1.RuntimeContainer, Image: p.Spec.Containers[0].Image, Ready: ready}
 		if waiting != nil {
 			cs.State.Waiting = waiting
 		} else {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -19,8 +20,33 @@ import (
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/controller/units"
+	"github.com/holdfast-io/holdfast/policy"
 	"github.com/holdfast-io/holdfast/test/poll"
 )
+
+// fenceConfirmed is the fence confirmation a person writes for the runtime
+// of epoch as the apiserver has it now (its epoch and its process), with
+// the other annotations kv names.
+func fenceConfirmed(t *testing.T, key types.NamespacedName, how string, epoch int64, kv ...string) map[string]string {
+	t.Helper()
+	inc := holdfastv1.IncarnationNone
+	var pod corev1.Pod
+	switch err := env.Client.Get(context.Background(), types.NamespacedName{Namespace: key.Namespace, Name: holdfastv1.RuntimePodName(key.Name, epoch)}, &pod); {
+	case err == nil:
+		inc = policy.IncarnationValue(policy.IncarnationOf(&pod))
+	case !apierrors.IsNotFound(err):
+		t.Fatalf("reading the runtime pod of epoch %d: %v", epoch, err)
+	}
+	a := map[string]string{
+		holdfastv1.AnnotationFailoverConfirmFenced:      how,
+		holdfastv1.AnnotationFailoverConfirmEpoch:       strconv.FormatInt(epoch, 10),
+		holdfastv1.AnnotationFailoverConfirmIncarnation: inc,
+	}
+	for i := 0; i+1 < len(kv); i += 2 {
+		a[kv[i]] = kv[i+1]
+	}
+	return a
+}
 
 func annotate(t *testing.T, key types.NamespacedName, kv map[string]string) {
 	t.Helper()
@@ -103,12 +129,8 @@ func TestAnAutonomyUnitFailsOverOnlyByHandWithAConfirmedFence(t *testing.T) {
 	}
 
 	// With one: Hold, then the re-bind to the node asked for.
-	annotate(t, key, map[string]string{
-		holdfastv1.AnnotationFailoverTo:            "press-standby-1",
-		holdfastv1.AnnotationFailoverConfirmFenced: "press-edge-1 powered off at its breaker",
-		holdfastv1.AnnotationFailoverConfirmEpoch:  strconv.FormatInt(e1, 10),
-		holdfastv1.AnnotationRequestID:             "req-9",
-	})
+	annotate(t, key, fenceConfirmed(t, key, "press-edge-1 powered off at its breaker", e1,
+		holdfastv1.AnnotationFailoverTo, "press-standby-1", holdfastv1.AnnotationRequestID, "req-9"))
 	var pod2 *corev1.Pod
 	e2 := waitNewEpoch(t, key, e1)
 	poll.Until(t, 20*time.Second, "the manual re-bind", func() (bool, string) {

@@ -5,7 +5,6 @@ package integration
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -109,8 +108,7 @@ func TestAPodGoneIsNotAStoppedWriterUntilItsNodeConfirms(t *testing.T) {
 
 		// A person stops the runtime on the node and certifies it.
 		old.kill()
-		annotate(t, p.key, map[string]string{holdfastv1.AnnotationFailoverConfirmFenced: "stopped the runtime on the node by hand",
-			holdfastv1.AnnotationFailoverConfirmEpoch: strconv.FormatInt(p.epoch(1), 10)})
+		annotate(t, p.key, fenceConfirmed(t, p.key, "stopped the runtime on the node by hand", p.epoch(1)))
 		p.waitPod(2)
 		if u := p.unit(); u.Annotations[holdfastv1.AnnotationFailoverConfirmFenced] != "" {
 			// Consumed after the status write; wait for it.

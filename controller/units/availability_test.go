@@ -67,10 +67,24 @@ func newSim(t *testing.T, u *holdfastv1.Unit) *sim {
 	return &sim{t: t, u: u, now: t0, free: []string{"standby-1", "standby-2"}}
 }
 
+// running is the binding's runtime process as the apiserver has it.
+func (s *sim) running() *holdfastv1.RuntimeIncarnation {
+	if s.podGone {
+		return nil
+	}
+	return policy.IncarnationOf(s.pod)
+}
+
+// certifyRunning names in the Unit's fence confirmation the runtime
+// process as a person reads it now.
+func (s *sim) certifyRunning() {
+	s.u.Annotations[holdfastv1.AnnotationFailoverConfirmIncarnation] = policy.IncarnationValue(s.running())
+}
+
 func (s *sim) pass() Plan {
 	s.t.Helper()
 	p := Decide(Inputs{Unit: s.u, Pod: s.pod, Obs: s.obs, Now: s.now, HoldOffUntil: s.holdOff, FreeTargets: s.free, Unavailable: s.unavailable,
-		NodeExists: func(n string) bool { return n != "nowhere" }, PodGone: s.podGone, NodeRuntimes: s.nodeRuntimes, Devices: s.devices})
+		NodeExists: func(n string) bool { return n != "nowhere" }, PodGone: s.podGone, NodeRuntimes: s.nodeRuntimes, Devices: s.devices, Running: s.running()})
 	s.u.Status = p.Status
 	if p.Record != nil {
 		s.records = append(s.records, p.Record)
@@ -81,6 +95,7 @@ func (s *sim) pass() Plan {
 	if p.ConsumeRequest || p.ConsumeConfirm {
 		delete(s.u.Annotations, holdfastv1.AnnotationFailoverConfirmFenced)
 		delete(s.u.Annotations, holdfastv1.AnnotationFailoverConfirmEpoch)
+		delete(s.u.Annotations, holdfastv1.AnnotationFailoverConfirmIncarnation)
 	}
 	if p.Rebind != nil {
 		// The reconciler forgets the old loop and creates a fresh pod.
@@ -102,7 +117,7 @@ func (s *sim) runtimePod(uid string, ready bool) {
 		st = corev1.ConditionTrue
 	}
 	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: st}}
-	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: RuntimeContainer}}
+	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: holdfastv1.RuntimeContainer}}
 	s.pod = p
 }
 
@@ -619,6 +634,7 @@ func TestTheBudgetEdges(t *testing.T) {
 		s.schedule("standby-2")
 		s.u.Annotations = map[string]string{holdfastv1.AnnotationFailoverTo: "standby-1", holdfastv1.AnnotationRequestID: "req-42",
 			holdfastv1.AnnotationFailoverConfirmFenced: "edge-1 powered off at the breaker", holdfastv1.AnnotationFailoverConfirmEpoch: "1"}
+		s.certifyRunning()
 		s.pass()
 		nb := s.u.Status.RuntimeBinding
 		if nb.Epoch != 3 || nb.Origin != holdfastv1.OriginManual || nb.RequestID != "req-42" || len(nb.UnsettledRebinds) != 0 {
@@ -673,6 +689,7 @@ func TestAConfirmedFenceBypassesTheHoldOff(t *testing.T) {
 	s := newSim(t, failoverUnit())
 	s.heldOffExpiry()
 	s.u.Annotations = map[string]string{holdfastv1.AnnotationFailoverTo: "standby-2", holdfastv1.AnnotationFailoverConfirmFenced: "edge-1 unplugged", holdfastv1.AnnotationFailoverConfirmEpoch: "1"}
+	s.certifyRunning()
 	s.advance(time.Second)
 	s.pass()
 	s.pass()
@@ -715,9 +732,10 @@ func TestManualFailover(t *testing.T) {
 		}
 		s.u.Annotations = map[string]string{holdfastv1.AnnotationFailoverTo: "standby-1", holdfastv1.AnnotationFailoverConfirmFenced: "edge-1 powered off", holdfastv1.AnnotationFailoverConfirmEpoch: "1",
 			holdfastv1.AnnotationRequestID: "req-7"}
+		s.certifyRunning()
 		s.pass() // Hold
 		// Before the request is consumed the pod is built pinned.
-		p := Decide(Inputs{Unit: s.u, Pod: s.pod, Now: s.now, NodeExists: func(string) bool { return true }})
+		p := Decide(Inputs{Unit: s.u, Pod: s.pod, Running: s.running(), Now: s.now, NodeExists: func(string) bool { return true }})
 		if p.Rebind == nil || p.Rebind.Node != "standby-1" {
 			t.Fatalf("plan %+v", p.Rebind)
 		}
@@ -737,6 +755,7 @@ func TestManualFailover(t *testing.T) {
 		s := newSim(t, failoverUnit())
 		s.held()
 		s.u.Annotations = map[string]string{holdfastv1.AnnotationFailoverTo: "nowhere", holdfastv1.AnnotationFailoverConfirmFenced: "x", holdfastv1.AnnotationFailoverConfirmEpoch: "1"}
+		s.certifyRunning()
 		s.pass()
 		r := s.records[0]
 		if r.Reason != EventManualFailoverRefused || !strings.Contains(r.Message, `metadata.annotations[holdfast.io/failover-to]: node "nowhere" not found`) {
@@ -1025,6 +1044,7 @@ func TestRuntimeReadyNamesTheBindingsPod(t *testing.T) {
 			t.Fatalf("setup: RuntimeReady %+v", c)
 		}
 		s.u.Annotations = map[string]string{holdfastv1.AnnotationFailoverTo: "standby-1", holdfastv1.AnnotationFailoverConfirmFenced: "edge-1 powered off", holdfastv1.AnnotationFailoverConfirmEpoch: "1"}
+		s.certifyRunning()
 		for i := 0; i < 3 && s.u.Status.RuntimeBinding.Epoch == 1; i++ {
 			s.pass() // the Hold, then the re-bind
 		}

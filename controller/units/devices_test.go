@@ -61,6 +61,7 @@ func TestALaterOwnerAtADeviceIsOnTheUnit(t *testing.T) {
 	// next.
 	s.devices.LaterOwners = []lease.LaterOwner{owner}
 	s.u.Annotations = map[string]string{holdfastv1.AnnotationFailoverTo: "standby-1", holdfastv1.AnnotationFailoverConfirmFenced: "breaker", holdfastv1.AnnotationFailoverConfirmEpoch: "1"}
+	s.certifyRunning()
 	if p := s.pass(); p.Record == nil || p.Record.Reason != EventHold || cond().Status != metav1.ConditionFalse {
 		t.Fatalf("the Hold: record %+v, condition %+v", p.Record, cond())
 	}

@@ -14,8 +14,6 @@ import (
 )
 
 const (
-	// RuntimeContainer is the name of the runtime container in a runtime pod.
-	RuntimeContainer = "runtime"
 	// StateDir is where the pod's state volume is mounted: an emptyDir,
 	// which lives as long as the pod, so a restart in place restores its
 	// operating point and counts its starts (the incarnation's restart
@@ -130,7 +128,7 @@ func RuntimePod(u *holdfastv1.Unit, epoch int64, p Placement) *corev1.Pod {
 				leaseTLS(),
 			},
 			Containers: []corev1.Container{{
-				Name:            RuntimeContainer,
+				Name:            holdfastv1.RuntimeContainer,
 				Image:           rt.Image,
 				ImagePullPolicy: rt.ImagePullPolicy,
 				Args:            rt.Args,
@@ -219,18 +217,6 @@ func PodEpoch(pod *corev1.Pod) (int64, bool) {
 	}
 	e, err := holdfastv1.ParseEpoch(v)
 	return e, err == nil
-}
-
-// Incarnation is the runtime container's current life: the pod's UID and the
-// container's restart count.
-func Incarnation(pod *corev1.Pod) holdfastv1.RuntimeIncarnation {
-	inc := holdfastv1.RuntimeIncarnation{PodUID: string(pod.UID)}
-	for _, cs := range pod.Status.ContainerStatuses {
-		if cs.Name == RuntimeContainer {
-			inc.RestartCount = cs.RestartCount
-		}
-	}
-	return inc
 }
 
 // PodReady reports the pod's Ready condition.

@@ -80,7 +80,7 @@ func podEnv(pod *corev1.Pod, name string) string {
 		return ""
 	}
 	for _, c := range pod.Spec.Containers {
-		if c.Name != RuntimeContainer {
+		if c.Name != holdfastv1.RuntimeContainer {
 			continue
 		}
 		for _, e := range c.Env {
@@ -217,7 +217,7 @@ func stopState(b *holdfastv1.RuntimeBinding, t terms, in *Inputs) stopWait {
 		// nothing of the process it runs.
 		h.PodGoneAt = nil
 	}
-	switch c, _ := policy.ConfirmedFence(in.Unit); {
+	switch c, _ := policy.ConfirmedFence(in.Unit, in.Running); {
 	case c != "":
 		return stopWait{done: true, byPerson: true, evidence: fmt.Sprintf("a person certified it (%s: %q)", holdfastv1.AnnotationFailoverConfirmFenced, c)}
 	case in.PodGone && b.Node == "":
@@ -226,7 +226,7 @@ func stopState(b *holdfastv1.RuntimeBinding, t terms, in *Inputs) stopWait {
 		return stopWait{done: true, evidence: fmt.Sprintf("its pod %s is gone and was never placed on a node, so it never ran", b.Pod)}
 	}
 	node := nodeOrUnknown(b.Node)
-	confirm := fmt.Sprintf("a person who has stopped it sets %s on the Unit to how", policy.ConfirmAnnotations(b.Epoch))
+	confirm := fmt.Sprintf("a person who has stopped it sets %s on the Unit to how", policy.ConfirmAnnotations(b.Epoch, in.Running))
 	var awaiting string
 	switch running := nodeRuntimesOf(b, in.Unit, in.NodeRuntimes); {
 	case !in.PodGone:
@@ -321,7 +321,7 @@ func startHandOver(p *Plan, in *Inputs, why string) {
 		p.DeletePod = true
 		reason = holdfastv1.ReasonAwaitingPodGone
 		msg += fmt.Sprintf("An Autonomy runtime never fences itself: its pod %s is deleted, and epoch %d starts on the same node once the pod is gone and node %s's plugin lists no container of it (%s), or a person certifies it stopped (%s)",
-			b.Pod, b.Epoch+1, nodeOrUnknown(b.Node), holdfastv1.AnnotationRuntimes, policy.ConfirmAnnotations(b.Epoch))
+			b.Pod, b.Epoch+1, nodeOrUnknown(b.Node), holdfastv1.AnnotationRuntimes, policy.ConfirmAnnotations(b.Epoch, in.Running))
 	}
 	msg += "; the unit is held until a person restarts it"
 	setCondition(&p.Status, metav1.Condition{Type: holdfastv1.ConditionRuntimeHandOver, Status: metav1.ConditionTrue, Reason: reason, Message: msg}, in.Now)

@@ -387,7 +387,7 @@ func runtimeTarget(u *holdfastv1.Unit, pod *corev1.Pod) (grantor.Target, bool) {
 // podLeasePort is the lease port the runtime pod was built with.
 func podLeasePort(u *holdfastv1.Unit, pod *corev1.Pod) int32 {
 	for _, c := range pod.Spec.Containers {
-		if c.Name != RuntimeContainer {
+		if c.Name != holdfastv1.RuntimeContainer {
 			continue
 		}
 		for _, p := range c.Ports {
@@ -452,6 +452,14 @@ func (r *Reconciler) inputs(ctx context.Context, u *holdfastv1.Unit, pod *corev1
 		if obs, ok := r.Grantor.Observe(types.NamespacedName{Namespace: u.Namespace, Name: u.Name}); ok && obs.Target.Epoch == b.Epoch {
 			in.Obs = &obs
 		}
+		in.Running = policy.IncarnationOf(pod)
+		if _, ok := u.Annotations[holdfastv1.AnnotationFailoverConfirmFenced]; ok {
+			running, err := r.runningPast(ctx, u.Namespace, b.Pod)
+			if err != nil {
+				return in, err
+			}
+			in.Running = running
+		}
 		if b.HandOver != nil {
 			gone, err := r.podGone(ctx, u.Namespace, b.Pod)
 			if err != nil {
@@ -491,16 +499,41 @@ func (r *Reconciler) inputs(ctx context.Context, u *holdfastv1.Unit, pod *corev1
 // a new writer on it, so a cache that has not seen the pod yet must not
 // pass for its absence.
 func (r *Reconciler) podGone(ctx context.Context, ns, name string) (bool, error) {
+	_, err := r.podPast(ctx, ns, name)
+	if apierrors.IsNotFound(err) {
+		return true, nil
+	}
+	return false, err
+}
+
+// runningPast is the process of the runtime pod ns/name as the apiserver
+// has it, read past the cache (nil: no such pod): a fence confirmation
+// names one process, and a cache a restart behind would take it for the
+// one the kubelet started since.
+func (r *Reconciler) runningPast(ctx context.Context, ns, name string) (*holdfastv1.RuntimeIncarnation, error) {
+	if name == "" {
+		return nil, nil
+	}
+	p, err := r.podPast(ctx, ns, name)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return policy.IncarnationOf(p), nil
+}
+
+func (r *Reconciler) podPast(ctx context.Context, ns, name string) (*corev1.Pod, error) {
 	reader := r.APIReader
 	if reader == nil {
 		reader = r.Client
 	}
 	var p corev1.Pod
-	err := reader.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &p)
-	if apierrors.IsNotFound(err) {
-		return true, nil
+	if err := reader.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &p); err != nil {
+		return nil, err
 	}
-	return false, err
+	return &p, nil
 }
 
 // FreeTargets are the eligible standbys fit to take the unit now: named by
@@ -618,6 +651,7 @@ func (r *Reconciler) execute(ctx context.Context, u *holdfastv1.Unit, pod *corev
 		}
 		delete(u.Annotations, holdfastv1.AnnotationFailoverConfirmFenced)
 		delete(u.Annotations, holdfastv1.AnnotationFailoverConfirmEpoch)
+		delete(u.Annotations, holdfastv1.AnnotationFailoverConfirmIncarnation)
 		if err := r.Client.Patch(ctx, u, patch); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("removing the carried-out failover request: %w", err)
 		}

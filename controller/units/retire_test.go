@@ -246,6 +246,7 @@ func TestAPodGoneIsNotAStoppedWriter(t *testing.T) {
 		{name: "no report, a person certifies the stop", mutate: func(s *sim) {
 			s.nodeRuntimes = nil
 			s.u.Annotations = map[string]string{holdfastv1.AnnotationFailoverConfirmFenced: "powered off at the breaker", holdfastv1.AnnotationFailoverConfirmEpoch: "1"}
+			s.certifyRunning()
 		}, done: true, certified: true},
 		{name: "no report, a certification naming no epoch", mutate: func(s *sim) {
 			s.nodeRuntimes = nil
@@ -254,10 +255,12 @@ func TestAPodGoneIsNotAStoppedWriter(t *testing.T) {
 		{name: "no report, a certification of another epoch", mutate: func(s *sim) {
 			s.nodeRuntimes = nil
 			s.u.Annotations = map[string]string{holdfastv1.AnnotationFailoverConfirmFenced: "powered off at the breaker", holdfastv1.AnnotationFailoverConfirmEpoch: "2"}
+			s.certifyRunning()
 		}, awaiting: "waiting for node edge-1's plugin to list"},
 		{name: "the pod still there, a person certifies the stop", mutate: func(s *sim) {
 			s.podGone, s.nodeRuntimes = false, nil
 			s.u.Annotations = map[string]string{holdfastv1.AnnotationFailoverConfirmFenced: "powered off at the breaker", holdfastv1.AnnotationFailoverConfirmEpoch: "1"}
+			s.certifyRunning()
 		}, done: true, certified: true},
 	} {
 		for _, c := range callers {

@@ -209,7 +209,7 @@ func sortedKeys[V any](m map[string]V) []string {
 
 func restartsOf(pod *corev1.Pod) int32 {
 	for _, cs := range pod.Status.ContainerStatuses {
-		if cs.Name == units.RuntimeContainer {
+		if cs.Name == holdfastv1.RuntimeContainer {
 			return cs.RestartCount + 1
 		}
 	}
@@ -298,7 +298,7 @@ func (n *node) postStatusNow(c *container) {
 func (n *node) postStatus(c *container, pod *corev1.Pod) {
 	s := n.s
 	st := corev1.PodStatus{Phase: corev1.PodRunning, PodIP: n.host.ip, HostIP: n.host.ip}
-	cs := corev1.ContainerStatus{Name: units.RuntimeContainer, RestartCount: c.restarts, Ready: c.ready}
+	cs := corev1.ContainerStatus{Name: holdfastv1.RuntimeContainer, RestartCount: c.restarts, Ready: c.ready}
 	if c.rp != nil {
 		cs.State.Running = &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(c.startedAt.Truncate(time.Second))}
 	} else {

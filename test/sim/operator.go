@@ -6,11 +6,13 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/policy"
 )
 
 // operator is a plant operator at kubectl, a cluster admin: every request
@@ -130,18 +132,22 @@ func (o *operator) failover(target, confirm string) {
 		u.Annotations[holdfastv1.AnnotationFailoverTo] = target
 		u.Annotations[holdfastv1.AnnotationRequestID] = id
 		if b := u.Status.RuntimeBinding; confirm != "" && b != nil {
-			// The certification is of the runtime the operator reads.
-			u.Annotations[holdfastv1.AnnotationFailoverConfirmFenced] = confirm
-			u.Annotations[holdfastv1.AnnotationFailoverConfirmEpoch] = strconv.FormatInt(b.Epoch, 10)
+			// The certification is of the runtime the operator reads: its
+			// epoch, and its process as the apiserver has its pod now.
 			written = map[string]string{
-				holdfastv1.AnnotationFailoverConfirmFenced: confirm,
-				holdfastv1.AnnotationFailoverConfirmEpoch:  strconv.FormatInt(b.Epoch, 10),
-				holdfastv1.AnnotationRequestID:             id,
+				holdfastv1.AnnotationFailoverConfirmFenced:      confirm,
+				holdfastv1.AnnotationFailoverConfirmEpoch:       strconv.FormatInt(b.Epoch, 10),
+				holdfastv1.AnnotationFailoverConfirmIncarnation: policy.IncarnationValue(o.running(b)),
+				holdfastv1.AnnotationRequestID:                  id,
+			}
+			for k, v := range written {
+				u.Annotations[k] = v
 			}
 			o.written = written
 		} else {
 			delete(u.Annotations, holdfastv1.AnnotationFailoverConfirmFenced)
 			delete(u.Annotations, holdfastv1.AnnotationFailoverConfirmEpoch)
+			delete(u.Annotations, holdfastv1.AnnotationFailoverConfirmIncarnation)
 		}
 		return true
 	}, func() {
@@ -149,6 +155,19 @@ func (o *operator) failover(target, confirm string) {
 			o.applied = written
 		}
 	}, 2)
+}
+
+// running is the process of the binding's runtime pod as the apiserver
+// has it (nil: no pod), as kubectl holdfast reads it.
+func (o *operator) running(b *holdfastv1.RuntimeBinding) *holdfastv1.RuntimeIncarnation {
+	if b.Pod == "" {
+		return nil
+	}
+	p, ok := o.s.api.st.get("Pod", unitNS, b.Pod)
+	if !ok {
+		return nil
+	}
+	return policy.IncarnationOf(p.(*corev1.Pod))
 }
 
 // restart asks for a restart of the Hold, now by the operator's clock.

@@ -36,9 +36,9 @@ const (
 	// writtenConfirmationsInCI: the stale-confirmation recipe's GitOps
 	// tool applying a fence confirmation the apiserver refused when it was
 	// written, after the node it names came back and restarted the runtime
-	// of the epoch it names. Open: a confirmation names an epoch, not a
-	// runtime process (docs/safety.md).
-	writtenConfirmationsInCI = false
+	// of the epoch it names (a confirmation names the runtime's process,
+	// not only its epoch).
+	writtenConfirmationsInCI = true
 )
 
 // ciSeeds and ciLiveness are the runs make test makes: about a minute of

@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/controller/units"
 )
 
@@ -151,7 +152,7 @@ func (u *Unit) FailoverPhases(ctx context.Context, cut time.Time, old, next int6
 		return p, fmt.Errorf("the runtime pod of epoch %d: %v", next, err)
 	}
 	for _, cs := range pod.Status.ContainerStatuses {
-		if cs.Name == units.RuntimeContainer && cs.State.Running != nil {
+		if cs.Name == holdfastv1.RuntimeContainer && cs.State.Running != nil {
 			p.Started = cs.State.Running.StartedAt.Time
 		}
 	}
