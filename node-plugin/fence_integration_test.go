@@ -138,12 +138,9 @@ func waitTCP(t testing.TB, port int32) {
 
 func freePort(t testing.TB) int32 { return freePorts(t, 1)[0] }
 
-// freePorts returns n distinct free loopback ports (package ports).
+// freePorts returns n distinct free loopback ports as a pod spec holds them.
 func freePorts(t testing.TB, n int) []int32 {
-	ps, err := ports.Loopback(n)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ps := ports.Free(t, n)
 	out := make([]int32, n)
 	for i, p := range ps {
 		out[i] = int32(p)

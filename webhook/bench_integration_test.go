@@ -58,7 +58,7 @@ func BenchmarkAdmissionLatency(b *testing.B) {
 	plugins := make([]client.Client, objects)
 	for i := 0; i < objects; i++ {
 		makeNode(b, fmt.Sprintf("bench-%d", i), nil, nil, true)
-		pc := asUser(nodePluginUser, map[string][]string{serviceaccount.NodeNameKey: {fmt.Sprintf("bench-%d", i)}})
+		pc := env.As(nodePluginUser, map[string][]string{serviceaccount.NodeNameKey: {fmt.Sprintf("bench-%d", i)}})
 		pc.QPS, pc.Burst = -1, 0
 		if plugins[i], err = client.New(pc, client.Options{Scheme: env.Scheme}); err != nil {
 			b.Fatal(err)

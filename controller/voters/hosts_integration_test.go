@@ -306,7 +306,7 @@ func (h *host) kubelet(t testing.TB) {
 // startPlugin runs this host's holdfast-node parts as holdfast-node's
 // service account bound to the node.
 func (h *host) startPlugin(t testing.TB) {
-	cfg := as(nodePluginUser, map[string][]string{serviceaccount.NodeNameKey: {h.name}})
+	cfg := env.As(nodePluginUser, map[string][]string{serviceaccount.NodeNameKey: {h.name}})
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:  env.Scheme,
 		Metrics: metricsserver.Options{BindAddress: "0"},
@@ -429,7 +429,7 @@ func cleanupSwaps(t testing.TB) {
 			_ = env.Client.Delete(ctx, s)
 		}
 	}
-	ctrlClient := clientAs(t, controllerUser, nil)
+	ctrlClient := env.ClientAs(t, controllerUser, nil)
 	l := &coordinationv1.Lease{}
 	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: holdfastv1.SwapLeaseNamespace, Name: holdfastv1.SwapLeaseName}, l); err == nil {
 		l.Spec.HolderIdentity = nil
@@ -482,7 +482,7 @@ func startController(t testing.TB, o ctrlOpts) *controller {
 	if o.snapshotDir == "" {
 		o.snapshotDir = t.TempDir()
 	}
-	mgr, err := ctrl.NewManager(as(controllerUser, nil), ctrl.Options{
+	mgr, err := ctrl.NewManager(env.As(controllerUser, nil), ctrl.Options{
 		Scheme: voters.Scheme(), Cache: voters.CacheOptions(), Metrics: metricsserver.Options{BindAddress: "0"},
 		Controller: config.Controller{SkipNameValidation: new(true)},
 	})
@@ -653,7 +653,7 @@ func bindCandidate(t testing.TB, swap, node string) {
 		t.Fatalf("candidate pod %s: scheduler %q labels %v", pod.Name, pod.Spec.SchedulerName, pod.Labels)
 	}
 	b := &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name}, Target: corev1.ObjectReference{Kind: "Node", Name: node}}
-	if err := clientAs(t, schedulerUser, nil).SubResource("binding").Create(ctx, pod, b); err != nil {
+	if err := env.ClientAs(t, schedulerUser, nil).SubResource("binding").Create(ctx, pod, b); err != nil {
 		t.Fatal(err)
 	}
 }

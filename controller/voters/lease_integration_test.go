@@ -49,7 +49,7 @@ func TestTheSwapLeaseIsRenewedEveryPass(t *testing.T) {
 	const duration = 30 * time.Second
 	// Whole seconds: a Lease keeps its times to the microsecond.
 	clk := clocktesting.NewFakeClock(shifted.Now().Truncate(time.Second))
-	cl := clientAs(t, controllerUser, nil)
+	cl := env.ClientAs(t, controllerUser, nil)
 	r := &voters.Reconciler{Client: cl, Reader: cl, Clock: clk, CandidateNamespace: releaseNS, SnapshotDir: t.TempDir(),
 		Settings: voters.Settings{Identity: "holdfast-controller-lease-test", LeaseDuration: duration, PeerPort: 2380, PeerScheme: "http"},
 		EtcdFor: func(context.Context, *holdfastv1.VoterPolicy) (voters.Etcd, error) {
@@ -174,7 +174,7 @@ func healthyCondition(p *holdfastv1.VoterPolicy) bool {
 func TestRenewKeepsTheHoldAndFailsForAnotherHolder(t *testing.T) {
 	t.Cleanup(func() { cleanupSwaps(t) })
 	ctx := context.Background()
-	cl := clientAs(t, controllerUser, nil)
+	cl := env.ClientAs(t, controllerUser, nil)
 	now := shifted.Now().Truncate(time.Second)
 	mine := &voters.SwapLease{Client: cl, Identity: "holdfast-controller-renew-a", Duration: 20 * time.Second}
 	l, err := mine.Acquire(ctx, getLease(t), "20260301T120000Z-x1-x4", []string{"x1", "x4"}, now)

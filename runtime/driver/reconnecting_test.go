@@ -12,6 +12,7 @@ import (
 	"github.com/holdfast-io/holdfast/runtime/driver/modbus"
 	"github.com/holdfast-io/holdfast/runtime/internal/testutil"
 	"github.com/holdfast-io/holdfast/test/devicesim"
+	"github.com/holdfast-io/holdfast/test/ports"
 )
 
 const healthInterval = 50 * time.Millisecond
@@ -49,7 +50,7 @@ func reconnecting(t *testing.T, addr string, timeout time.Duration) *driver.Reco
 // #1936: a device that was down when the runtime started is dialled again
 // by the health monitor, with nothing else dialling.
 func TestReconnectingDriver_AFailedFirstDialIsStillWatched(t *testing.T) {
-	addr := testutil.FreePort(t)
+	addr := ports.Addr(t)
 	r := reconnecting(t, addr, time.Second)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -3,24 +3,19 @@ package telemetry
 import (
 	"context"
 	"encoding/json"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/holdfast-io/holdfast/runtime/telemetry/brokertest"
+	"github.com/holdfast-io/holdfast/test/ports"
 	"k8s.io/klog/v2/ktesting"
 )
 
 // With the queue disabled (--mqtt-queue-size 0) a publish goes out live,
 // retained, once the broker is there.
 func TestWithoutAQueueTheStatusIsPublishedLive(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := ports.Addr(t)
 	srv := brokertest.Start(t, addr)
 	defer srv.Close()
 	c, err := New(Config{BrokerURL: "mqtt://" + addr, Unit: "plant/kiln-1", QueueSize: 0, MaxBackoff: 100 * time.Millisecond},

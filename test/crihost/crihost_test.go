@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"path/filepath"
 	"testing"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/holdfast-io/holdfast/api/lease"
 	"github.com/holdfast-io/holdfast/test/crihost"
+	"github.com/holdfast-io/holdfast/test/ports"
 )
 
 // TestRunsAHostNetworkPodServingLease starts the real containerd and runc,
@@ -38,7 +38,7 @@ func TestRunsAHostNetworkPodServingLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	port := freePort(t)
+	port := ports.Free(t, 1)[0]
 	_, cid, err := crihost.RunPod(ctx, rt, filepath.Join(dir, "logs"), crihost.Pod{Namespace: "plant", Name: "u-runtime-e1", UID: "uid-1",
 		Labels: map[string]string{"holdfast.io/unit": "u"}, Image: "holdfast.test/runtime:1",
 		Args: []string{"--listen", fmt.Sprintf("127.0.0.1:%d", port), "--unit", "plant/u"}})
@@ -68,13 +68,4 @@ func TestRunsAHostNetworkPodServingLease(t *testing.T) {
 	if got.Unit != "plant/u" || got.State != lease.Held {
 		t.Fatalf("status %+v", got)
 	}
-}
-
-func freePort(t *testing.T) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/godbus/dbus/v5"
+	"github.com/holdfast-io/holdfast/test/proc"
 )
 
 const (
@@ -743,13 +744,7 @@ func StartExec(cmd *exec.Cmd) (*ExecProcess, error) {
 
 // Stop sends SIGTERM, then SIGKILL after 10s, and waits.
 func (p *ExecProcess) Stop() error {
-	_ = p.Cmd.Process.Signal(os.Interrupt)
-	select {
-	case <-p.exited:
-	case <-time.After(10 * time.Second):
-		_ = p.Cmd.Process.Kill()
-		<-p.exited
-	}
+	proc.Stop(p.Cmd.Process, p.exited, 10*time.Second)
 	return nil
 }
 
