@@ -785,7 +785,7 @@ func TestSwapExitCodes(t *testing.T) {
 		if err := env.Client.Status().Update(ctx, &s); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(300 * time.Millisecond) // let the waiter see Running at least once in most runs
+		time.Sleep(300 * time.Millisecond) // the waiter's output is read only at its end: give it time to see Running
 		s.Status.Phase = tc.final
 		s.Status.History = []holdfastv1.SwapStepRecord{{Step: holdfastv1.StepRollback, Outcome: "Done", Reason: "LearnerStalled", Message: "learner did not catch up", At: metav1.Now()}}
 		if err := env.Client.Status().Update(ctx, &s); err != nil {

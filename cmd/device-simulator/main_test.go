@@ -15,6 +15,7 @@ import (
 	mb "github.com/simonvetter/modbus"
 
 	"github.com/holdfast-io/holdfast/test/devicesim"
+	"github.com/holdfast-io/holdfast/test/poll"
 	"github.com/holdfast-io/holdfast/test/ports"
 	"github.com/holdfast-io/holdfast/test/proc"
 )
@@ -45,18 +46,15 @@ func startSim(t *testing.T, args ...string) *simProcess {
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
 	t.Cleanup(func() { proc.Stop(cmd.Process, exited, 10*time.Second) })
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	poll.Until(t, 10*time.Second, "the simulator to listen", func() (bool, string) {
 		c, err := p.client()
-		if err == nil {
-			c.Close()
-			return p
+		if err != nil {
+			return false, err.Error()
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the simulator never listened: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		c.Close()
+		return true, ""
+	})
+	return p
 }
 
 func (p *simProcess) client() (*mb.ModbusClient, error) {

@@ -406,7 +406,7 @@ func TestAReplacementThatNeverAnswersIsStartupFailedThenTheNextStandbyThenSuspen
 		}
 	}
 	// Nothing more while suspended: the pod stays, no fourth binding.
-	time.Sleep(3 * time.Second)
+	time.Sleep(3 * time.Second) // an absence of a fourth binding: only a window can show it
 	if pod := runtimePod(t, p.u, p.epoch(3)); pod == nil || pod.DeletionTimestamp != nil {
 		t.Fatal("suspension must leave the current pod in place")
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/holdfast-io/holdfast/runtime/telemetry/brokertest"
+	"github.com/holdfast-io/holdfast/test/poll"
 	"github.com/holdfast-io/holdfast/test/ports"
 	"k8s.io/klog/v2/ktesting"
 )
@@ -29,26 +30,15 @@ func TestWithoutAQueueTheStatusIsPublishedLive(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Disconnect(context.Background())
-	deadline := time.Now().Add(10 * time.Second)
-	for !c.Connected() {
-		if time.Now().After(deadline) {
-			t.Fatal("never connected")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	poll.Until(t, 10*time.Second, "the client to connect", poll.True(c.Connected))
 	c.SetStatus(Status{Unit: "plant/kiln-1", Epoch: 2, State: "Held"})
-	for {
-		if msgs := srv.Topics.Messages(c.StatusTopic()); len(msgs) == 1 {
-			var st Status
-			if err := json.Unmarshal(msgs[0].Payload, &st); err != nil || st.State != "Held" || st.Epoch != 2 {
-				t.Fatalf("retained status %s (%v)", msgs[0].Payload, err)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the status never reached the broker")
-		}
-		time.Sleep(10 * time.Millisecond)
+	poll.Until(t, 10*time.Second, "the status to reach the broker", poll.True(func() bool {
+		return len(srv.Topics.Messages(c.StatusTopic())) == 1
+	}))
+	msgs := srv.Topics.Messages(c.StatusTopic())
+	var st Status
+	if err := json.Unmarshal(msgs[0].Payload, &st); err != nil || st.State != "Held" || st.Epoch != 2 {
+		t.Fatalf("retained status %s (%v)", msgs[0].Payload, err)
 	}
 	if c.QueueDepth() != 0 || c.Queued() != nil {
 		t.Fatal("a client without a queue reports queued publishes")

@@ -13,6 +13,7 @@ import (
 
 	"github.com/holdfast-io/holdfast/api/lease"
 	"github.com/holdfast-io/holdfast/test/crihost"
+	"github.com/holdfast-io/holdfast/test/poll"
 	"github.com/holdfast-io/holdfast/test/ports"
 )
 
@@ -50,21 +51,14 @@ func TestRunsAHostNetworkPodServingLease(t *testing.T) {
 		t.Fatalf("container status %v, %v", st, err)
 	}
 	var got lease.Status
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	poll.Until(t, 20*time.Second, "the lease endpoint in the container", func() (bool, string) {
 		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d%s", port, lease.Path))
 		if err == nil {
 			err = json.NewDecoder(resp.Body).Decode(&got)
 			resp.Body.Close()
 		}
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("lease endpoint in the container: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return err == nil, fmt.Sprint(err)
+	})
 	if got.Unit != "plant/u" || got.State != lease.Held {
 		t.Fatalf("status %+v", got)
 	}
