@@ -108,14 +108,21 @@ func TestAuditLinesAreWholeJSON(t *testing.T) {
 	var buf bytes.Buffer
 	a := &auditLog{out: &buf}
 	r := requester{User: "sam", Groups: []string{"shift-leads"}, UID: "u-1", DryRun: true}
-	if err := a.record(r, []AuditRecord{{Audit: AuditManualFailover, Object: AuditRef{Kind: "Unit", Namespace: "p", Name: "k"}, Target: "edge-2", Reason: "breaker"}}, t0); err != nil {
+	if err := a.record(r, []AuditRecord{{Audit: AuditManualFailover, Object: AuditRef{Kind: "Unit", Namespace: "p", Name: "k"}, Target: "edge-2", Reason: "breaker", Request: "req-1"}}, t0); err != nil {
 		t.Fatal(err)
 	}
 	var rec AuditRecord
 	if err := json.Unmarshal(bytes.TrimSuffix(buf.Bytes(), []byte("\n")), &rec); err != nil || bytes.Count(buf.Bytes(), []byte("\n")) != 1 {
 		t.Fatalf("not one JSON line: %q (%v)", buf.String(), err)
 	}
-	if rec.User != "sam" || rec.RequestID != "u-1" || !rec.DryRun || !rec.Time.Equal(t0) || rec.Reason != "breaker" {
+	if rec.User != "sam" || rec.AdmissionUID != "u-1" || !rec.DryRun || !rec.Time.Equal(t0) || rec.Reason != "breaker" {
 		t.Fatalf("record %+v", rec)
+	}
+	// The request ID is under the key the controller's audit lines use
+	// (controller/audit.Record), so the two trails join on one key.
+	for _, want := range []string{`"admissionUID":"u-1"`, `"requestID":"req-1"`} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("audit line %s lacks %s", buf.String(), want)
+		}
 	}
 }

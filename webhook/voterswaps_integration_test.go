@@ -159,7 +159,7 @@ func TestManualSwapOnlyByConfiguredGroups(t *testing.T) {
 	t.Cleanup(func() { finishAndDeleteSwap(t, "swap-cp2-edge7") })
 	rec := lastAudit(t, webhook.AuditManualSwap)
 	if rec.User != "admin" || rec.Object.Name != "swap-cp2-edge7" || rec.Target != "edge-7" || rec.Reason != "disk replacement" ||
-		!contains(rec.Groups, "system:masters") || rec.RequestID == "" {
+		!contains(rec.Groups, "system:masters") || rec.AdmissionUID == "" {
 		t.Fatalf("audit record %+v does not say who asked for which swap and why", rec)
 	}
 }
