@@ -67,8 +67,8 @@ func unschedulable(format string, args ...any) *fwk.Status {
 	return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf(format, args...))
 }
 
-// authorise checks the pod against its unit's binding: the pod's epoch must
-// be the authorised one and no other pod may hold it.
+// authorise checks the pod against its unit's binding (policy.BindingClaim)
+// and compiles the unit's rules for the cycle.
 func authorise(u *holdfastv1.Unit, pod *corev1.Pod) (*placement, *fwk.Status) {
 	key := client.ObjectKeyFromObject(u)
 	display := runtimepod.Display(key, pod.Namespace)
@@ -77,18 +77,8 @@ func authorise(u *holdfastv1.Unit, pod *corev1.Pod) (*placement, *fwk.Status) {
 		return nil, unschedulable("no valid %s label", holdfastv1.LabelEpoch)
 	}
 	b := u.Status.RuntimeBinding
-	switch {
-	case b == nil:
-		return nil, unschedulable("unit %s has no authorised binding", display)
-	case b.Epoch != epoch:
-		return nil, unschedulable("epoch %d is not the authorised epoch %d of unit %s", epoch, b.Epoch, display)
-	case b.Pod != "" && b.Pod != pod.Name:
-		if b.Node != "" {
-			return nil, unschedulable("epoch %d of unit %s is already bound to node %s by pod %s", epoch, display, b.Node, b.Pod)
-		}
-		return nil, unschedulable("epoch %d of unit %s belongs to pod %s", epoch, display, b.Pod)
-	case b.Node != "" && b.Pod == "":
-		return nil, unschedulable("epoch %d of unit %s is already bound to node %s", epoch, display, b.Node)
+	if reason := policy.BindingClaim(b, display, epoch, pod.Name); reason != "" {
+		return nil, unschedulable("%s", reason)
 	}
 	p := &placement{
 		unit: key, display: display, epoch: epoch, binding: *b, boundNode: b.Node,
