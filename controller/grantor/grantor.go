@@ -3,7 +3,7 @@
 // the runtime's lease endpoint at the L2 cadence and recording what came back.
 //
 // Each grant carries the age of the last acknowledgement and echoes the
-// anchor that acknowledgement brought (L1, as amended): the runtime dates
+// anchor that acknowledgement brought (L1): the runtime dates
 // its lease from the earlier of the two, and its anchor was read on its own
 // clock before its reply left, so its deadline is never later than this
 // grantor's Expired (LastAck + duration), however long a grant sat in the
