@@ -19,6 +19,7 @@ import (
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/controller/voters"
+	"github.com/holdfast-io/holdfast/test/poll"
 )
 
 // TestTheSwapLeaseIsRenewedEveryPass drives the voter controller's passes
@@ -142,18 +143,14 @@ func progressing(s *holdfastv1.VoterSwap) string {
 // healthy with these voters.
 func waitHealthyStatusOn(t *testing.T, pass func(), voterNames ...string) {
 	t.Helper()
-	for i := 0; ; i++ {
+	poll.Until(t, 30*time.Second, fmt.Sprintf("VoterPolicy healthy with %v", voterNames), func() (bool, string) {
 		pass()
 		p := &holdfastv1.VoterPolicy{}
-		if err := env.Client.Get(context.Background(), client.ObjectKey{Name: holdfastv1.VoterPolicyName}, p); err == nil &&
-			fmt.Sprint(p.Status.Voters) == fmt.Sprint(voterNames) && healthyCondition(p) {
-			return
+		if err := env.Client.Get(context.Background(), client.ObjectKey{Name: holdfastv1.VoterPolicyName}, p); err != nil {
+			return false, err.Error()
 		}
-		if i > 100 {
-			t.Fatalf("VoterPolicy not healthy with %v", voterNames)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return fmt.Sprint(p.Status.Voters) == fmt.Sprint(voterNames) && healthyCondition(p), fmt.Sprintf("voters %v, conditions %+v", p.Status.Voters, p.Status.Conditions)
+	})
 }
 
 func healthyCondition(p *holdfastv1.VoterPolicy) bool {
