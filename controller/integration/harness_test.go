@@ -263,10 +263,14 @@ func waitNewEpoch(t testing.TB, key types.NamespacedName, after int64) int64 {
 func schedule(t testing.TB, key types.NamespacedName, epoch int64, nodeName string) {
 	t.Helper()
 	ctx := context.Background()
+	// The scheduler sees a runtime pod once the controller has created it,
+	// which it does after it writes the binding.
 	pod := &corev1.Pod{}
-	if err := env.Client.Get(ctx, types.NamespacedName{Namespace: key.Namespace, Name: units.PodName(key.Name, epoch)}, pod); err != nil {
-		t.Fatalf("reading the runtime pod of epoch %d: %v", epoch, err)
-	}
+	podKey := types.NamespacedName{Namespace: key.Namespace, Name: units.PodName(key.Name, epoch)}
+	poll.Until(t, 20*time.Second, "the runtime pod "+podKey.String(), func() (bool, string) {
+		err := env.Client.Get(ctx, podKey, pod)
+		return err == nil, fmt.Sprint(err)
+	})
 	podEpoch, err := holdfastv1.ParseEpoch(pod.Labels[holdfastv1.LabelEpoch])
 	if err != nil {
 		t.Fatalf("pod %s: no valid %s label: %v", pod.Name, holdfastv1.LabelEpoch, err)
