@@ -124,26 +124,21 @@ func (r *rig) running(container string) bool {
 
 func waitTCP(t testing.TB, port int32) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
+	poll.Until(t, 20*time.Second, fmt.Sprintf("the runtime to listen on %d", port), func() (bool, string) {
 		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), 200*time.Millisecond)
-		if err == nil {
-			c.Close()
-			return
+		if err != nil {
+			return false, err.Error()
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("runtime never listened on %d", port)
+		c.Close()
+		return true, ""
+	})
 }
 
 func freePort(t testing.TB) int32 { return freePorts(t, 1)[0] }
 
-// freePorts returns n distinct free loopback ports (package ports).
+// freePorts returns n distinct free loopback ports as a pod spec holds them.
 func freePorts(t testing.TB, n int) []int32 {
-	ps, err := ports.Loopback(n)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ps := ports.Free(t, n)
 	out := make([]int32, n)
 	for i, p := range ps {
 		out[i] = int32(p)
@@ -211,7 +206,7 @@ func TestStaleEpochRuntimeStoppedAndSandboxRemoved(t *testing.T) {
 		return (&fence.UnitReconciler{Agent: agent}).SetupWithManager(mgr)
 	})
 	// The current epoch is never touched.
-	time.Sleep(500 * time.Millisecond)
+	time.Sleep(500 * time.Millisecond) // an absence of a stop: only a window can show it
 	if !r.running(oldC) {
 		t.Fatal("the runtime of the current epoch was stopped")
 	}

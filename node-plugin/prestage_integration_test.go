@@ -119,7 +119,7 @@ func TestPrestagePullsRuntimeImagesOfUnitsTargetingThisNode(t *testing.T) {
 	waitFor(t, "named target's image staged", func() bool { return present("plant/named") })
 	waitFor(t, "selector target's image staged", func() bool { return present("plant/selected") })
 	// Every unit was reconciled at start; give the third its turn.
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // an absence of a pull: only a window can show it
 	if present("plant/elsewhere") || reqs.asked("plant/elsewhere") {
 		t.Fatal("the image of a unit that does not target this node was pulled")
 	}

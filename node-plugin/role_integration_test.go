@@ -164,36 +164,37 @@ func releaseLease(t *testing.T) {
 // waitReport waits for the actuator report of step to reach phase.
 func waitReport(t *testing.T, node, step, phase string) *holdfastv1.ActuatorReport {
 	t.Helper()
-	var last, loggedFailure string
-	deadline := time.Now().Add(waitTimeout)
-	for time.Now().Before(deadline) {
+	var loggedFailure string
+	var found *holdfastv1.ActuatorReport
+	poll.Until(t, waitTimeout, fmt.Sprintf("%s: a %s report for %s", node, phase, step), func() (bool, string) {
 		n := &corev1.Node{}
 		if err := env.Client.Get(context.Background(), client.ObjectKey{Name: node}, n); err != nil {
 			t.Fatal(err)
 		}
-		last = n.Annotations[holdfastv1.AnnotationActuator]
-		if last != "" {
-			rep, err := holdfastv1.ParseActuatorReport(last)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if rep.Step == step && rep.Phase == phase {
-				return rep
-			}
-			if rep.Step == step && rep.Phase == holdfastv1.ActuatorRefused && phase == holdfastv1.ActuatorDone {
-				t.Fatalf("%s %s: %s: %s", node, step, rep.Phase, rep.Message)
-			}
-			// A failed step is retried with backoff (every step is safe to
-			// repeat); the test waits for it to complete and says so.
-			if rep.Step == step && rep.Phase == holdfastv1.ActuatorFailed && last != loggedFailure {
-				loggedFailure = last
-				t.Logf("%s %s failed, to be retried: %s", node, step, rep.Message)
-			}
+		last := n.Annotations[holdfastv1.AnnotationActuator]
+		if last == "" {
+			return false, "no report"
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("%s: no %s report for %s; last %s", node, phase, step, last)
-	return nil
+		rep, err := holdfastv1.ParseActuatorReport(last)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Step == step && rep.Phase == phase {
+			found = rep
+			return true, ""
+		}
+		if rep.Step == step && rep.Phase == holdfastv1.ActuatorRefused && phase == holdfastv1.ActuatorDone {
+			t.Fatalf("%s %s: %s: %s", node, step, rep.Phase, rep.Message)
+		}
+		// A failed step is retried with backoff (every step is safe to
+		// repeat); the test waits for it to complete and says so.
+		if rep.Step == step && rep.Phase == holdfastv1.ActuatorFailed && last != loggedFailure {
+			loggedFailure = last
+			t.Logf("%s %s failed, to be retried: %s", node, step, rep.Message)
+		}
+		return false, last
+	})
+	return found
 }
 
 // waitTimeout bounds each wait for the host or etcd to reach a state:

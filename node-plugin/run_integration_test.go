@@ -49,7 +49,7 @@ func TestRunWiresEveryPart(t *testing.T) {
 		return n.Annotations[holdfastv1.AnnotationProvisioned] == "true" && n.Labels[holdfastv1.LabelRole] == holdfastv1.RoleAgent &&
 			n.Annotations[holdfastv1.AnnotationFitness] != ""
 	})
-	time.Sleep(200 * time.Millisecond)
+	time.Sleep(200 * time.Millisecond) // an absence of a stop: only a window can show it
 	if r.sandboxGone(sb) {
 		t.Fatal("the current epoch's runtime was stopped")
 	}

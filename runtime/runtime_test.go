@@ -288,10 +288,13 @@ func TestPromotionWritesNothingWhereTheDeviceCannotAnswer(t *testing.T) {
 	f.sim.SetRegister(counterReg, 500)
 	f.sim.SetReadsFailing(true)
 	grantHTTP(t, f.url, 2, 0)
-	for range 3 {
-		before := len(f.sim.Writes())
+	before := len(f.sim.Writes())
+	// A scan's writes land before the next scan reads, so the fourth
+	// scan's read shows that the three before it wrote nothing.
+	for range 4 {
+		asked := f.sim.ReadsRefused()
 		f.clock.Step(scanEvery)
-		time.Sleep(50 * time.Millisecond)
+		testutil.Eventually(t, 5*time.Second, "a scan to ask the device", func() bool { return f.sim.ReadsRefused() > asked })
 		if len(f.sim.Writes()) != before {
 			t.Fatalf("writes reached a device that could not answer for its operating point: %+v", f.sim.Writes())
 		}

@@ -19,6 +19,7 @@ import (
 	"github.com/holdfast-io/holdfast/runtime/telemetry"
 	"github.com/holdfast-io/holdfast/runtime/telemetry/brokertest"
 	"github.com/holdfast-io/holdfast/test/devicesim"
+	"github.com/holdfast-io/holdfast/test/ports"
 )
 
 // startBounded runs Start and fails the test unless it returns within 10s:
@@ -110,7 +111,7 @@ func TestStart_ALeaseIsGrantedWhileTheCouplerHasNotAnswered(t *testing.T) {
 // is granted over HTTP with the client still disconnected, and both of its
 // status publishes wait in the queue, in order.
 func TestStart_ALeaseIsGrantedWhileTheBrokerIsUnreachable(t *testing.T) {
-	tel, err := telemetry.New(telemetry.Config{BrokerURL: "mqtt://" + testutil.FreePort(t), Unit: unit, QueueSize: 100,
+	tel, err := telemetry.New(telemetry.Config{BrokerURL: "mqtt://" + ports.Addr(t), Unit: unit, QueueSize: 100,
 		MaxBackoff: 200 * time.Millisecond}, ktesting.NewLogger(t, ktesting.NewConfig()))
 	if err != nil {
 		t.Fatal(err)
@@ -171,7 +172,7 @@ func (b *broker) retainedState(t *testing.T, topic string) string {
 // A fresh broker that comes back holding nothing retained is told what the
 // runtime is now.
 func TestStart_TheStatusIsAnnouncedOnEveryConnect(t *testing.T) {
-	addr := testutil.FreePort(t)
+	addr := ports.Addr(t)
 	b := startBroker(t, addr)
 	tel, err := telemetry.New(telemetry.Config{BrokerURL: "mqtt://" + addr, Unit: unit, QueueSize: 100,
 		MaxBackoff: 200 * time.Millisecond}, ktesting.NewLogger(t, ktesting.NewConfig()))

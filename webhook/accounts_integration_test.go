@@ -34,7 +34,7 @@ func TestVotersRightsRefusedToUnitsAccount(t *testing.T) {
 	allowed(t, kubectlAs(t, votersUser, "annotate", "node", "edge-7", "holdfast.io/role-step=promote"))
 
 	// An Automatic VoterSwap.
-	units := clientAs(t, controllerUser, nil)
+	units := env.ClientAs(t, controllerUser, nil)
 	sw := &holdfastv1.VoterSwap{
 		ObjectMeta: metav1.ObjectMeta{Name: "swap-by-units"},
 		Spec:       holdfastv1.VoterSwapSpec{Outgoing: "cp-3", Incoming: "edge-7", Origin: holdfastv1.SwapAutomatic, Reason: "fsync p99 above 10ms"},
@@ -54,7 +54,7 @@ func TestVotersRightsRefusedToUnitsAccount(t *testing.T) {
 	}
 	refusal(t, "", kubectlAs(t, controllerUser, "annotate", "-n", holdfastv1.SwapLeaseNamespace, "lease", holdfastv1.SwapLeaseName,
 		"--overwrite", "holdfast.io/swap-nodes=cp-3,edge-7,edge-8"), "metadata.annotations[holdfast.io/swap-nodes]: Forbidden: "+wantVoters)
-	if err := clientAs(t, votersUser, nil).Update(ctx, getSwapLease(t)); err != nil {
+	if err := env.ClientAs(t, votersUser, nil).Update(ctx, getSwapLease(t)); err != nil {
 		t.Fatalf("the voters account renewing the swap Lease: %v", err)
 	}
 }

@@ -22,12 +22,13 @@ const (
 // so this record is where the requester is; the controller's audit line of
 // what it did refers to it by the holdfast.io/request-id both carry.
 type AuditRecord struct {
-	Time      time.Time `json:"time"`
-	Audit     string    `json:"audit"`
-	RequestID string    `json:"requestUID"`
-	User      string    `json:"user"`
-	Groups    []string  `json:"groups"`
-	Object    AuditRef  `json:"object"`
+	Time  time.Time `json:"time"`
+	Audit string    `json:"audit"`
+	// AdmissionUID is the apiserver's UID of the admission request.
+	AdmissionUID string   `json:"admissionUID"`
+	User         string   `json:"user"`
+	Groups       []string `json:"groups"`
+	Object       AuditRef `json:"object"`
 	// Target is the node a failover or swap moves to, when named.
 	Target string `json:"target,omitempty"`
 	// Reason is the person's words: the fence confirmation or the swap's
@@ -35,8 +36,9 @@ type AuditRecord struct {
 	Reason string `json:"reason"`
 	// Request is the holdfast.io/request-id set beside the request
 	// (kubectl holdfast sets a fresh one); the controller's audit lines of
-	// the action carry the same value, so the two trails join on it.
-	Request string `json:"request,omitempty"`
+	// the action carry the same value under the same key, so the two
+	// trails join on it.
+	Request string `json:"requestID,omitempty"`
 	DryRun  bool   `json:"dryRun,omitempty"`
 }
 
@@ -70,7 +72,7 @@ func (a *auditLog) write(rec AuditRecord) error {
 func (a *auditLog) record(r requester, recs []AuditRecord, now time.Time) error {
 	for _, rec := range recs {
 		rec.Time = now.UTC()
-		rec.RequestID, rec.User, rec.Groups, rec.DryRun = r.UID, r.User, r.Groups, r.DryRun
+		rec.AdmissionUID, rec.User, rec.Groups, rec.DryRun = r.UID, r.User, r.Groups, r.DryRun
 		if err := a.write(rec); err != nil {
 			return readFailed("writing the audit record", err)
 		}

@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/test/poll"
 )
 
 // benchRate is the offered load, 500/s unless HOLDFAST_BENCH_RATE says
@@ -58,7 +59,7 @@ func BenchmarkAdmissionLatency(b *testing.B) {
 	plugins := make([]client.Client, objects)
 	for i := 0; i < objects; i++ {
 		makeNode(b, fmt.Sprintf("bench-%d", i), nil, nil, true)
-		pc := asUser(nodePluginUser, map[string][]string{serviceaccount.NodeNameKey: {fmt.Sprintf("bench-%d", i)}})
+		pc := env.As(nodePluginUser, map[string][]string{serviceaccount.NodeNameKey: {fmt.Sprintf("bench-%d", i)}})
 		pc.QPS, pc.Burst = -1, 0
 		if plugins[i], err = client.New(pc, client.Options{Scheme: env.Scheme}); err != nil {
 			b.Fatal(err)
@@ -172,19 +173,12 @@ func unregister(b *testing.B) func() {
 // configuration: a desired-role change by the admin is refused exactly when
 // the webhook is registered.
 func waitForRegistration(b *testing.B, registered bool) {
-	ctx := context.Background()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		patch := []byte(`{"metadata":{"labels":{"holdfast.io/desired-role":"agent"}}}`)
-		err := env.Client.Patch(ctx, nodeRef("bench-0"), client.RawPatch(types.MergePatchType, patch), client.DryRunAll)
-		if apierrors.IsForbidden(err) == registered {
-			return
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("the webhook registration did not become %v: %v", registered, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	b.Helper()
+	patch := []byte(`{"metadata":{"labels":{"holdfast.io/desired-role":"agent"}}}`)
+	poll.Until(b, 30*time.Second, fmt.Sprintf("the webhook registration to become %v", registered), func() (bool, string) {
+		err := env.Client.Patch(context.Background(), nodeRef("bench-0"), client.RawPatch(types.MergePatchType, patch), client.DryRunAll)
+		return apierrors.IsForbidden(err) == registered, fmt.Sprint(err)
+	})
 }
 
 var metaZeroTime = metav1.Time{}

@@ -9,10 +9,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/holdfast-io/holdfast/test/proc"
 	"github.com/holdfast-io/holdfast/test/testenv"
 	"github.com/holdfast-io/holdfast/webhook"
 )
@@ -49,7 +49,8 @@ func TestBinaryServesTheRules(t *testing.T) {
 type binaryProcess struct {
 	cmd            *exec.Cmd
 	stdout, stderr syncBuffer
-	exited         chan error
+	exited         chan struct{} // closed once the binary has ended, with err
+	err            error
 	stopped        bool
 	t              *testing.T
 }
@@ -75,7 +76,7 @@ func startBinary(t *testing.T, certDir, metricsAddr string) *binaryProcess {
 			t.Fatalf("restarting the in-process webhook server: %v", err)
 		}
 	})
-	p := &binaryProcess{t: t, exited: make(chan error, 1), cmd: exec.Command(bin,
+	p := &binaryProcess{t: t, exited: make(chan struct{}), cmd: exec.Command(bin,
 		"--host", env.Webhooks.LocalServingHost, "--port", strconv.Itoa(env.Webhooks.LocalServingPort),
 		"--cert-dir", certDir,
 		"--health-probe-bind-address", "127.0.0.1:0", "--metrics-bind-address", metricsAddr,
@@ -90,7 +91,7 @@ func startBinary(t *testing.T, certDir, metricsAddr string) *binaryProcess {
 			t.Logf("holdfast-webhook stderr:\n%s", p.stderr.String())
 		}
 	})
-	go func() { p.exited <- p.cmd.Wait() }()
+	go func() { p.err = p.cmd.Wait(); close(p.exited) }()
 	t.Cleanup(p.stop)
 	return p
 }
@@ -101,12 +102,7 @@ func (p *binaryProcess) stop() {
 		return
 	}
 	p.stopped = true
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.exited:
-	case <-time.After(30 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.exited
+	if !proc.Stop(p.cmd.Process, p.exited, 30*time.Second) {
 		p.t.Errorf("holdfast-webhook did not stop on SIGTERM\n%s", p.stderr.String())
 	}
 }
@@ -124,8 +120,8 @@ func (p *binaryProcess) ruleAnswers(t *testing.T) testenv.Result {
 			return res
 		}
 		select {
-		case err := <-p.exited:
-			t.Fatalf("holdfast-webhook exited: %v\n%s", err, p.stderr.String())
+		case <-p.exited:
+			t.Fatalf("holdfast-webhook exited: %v\n%s", p.err, p.stderr.String())
 		case <-time.After(200 * time.Millisecond):
 		}
 	}

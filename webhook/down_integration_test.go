@@ -87,7 +87,7 @@ func TestNeverBricksTheCluster(t *testing.T) {
 	}
 	// holdfast's own routine writes: the voters role renews the swap Lease
 	// and the grantor (units role) writes a Unit's status.
-	voters := clientAs(t, votersUser, nil)
+	voters := env.ClientAs(t, votersUser, nil)
 	l := getSwapLease(t)
 	l.Spec.RenewTime = &metav1.MicroTime{Time: epoch0}
 	if err := voters.Update(ctx, l); err != nil {
@@ -98,7 +98,7 @@ func TestNeverBricksTheCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	u.Status.RuntimeBinding.LastAcknowledgedRenewal = &metav1.MicroTime{Time: time.Now()}
-	if err := clientAs(t, controllerUser, nil).Status().Update(ctx, &u); err != nil {
+	if err := env.ClientAs(t, controllerUser, nil).Status().Update(ctx, &u); err != nil {
 		t.Errorf("the grantor's Unit status write with the webhook down: %v", err)
 	}
 

@@ -60,7 +60,7 @@ func TestSwapLeaseHolderChangesOnlyByControllerAfterExpiry(t *testing.T) {
 
 	// The controller renews it.
 	ctx := context.Background()
-	ctrl := clientAs(t, votersUser, nil)
+	ctrl := env.ClientAs(t, votersUser, nil)
 	l := getSwapLease(t)
 	l.Spec.RenewTime = &metav1.MicroTime{Time: epoch0}
 	if err := ctrl.Update(ctx, l); err != nil {
@@ -82,7 +82,7 @@ func TestSwapLeaseHolderChangesOnlyByControllerAfterExpiry(t *testing.T) {
 func TestSwapLeaseMustBeGuarded(t *testing.T) {
 	ctx := context.Background()
 	unlabelled := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: holdfastv1.SwapLeaseNamespace, Name: holdfastv1.SwapLeaseName}}
-	err := clientAs(t, votersUser, nil).Create(ctx, unlabelled)
+	err := env.ClientAs(t, votersUser, nil).Create(ctx, unlabelled)
 	if !apierrors.IsForbidden(err) {
 		t.Fatalf("creating the swap Lease without %s: got %v, want Forbidden", holdfastv1.LabelGuarded, err)
 	}

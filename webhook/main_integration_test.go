@@ -8,7 +8,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,13 +18,11 @@ import (
 	"github.com/go-logr/logr"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/rest"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log"
-	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/holdfast-io/holdfast/test/testenv"
+	"github.com/holdfast-io/holdfast/test/webhooktest"
 	"github.com/holdfast-io/holdfast/webhook"
 )
 
@@ -130,43 +127,12 @@ func run(m *testing.M) (int, error) {
 // startServer runs the real webhook server where envtest pointed the
 // apiserver, and waits until it answers.
 func startServer() error {
-	scheme, err := webhook.NewScheme()
+	stop, err := webhooktest.StartWebhook(env, &opts)
 	if err != nil {
 		return err
 	}
-	// A direct reader, as the binary uses the manager's APIReader.
-	reader, err := client.New(env.Config, client.Options{Scheme: scheme})
-	if err != nil {
-		return err
-	}
-	srv := crwebhook.NewServer(crwebhook.Options{
-		Host:    env.Webhooks.LocalServingHost,
-		Port:    env.Webhooks.LocalServingPort,
-		CertDir: env.Webhooks.LocalServingCertDir,
-	})
-	webhook.Register(srv, scheme, reader, &opts)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Start(ctx) }()
-	stopServer = func() {
-		cancel()
-		<-done
-		stopServer = nil
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if err := srv.StartedChecker()(&http.Request{}); err == nil {
-			return nil
-		} else if time.Now().After(deadline) {
-			stopServer()
-			return fmt.Errorf("webhook server did not start: %w", err)
-		}
-		select {
-		case err := <-done:
-			return fmt.Errorf("webhook server stopped: %w", err)
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+	stopServer = func() { stop(); stopServer = nil }
+	return nil
 }
 
 // grantRBAC lets holdfast's accounts and the test's people do everything
@@ -185,23 +151,6 @@ func grantRBAC() error {
 		},
 	}
 	return env.Client.Create(context.Background(), crb)
-}
-
-// asUser is a rest.Config impersonating a user (with extra values, as a
-// pod-bound service account token carries its node name).
-func asUser(user string, extra map[string][]string) *rest.Config {
-	cfg := rest.CopyConfig(env.Config)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Extra: extra}
-	return cfg
-}
-
-func clientAs(t testing.TB, user string, extra map[string][]string) client.Client {
-	t.Helper()
-	c, err := client.New(asUser(user, extra), client.Options{Scheme: env.Scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
 }
 
 // refusal asserts kubectl was refused with every wanted phrase and keeps

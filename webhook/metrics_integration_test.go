@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/holdfast-io/holdfast/test/ports"
 )
 
 // The binary counts and times each answer on its /metrics: a Unit it
@@ -15,7 +17,7 @@ import (
 // and the refusal's reason, as the apiserver sent them.
 func TestTheWebhookCountsAdmissionsOnItsMetrics(t *testing.T) {
 	kilnCluster(t)
-	metricsAddr := freeAddr(t)
+	metricsAddr := ports.Addr(t)
 	p := startBinary(t, env.Webhooks.LocalServingCertDir, metricsAddr)
 	refusedByTheNodeRule(t, p.ruleAnswers(t))
 	ns := env.Namespace(t)

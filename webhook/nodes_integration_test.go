@@ -43,11 +43,11 @@ func makeNode(t testing.TB, name string, labels, annotations map[string]string, 
 			n.Annotations[k] = v
 		}
 	}
-	if err := clientAs(t, votersUser, nil).Create(ctx, n); err != nil {
+	if err := env.ClientAs(t, votersUser, nil).Create(ctx, n); err != nil {
 		t.Fatalf("creating node %s: %v", name, err)
 	}
 	if len(reports.Labels)+len(reports.Annotations) > 0 {
-		if err := clientAs(t, nodePluginUser, map[string][]string{serviceaccount.NodeNameKey: {name}}).Patch(ctx, reports, client.Merge); err != nil {
+		if err := env.ClientAs(t, nodePluginUser, map[string][]string{serviceaccount.NodeNameKey: {name}}).Patch(ctx, reports, client.Merge); err != nil {
 			t.Fatalf("node %s's plugin writing its reports: %v", name, err)
 		}
 		if err := env.Client.Get(ctx, client.ObjectKey{Name: name}, n); err != nil {
@@ -126,7 +126,7 @@ func heldSwapLease(t *testing.T, swapID, nodes string) *coordinationv1.Lease {
 			RenewTime:            &metav1.MicroTime{Time: epoch0.Add(-10 * time.Second)},
 		},
 	}
-	if err := clientAs(t, votersUser, nil).Create(context.Background(), l); err != nil {
+	if err := env.ClientAs(t, votersUser, nil).Create(context.Background(), l); err != nil {
 		t.Fatalf("the controller creating the held swap Lease: %v", err)
 	}
 	t.Cleanup(func() { removeSwapLease(t) })
@@ -136,7 +136,7 @@ func heldSwapLease(t *testing.T, swapID, nodes string) *coordinationv1.Lease {
 // removeSwapLease releases (as the controller) and deletes the swap Lease.
 func removeSwapLease(t *testing.T) {
 	ctx := context.Background()
-	c := clientAs(t, votersUser, nil)
+	c := env.ClientAs(t, votersUser, nil)
 	var l coordinationv1.Lease
 	if err := c.Get(ctx, client.ObjectKey{Namespace: holdfastv1.SwapLeaseNamespace, Name: holdfastv1.SwapLeaseName}, &l); err != nil {
 		return

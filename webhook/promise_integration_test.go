@@ -16,7 +16,7 @@ func TestThePromiseIsTheControllersRecord(t *testing.T) {
 	ns := env.Namespace(t)
 	u := boundUnit(t, ns, holdfastv1.LeaseHeld)
 	u.Status.RuntimeBinding.Promise = &holdfastv1.RuntimePromise{Mode: holdfastv1.Failover, LeaseDurationSeconds: 30, HoldBoundMillis: 15000, RebindMarginMillis: 20000}
-	if err := clientAs(t, controllerUser, nil).Status().Update(context.Background(), u); err != nil {
+	if err := env.ClientAs(t, controllerUser, nil).Status().Update(context.Background(), u); err != nil {
 		t.Fatalf("the controller recording the promise: %v", err)
 	}
 	patch := func(p string) []string {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/holdfast-io/holdfast/internal/leasetls/leasetlstest"
 	"github.com/holdfast-io/holdfast/test/poll"
+	"github.com/holdfast-io/holdfast/test/ports"
 )
 
 // The webhook's serving certificate is rotated with no restart (the
@@ -36,7 +37,7 @@ func TestTheWebhookServesARotatedCertificateWithoutRestart(t *testing.T) {
 	oldFiles, newFiles := oldCA.KeyPairFiles(t, servingTemplate(90*24*time.Hour)), newCA.KeyPairFiles(t, servingTemplate(180*24*time.Hour))
 	leasetlstest.WriteAtomic(t, dir, oldFiles)
 	setCABundle(t, oldCA.CertPEM)
-	metricsAddr := freeAddr(t)
+	metricsAddr := ports.Addr(t)
 	p := startBinary(t, dir, metricsAddr)
 	refusedByTheNodeRule(t, p.ruleAnswers(t))
 	first := servedCertificate(t)
@@ -171,15 +172,4 @@ func servingExpiryMetric(t *testing.T, addr string) int64 {
 	}
 	t.Fatalf("the webhook's /metrics has no %s", name)
 	return 0
-}
-
-// freeAddr is a loopback address no one listens on now.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }

@@ -54,7 +54,7 @@ func boundUnit(t *testing.T, ns string, state holdfastv1.LeaseState) *holdfastv1
 		Node: "edge-1", Epoch: 3, Pod: "kiln-1-runtime-e3", LeaseState: state, LeaseStateEpoch: 3,
 		LeaseEstablishedBy: &holdfastv1.RuntimeIncarnation{PodUID: "0d6c7f0e-runtime-e3", RestartCount: 0},
 	}
-	if err := clientAs(t, controllerUser, nil).Status().Update(ctx, &u); err != nil {
+	if err := env.ClientAs(t, controllerUser, nil).Status().Update(ctx, &u); err != nil {
 		t.Fatalf("the controller writing the binding: %v", err)
 	}
 	return &u

@@ -38,7 +38,7 @@ func healthyCluster(t *testing.T) {
 func runningSwap(t *testing.T, name, out, in string) *holdfastv1.VoterSwap {
 	t.Helper()
 	ctx := context.Background()
-	c := clientAs(t, votersUser, nil)
+	c := env.ClientAs(t, votersUser, nil)
 	sw := &holdfastv1.VoterSwap{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec:       holdfastv1.VoterSwapSpec{Outgoing: out, Incoming: in, Origin: holdfastv1.SwapAutomatic, Reason: "fsync p99 above 10ms"},
@@ -59,7 +59,7 @@ func runningSwap(t *testing.T, name, out, in string) *holdfastv1.VoterSwap {
 
 func finishAndDeleteSwap(t *testing.T, name string) {
 	ctx := context.Background()
-	c := clientAs(t, votersUser, nil)
+	c := env.ClientAs(t, votersUser, nil)
 	var sw holdfastv1.VoterSwap
 	if err := c.Get(ctx, client.ObjectKey{Name: name}, &sw); err != nil {
 		return
@@ -159,7 +159,7 @@ func TestManualSwapOnlyByConfiguredGroups(t *testing.T) {
 	t.Cleanup(func() { finishAndDeleteSwap(t, "swap-cp2-edge7") })
 	rec := lastAudit(t, webhook.AuditManualSwap)
 	if rec.User != "admin" || rec.Object.Name != "swap-cp2-edge7" || rec.Target != "edge-7" || rec.Reason != "disk replacement" ||
-		!contains(rec.Groups, "system:masters") || rec.RequestID == "" {
+		!contains(rec.Groups, "system:masters") || rec.AdmissionUID == "" {
 		t.Fatalf("audit record %+v does not say who asked for which swap and why", rec)
 	}
 }

@@ -8,7 +8,7 @@
 // mutual TLS (auth.go). GET on Path answers a Status, which the node plugin's
 // watchdog reads, with or without TLS: it grants nothing.
 //
-// One anchor (L1, as amended): every Reply carries an Anchor, a token the
+// One anchor (L1): every Reply carries an Anchor, a token the
 // runtime issues naming the instant on its own monotonic clock at which it
 // took the grant. The grantor keeps the Anchor of the last reply it saw
 // acknowledged and sends it back, beside that reply's age (AckAgeMillis),

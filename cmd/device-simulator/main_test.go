@@ -4,34 +4,21 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	mb "github.com/simonvetter/modbus"
 
 	"github.com/holdfast-io/holdfast/test/devicesim"
+	"github.com/holdfast-io/holdfast/test/poll"
+	"github.com/holdfast-io/holdfast/test/ports"
+	"github.com/holdfast-io/holdfast/test/proc"
 )
-
-func freePorts(t *testing.T, n int) []int {
-	t.Helper()
-	var ports []int
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ln.Close()
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-	}
-	return ports
-}
 
 // simProcess is a running device-simulator process.
 type simProcess struct {
@@ -47,8 +34,8 @@ func startSim(t *testing.T, args ...string) *simProcess {
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	ports := freePorts(t, 2)
-	p := &simProcess{modbus: fmt.Sprintf("127.0.0.1:%d", ports[0]), http: fmt.Sprintf("http://127.0.0.1:%d", ports[1]),
+	ps := ports.Free(t, 2)
+	p := &simProcess{modbus: fmt.Sprintf("127.0.0.1:%d", ps[0]), http: fmt.Sprintf("http://127.0.0.1:%d", ps[1]),
 		logFile: filepath.Join(dir, "writes.jsonl")}
 	cmd := exec.Command(bin, append([]string{"--listen", p.modbus, "--http", strings.TrimPrefix(p.http, "http://"),
 		"--write-log", p.logFile}, args...)...)
@@ -56,19 +43,18 @@ func startSim(t *testing.T, args ...string) *simProcess {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait() })
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() { proc.Stop(cmd.Process, exited, 10*time.Second) })
+	poll.Until(t, 10*time.Second, "the simulator to listen", func() (bool, string) {
 		c, err := p.client()
-		if err == nil {
-			c.Close()
-			return p
+		if err != nil {
+			return false, err.Error()
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the simulator never listened: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		c.Close()
+		return true, ""
+	})
+	return p
 }
 
 func (p *simProcess) client() (*mb.ModbusClient, error) {

@@ -185,7 +185,7 @@ func TestRenewalsStopTheRuntimeHoldsThenFencesAndTheNextEpochTakesOver(t *testin
 	}
 	// Reads go on, writes do not, the process is alive and not ready.
 	reads := sim.ReadsServed()
-	time.Sleep(time.Second) // ten scans
+	eventually(t, 10*time.Second, "ten more reads by the fenced runtime", func() bool { return sim.ReadsServed() >= reads+10 })
 	for _, w := range writesAt(sim, 1) {
 		if w.Time.After(fencedSeen) {
 			t.Fatalf("epoch 1 attempted a write after its fence was reported: %+v", w)
@@ -288,7 +288,8 @@ func TestARestartInPlaceRestoresItsStateAndReportsANewIncarnation(t *testing.T) 
 	if err != nil || s.State != leaseapi.Ungranted || s.Incarnation.PodUID != "uid-e3" || s.Incarnation.RestartCount != 1 {
 		t.Fatalf("restarted runtime reports %+v (%v), want Ungranted with incarnation uid-e3/1", s, err)
 	}
-	time.Sleep(300 * time.Millisecond) // three scans, fenced: nothing written
+	reads := sim.ReadsServed()
+	eventually(t, 10*time.Second, "three reads by the ungranted runtime", func() bool { return sim.ReadsServed() >= reads+3 })
 	if n := len(writesAt(sim, 3)); n != before {
 		t.Fatalf("the restarted runtime wrote %d times before it was granted", n-before)
 	}

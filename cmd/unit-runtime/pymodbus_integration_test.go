@@ -18,6 +18,7 @@ import (
 	leaseapi "github.com/holdfast-io/holdfast/api/lease"
 	"github.com/holdfast-io/holdfast/runtime/leasetest"
 	"github.com/holdfast-io/holdfast/runtime/runtimetest"
+	"github.com/holdfast-io/holdfast/test/ports"
 )
 
 // debianPython is the interpreter Debian's python3-pymodbus installs for
@@ -41,7 +42,7 @@ func startPymodbus(t *testing.T) *pymodbus {
 		t.Fatalf("Debian's python3-pymodbus is not usable (%s cannot import pymodbus.server and pymodbus.client: %v: %s): "+
 			"run hack/install-modbus-deps.sh (make test and make test-integration run it)", debianPython, err, bytes.TrimSpace(out))
 	}
-	p := &pymodbus{port: runtimetest.FreePorts(t, 1)[0], log: filepath.Join(t.TempDir(), "pymodbus-server.log")}
+	p := &pymodbus{port: ports.Free(t, 1)[0], log: filepath.Join(t.TempDir(), "pymodbus-server.log")}
 	logFile, err := os.Create(p.log)
 	if err != nil {
 		t.Fatal(err)

@@ -4,7 +4,6 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -20,6 +19,7 @@ import (
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	runtimelease "github.com/holdfast-io/holdfast/runtime/lease"
 	"github.com/holdfast-io/holdfast/test/poll"
+	"github.com/holdfast-io/holdfast/test/ports"
 )
 
 // endpoint answers the lease protocol at the HTTP boundary the way the
@@ -318,12 +318,7 @@ func TestAConflictIsARefusalAndAClosedPortIsUnreachable(t *testing.T) {
 		t.Fatalf("a 409 is the runtime refusing another epoch: %+v", obs.LastAttempt)
 	}
 
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed := l.Addr().String()
-	l.Close()
+	closed := ports.Addr(t)
 	other := types.NamespacedName{Namespace: "plant", Name: "press-2"}
 	g.Ensure(Target{Unit: other, Epoch: 1, Address: closed, Duration: 30 * time.Second})
 	waitFor(t, "an attempt at a closed port", func() bool { o, _ := g.Observe(other); return o.Attempts > 0 })

@@ -169,7 +169,7 @@ func benchRenewalSkew(b *testing.B, n int) {
 	sampling = true
 	mu.Unlock()
 	for range b.N {
-		time.Sleep(benchLease)
+		time.Sleep(benchLease) // one lease period is the benchmark's unit of work
 	}
 	mu.Lock()
 	sampling = false

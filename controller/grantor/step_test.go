@@ -17,6 +17,7 @@ import (
 	"github.com/holdfast-io/holdfast/api/lease"
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	runtimelease "github.com/holdfast-io/holdfast/runtime/lease"
+	"github.com/holdfast-io/holdfast/test/poll"
 )
 
 // TestASteppedLoopRenewsAsARunningLoopDoes drives one loop through
@@ -164,14 +165,8 @@ func TestNoGrantIsSentOnceTheLeadershipLetsNoMore(t *testing.T) {
 			running.Address = srv.Listener.Addr().String()
 			g.Ensure(running)
 			sent := func() int { mu.Lock(); defer mu.Unlock(); return grants }
-			deadline := time.Now().Add(15 * time.Second)
 			if tc.want < 0 {
-				for sent() == 0 {
-					if time.Now().After(deadline) {
-						t.Fatal("no grant sent before the leadership's deadline")
-					}
-					time.Sleep(time.Millisecond)
-				}
+				poll.Until(t, 15*time.Second, "a grant sent before the leadership's deadline", poll.True(func() bool { return sent() > 0 }))
 				return
 			}
 			// Refused, the attempt sends nothing and the loop parks until
@@ -181,12 +176,7 @@ func TestNoGrantIsSentOnceTheLeadershipLetsNoMore(t *testing.T) {
 				defer g.mu.Unlock()
 				return g.loops[unit].parked.Load()
 			}
-			for !parked() {
-				if time.Now().After(deadline) {
-					t.Fatal("the loop never waited for its next attempt")
-				}
-				time.Sleep(time.Millisecond)
-			}
+			poll.Until(t, 15*time.Second, "the loop to wait for its next attempt", poll.True(parked))
 			if n := sent(); n != tc.want {
 				t.Fatalf("%d grants sent; want %d, none past the leadership's deadline", n, tc.want)
 			}

@@ -273,7 +273,7 @@ func primaryLoss(t *testing.T, sig syscall.Signal, wantAttempt holdfastv1.Renewa
 		// in its socket (the attempts timed out: LastAttempt Unreachable
 		// above). It reads them at once on waking; they carry the anchor
 		// of the last reply it sent before it stopped, so none extends it
-		// (L1 as amended): it is fenced by its own clock, stays fenced and
+		// (L1): it is fenced by its own clock, stays fenced and
 		// writes nothing.
 		// The grantor's attempts were taken into the socket and timed
 		// out (a refused connection would not queue anything).
@@ -406,7 +406,7 @@ func TestAReplacementThatNeverAnswersIsStartupFailedThenTheNextStandbyThenSuspen
 		}
 	}
 	// Nothing more while suspended: the pod stays, no fourth binding.
-	time.Sleep(3 * time.Second)
+	time.Sleep(3 * time.Second) // an absence of a fourth binding: only a window can show it
 	if pod := runtimePod(t, p.u, p.epoch(3)); pod == nil || pod.DeletionTimestamp != nil {
 		t.Fatal("suspension must leave the current pod in place")
 	}

@@ -12,6 +12,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -255,30 +256,45 @@ func waitNewEpoch(t testing.TB, key types.NamespacedName, after int64) int64 {
 	return e
 }
 
-// schedule plays holdfast-scheduler: UnitPlacement's Bind records the node
-// in the binding with an optimistic-concurrency write (only for the pod's
-// epoch), then binds the pod through the binding subresource.
+// schedule plays holdfast-scheduler: UnitPlacement's Bind judges the pod
+// by its unit's binding (policy.BindingClaim) and records the node and the
+// pod in the binding with an optimistic-concurrency write, then binds the
+// pod through the binding subresource.
 func schedule(t testing.TB, key types.NamespacedName, epoch int64, nodeName string) {
 	t.Helper()
 	ctx := context.Background()
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	// The scheduler sees a runtime pod once the controller has created it,
+	// which it does after it writes the binding.
+	pod := &corev1.Pod{}
+	podKey := types.NamespacedName{Namespace: key.Namespace, Name: units.PodName(key.Name, epoch)}
+	poll.Until(t, 20*time.Second, "the runtime pod "+podKey.String(), func() (bool, string) {
+		err := env.Client.Get(ctx, podKey, pod)
+		return err == nil, fmt.Sprint(err)
+	})
+	podEpoch, err := holdfastv1.ParseEpoch(pod.Labels[holdfastv1.LabelEpoch])
+	if err != nil {
+		t.Fatalf("pod %s: no valid %s label: %v", pod.Name, holdfastv1.LabelEpoch, err)
+	}
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		var u holdfastv1.Unit
 		if err := env.Client.Get(ctx, key, &u); err != nil {
 			return err
 		}
 		b := u.Status.RuntimeBinding
-		if b == nil || b.Epoch != epoch {
-			return fmt.Errorf("binding is at epoch %v, the pod is for %d", b, epoch)
+		if reason := policy.BindingClaim(b, key.String(), podEpoch, pod.Name); reason != "" {
+			return errors.New(reason)
 		}
-		b.Node = nodeName
+		if b.Node == nodeName {
+			return nil // recorded by an earlier attempt
+		}
+		b.Node, b.Pod = nodeName, pod.Name
 		now := metav1.Now()
 		b.BoundAt = &now
 		return env.Client.Status().Update(ctx, &u)
 	})
 	if err != nil {
-		t.Fatalf("recording the node: %v", err)
+		t.Fatalf("recording node %s for pod %s: %v", nodeName, pod.Name, err)
 	}
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: units.PodName(key.Name, epoch)}}
 	if err := env.Client.SubResource("binding").Create(ctx, pod, &corev1.Binding{
 		ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: pod.Name},
 		Target:     corev1.ObjectReference{Kind: "Node", Name: nodeName},

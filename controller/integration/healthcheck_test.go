@@ -100,7 +100,7 @@ func (r *silentRelay) pipe(dst, src net.Conn, silent *atomic.Bool) {
 // that come after.
 func (r *silentRelay) silence() {
 	r.silent.Store(true)
-	time.Sleep(50 * time.Millisecond)
+	time.Sleep(50 * time.Millisecond) // long enough for each relay goroutine (10ms reads) to see it
 	r.silent.Store(false)
 }
 

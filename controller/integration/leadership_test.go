@@ -91,7 +91,7 @@ func newConnCounter(t testing.TB) *connCounter {
 			}
 			c.count.Add(1)
 			go func() { _, _ = io.Copy(io.Discard, conn) }()
-			go func() { time.Sleep(100 * time.Millisecond); conn.Close() }()
+			go func() { time.Sleep(100 * time.Millisecond); conn.Close() }() // the endpoint's behaviour: answer nothing, then hang up
 		}
 	}()
 	t.Cleanup(func() { l.Close() })
@@ -179,7 +179,7 @@ func TestALostLeadershipStandsDownRenewingWhatItHolds(t *testing.T) {
 		t.Fatalf("ended %s (%v), want StoodDown", c.ending, c.err)
 	}
 	after := endpoint.count.Load()
-	time.Sleep(2 * time.Second)
+	time.Sleep(2 * time.Second) // an absence of renewals: only a window can show it
 	if n := endpoint.count.Load(); n != after {
 		t.Fatalf("%d renewal attempts after the stand-down ended", n-after)
 	}

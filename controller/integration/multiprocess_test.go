@@ -21,6 +21,7 @@ import (
 	"github.com/holdfast-io/holdfast/controller/units"
 	"github.com/holdfast-io/holdfast/test/devicesim"
 	"github.com/holdfast-io/holdfast/test/poll"
+	"github.com/holdfast-io/holdfast/test/proc"
 )
 
 // controllerProcess is one holdfast-controller --role=units process.
@@ -57,13 +58,7 @@ func startControllerProcess(t testing.TB, ns, electionID, identity string) *cont
 	}
 	go func() { _ = p.cmd.Wait(); logFile.Close(); close(p.exited) }()
 	t.Cleanup(func() {
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-p.exited:
-		case <-time.After(20 * time.Second):
-			_ = p.cmd.Process.Kill()
-			<-p.exited
-		}
+		proc.Stop(p.cmd.Process, p.exited, 20*time.Second)
 		if t.Failed() {
 			b, _ := os.ReadFile(p.logPath)
 			t.Logf("%s log:\n%s", identity, b)

@@ -19,6 +19,7 @@ import (
 	"github.com/holdfast-io/holdfast/api/lease"
 	"github.com/holdfast-io/holdfast/controller/audit"
 	"github.com/holdfast-io/holdfast/controller/grantor"
+	"github.com/holdfast-io/holdfast/test/poll"
 )
 
 // manager stands in for controller-runtime's manager: it returns nil when
@@ -72,13 +73,7 @@ func startRenewing(t *testing.T, units ...string) (*grantor.Grantor, *runtimeEnd
 
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	poll.Until(t, 15*time.Second, what, poll.True(cond))
 }
 
 type result struct {

@@ -105,7 +105,7 @@ func benchSwap(b *testing.B, prefix string, lead bool) {
 	w := startWriter(c.client(stay...))
 	// The machine's own noise: the writer alone for 15s before the swap.
 	idleFrom := time.Now()
-	time.Sleep(15 * time.Second)
+	time.Sleep(15 * time.Second) // the baseline window the swap's latencies are compared with
 	ids := map[uint64]string{}
 	if ml, err := all.MemberList(context.Background()); err == nil {
 		for _, m := range ml.Members {

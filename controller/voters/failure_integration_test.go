@@ -433,7 +433,7 @@ func waitFitnessReports(t testing.TB, nodes ...string) {
 // the controller's clock.
 func reportFitness(t testing.TB, node string, fsyncMicros int64) {
 	t.Helper()
-	plugin := clientAs(t, nodePluginUser, map[string][]string{serviceaccount.NodeNameKey: {node}})
+	plugin := env.ClientAs(t, nodePluginUser, map[string][]string{serviceaccount.NodeNameKey: {node}})
 	b, _ := json.Marshal(holdfastv1.Fitness{FsyncP99Micros: fsyncMicros, FsyncSamples: 100, At: metav1.NewTime(shifted.Now())})
 	if err := role.PatchAnnotations(context.Background(), plugin, node, map[string]*string{holdfastv1.AnnotationFitness: new(string(b))}); err != nil {
 		t.Fatal(err)

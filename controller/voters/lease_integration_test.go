@@ -19,6 +19,7 @@ import (
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/controller/voters"
+	"github.com/holdfast-io/holdfast/test/poll"
 )
 
 // TestTheSwapLeaseIsRenewedEveryPass drives the voter controller's passes
@@ -49,7 +50,7 @@ func TestTheSwapLeaseIsRenewedEveryPass(t *testing.T) {
 	const duration = 30 * time.Second
 	// Whole seconds: a Lease keeps its times to the microsecond.
 	clk := clocktesting.NewFakeClock(shifted.Now().Truncate(time.Second))
-	cl := clientAs(t, controllerUser, nil)
+	cl := env.ClientAs(t, controllerUser, nil)
 	r := &voters.Reconciler{Client: cl, Reader: cl, Clock: clk, CandidateNamespace: releaseNS, SnapshotDir: t.TempDir(),
 		Settings: voters.Settings{Identity: "holdfast-controller-lease-test", LeaseDuration: duration, PeerPort: 2380, PeerScheme: "http"},
 		EtcdFor: func(context.Context, *holdfastv1.VoterPolicy) (voters.Etcd, error) {
@@ -142,18 +143,14 @@ func progressing(s *holdfastv1.VoterSwap) string {
 // healthy with these voters.
 func waitHealthyStatusOn(t *testing.T, pass func(), voterNames ...string) {
 	t.Helper()
-	for i := 0; ; i++ {
+	poll.Until(t, 30*time.Second, fmt.Sprintf("VoterPolicy healthy with %v", voterNames), func() (bool, string) {
 		pass()
 		p := &holdfastv1.VoterPolicy{}
-		if err := env.Client.Get(context.Background(), client.ObjectKey{Name: holdfastv1.VoterPolicyName}, p); err == nil &&
-			fmt.Sprint(p.Status.Voters) == fmt.Sprint(voterNames) && healthyCondition(p) {
-			return
+		if err := env.Client.Get(context.Background(), client.ObjectKey{Name: holdfastv1.VoterPolicyName}, p); err != nil {
+			return false, err.Error()
 		}
-		if i > 100 {
-			t.Fatalf("VoterPolicy not healthy with %v", voterNames)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return fmt.Sprint(p.Status.Voters) == fmt.Sprint(voterNames) && healthyCondition(p), fmt.Sprintf("voters %v, conditions %+v", p.Status.Voters, p.Status.Conditions)
+	})
 }
 
 func healthyCondition(p *holdfastv1.VoterPolicy) bool {
@@ -174,7 +171,7 @@ func healthyCondition(p *holdfastv1.VoterPolicy) bool {
 func TestRenewKeepsTheHoldAndFailsForAnotherHolder(t *testing.T) {
 	t.Cleanup(func() { cleanupSwaps(t) })
 	ctx := context.Background()
-	cl := clientAs(t, controllerUser, nil)
+	cl := env.ClientAs(t, controllerUser, nil)
 	now := shifted.Now().Truncate(time.Second)
 	mine := &voters.SwapLease{Client: cl, Identity: "holdfast-controller-renew-a", Duration: 20 * time.Second}
 	l, err := mine.Acquire(ctx, getLease(t), "20260301T120000Z-x1-x4", []string{"x1", "x4"}, now)

@@ -5,7 +5,6 @@ package voters_test
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
@@ -16,15 +15,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log"
-	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/holdfast-io/holdfast/node-plugin/hoststate"
 	"github.com/holdfast-io/holdfast/test/testenv"
+	"github.com/holdfast-io/holdfast/test/webhooktest"
 	"github.com/holdfast-io/holdfast/webhook"
 )
 
@@ -122,39 +119,10 @@ func run(m *testing.M) (int, error) {
 }
 
 func startWebhook() (func(), error) {
-	scheme, err := webhook.NewScheme()
-	if err != nil {
-		return nil, err
-	}
-	reader, err := client.New(env.Config, client.Options{Scheme: scheme})
-	if err != nil {
-		return nil, err
-	}
 	opts := webhook.DefaultOptions()
 	opts.Now = shifted.Now
 	opts.Audit = discard{}
-	srv := crwebhook.NewServer(crwebhook.Options{
-		Host: env.Webhooks.LocalServingHost, Port: env.Webhooks.LocalServingPort, CertDir: env.Webhooks.LocalServingCertDir,
-	})
-	webhook.Register(srv, scheme, reader, &opts)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Start(ctx) }()
-	stop := func() { cancel(); <-done }
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if err := srv.StartedChecker()(&http.Request{}); err == nil {
-			return stop, nil
-		} else if time.Now().After(deadline) {
-			stop()
-			return nil, fmt.Errorf("webhook server did not start: %w", err)
-		}
-		select {
-		case err := <-done:
-			return nil, fmt.Errorf("webhook server stopped: %w", err)
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+	return webhooktest.StartWebhook(env, &opts)
 }
 
 type discard struct{}
@@ -174,21 +142,4 @@ func grantRBAC() error {
 		},
 	}
 	return env.Client.Create(context.Background(), crb)
-}
-
-// as is a rest.Config impersonating a user (with extra values, as a
-// pod-bound service account token carries its node name).
-func as(user string, extra map[string][]string) *rest.Config {
-	cfg := rest.CopyConfig(env.Config)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Extra: extra}
-	return cfg
-}
-
-func clientAs(t testing.TB, user string, extra map[string][]string) client.Client {
-	t.Helper()
-	c, err := client.New(as(user, extra), client.Options{Scheme: env.Scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
 }

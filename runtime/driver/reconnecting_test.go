@@ -12,6 +12,7 @@ import (
 	"github.com/holdfast-io/holdfast/runtime/driver/modbus"
 	"github.com/holdfast-io/holdfast/runtime/internal/testutil"
 	"github.com/holdfast-io/holdfast/test/devicesim"
+	"github.com/holdfast-io/holdfast/test/ports"
 )
 
 const healthInterval = 50 * time.Millisecond
@@ -49,7 +50,7 @@ func reconnecting(t *testing.T, addr string, timeout time.Duration) *driver.Reco
 // #1936: a device that was down when the runtime started is dialled again
 // by the health monitor, with nothing else dialling.
 func TestReconnectingDriver_AFailedFirstDialIsStillWatched(t *testing.T) {
-	addr := testutil.FreePort(t)
+	addr := ports.Addr(t)
 	r := reconnecting(t, addr, time.Second)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -124,7 +125,7 @@ func TestReconnectingDriver_ARetiredDriverDoesNotDial(t *testing.T) {
 		if _, err := r.ReadRegisters(ctx, 0, 1); !errors.Is(err, driver.ErrDriverClosed) {
 			t.Fatalf("a late reader's lazy reconnect = %v, want ErrDriverClosed", err)
 		}
-		time.Sleep(10 * healthInterval)
+		time.Sleep(10 * healthInterval) // an absence of dials: only a window can show it
 		if l.Accepted() != 0 || r.Dials() != 0 {
 			t.Fatalf("a driver retired before its first dial dialled %d times (%d connections)", r.Dials(), l.Accepted())
 		}
@@ -151,7 +152,7 @@ func TestReconnectingDriver_ARetiredDriverDoesNotDial(t *testing.T) {
 		if r.Connected() {
 			t.Fatal("a retired driver reports itself connected")
 		}
-		time.Sleep(10 * healthInterval)
+		time.Sleep(10 * healthInterval) // an absence of further dials: only a window can show it
 		if l.Accepted() != 1 || r.Dials() != 1 {
 			t.Fatalf("after retirement: %d dials, %d connections; want the one dial that was in flight", r.Dials(), l.Accepted())
 		}

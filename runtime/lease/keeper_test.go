@@ -11,6 +11,7 @@ import (
 
 	leaseapi "github.com/holdfast-io/holdfast/api/lease"
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/test/poll"
 )
 
 var t0 = time.Date(2026, 8, 24, 12, 0, 0, 0, time.UTC)
@@ -229,7 +230,7 @@ func TestFenceWaitsForTheWriteInFlight(t *testing.T) {
 	if canWriteNoWait(k) {
 		t.Fatal("a write was permitted past the fence")
 	}
-	time.Sleep(100 * time.Millisecond) // Run is waiting for the write
+	time.Sleep(100 * time.Millisecond) // Run blocking on the held write shows nowhere: give it time to get there
 	answered := make(chan leaseapi.Status, 1)
 	go func() { answered <- k.Status() }()
 	var s leaseapi.Status
@@ -246,13 +247,10 @@ func TestFenceWaitsForTheWriteInFlight(t *testing.T) {
 		t.Fatalf("status remaining %dms, want past the hold bound %dms", *s.RemainingMillis, s.HoldBoundMillis)
 	}
 	p.Release()
-	deadline := time.Now().Add(5 * time.Second)
-	for k.Status().State != leaseapi.Fenced {
-		if time.Now().After(deadline) {
-			t.Fatal("not Fenced after the write returned")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	poll.Until(t, 5*time.Second, "Fenced after the write returned", func() (bool, string) {
+		s := k.Status().State
+		return s == leaseapi.Fenced, string(s)
+	})
 }
 
 // canWriteNoWait checks the gate without blocking behind a pending fence.
@@ -288,13 +286,7 @@ func TestRunMakesTheTransitionsAtTheirInstants(t *testing.T) {
 
 func waitForWaiter(t *testing.T, clk *testingclock.FakeClock) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !clk.HasWaiters() {
-		if time.Now().After(deadline) {
-			t.Fatal("Run never set a timer")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	poll.Until(t, 5*time.Second, "Run to set a timer", poll.True(clk.HasWaiters))
 }
 
 // #579/#1801 in the small: the POSTs keep landing but the grantor never

@@ -10,14 +10,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -27,6 +25,8 @@ import (
 
 	leaseapi "github.com/holdfast-io/holdfast/api/lease"
 	"github.com/holdfast-io/holdfast/internal/leasetls/leasetlstest"
+	"github.com/holdfast-io/holdfast/test/ports"
+	"github.com/holdfast-io/holdfast/test/proc"
 )
 
 const pkg = "github.com/holdfast-io/holdfast/cmd/unit-runtime"
@@ -103,25 +103,6 @@ type Process struct {
 	err  error
 }
 
-// FreePorts returns n distinct loopback ports nothing listens on.
-func FreePorts(t testing.TB, n int) []int {
-	t.Helper()
-	var ports []int
-	var lns []net.Listener
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns = append(lns, ln)
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-	}
-	for _, ln := range lns {
-		ln.Close()
-	}
-	return ports
-}
-
 // Args are the flags Start passes for o, the ports and the lease TLS
 // directory (none with InsecurePlaintextLease).
 func (o Options) Args(leasePort, healthPort, metricsPort int, leaseTLSDir string) []string {
@@ -169,7 +150,7 @@ func Start(t testing.TB, bin string, o Options) *Process {
 	if o.PodUID == "" {
 		o.PodUID = fmt.Sprintf("uid-e%d", o.Epoch)
 	}
-	ports := FreePorts(t, 3)
+	ps := ports.Free(t, 3)
 	logDir := t.TempDir()
 	scheme := "http"
 	if !o.InsecurePlaintextLease {
@@ -179,11 +160,11 @@ func Start(t testing.TB, bin string, o Options) *Process {
 		}
 	}
 	p := &Process{
-		LeaseURL:   fmt.Sprintf("%s://127.0.0.1:%d%s", scheme, ports[0], leaseapi.Path),
+		LeaseURL:   fmt.Sprintf("%s://127.0.0.1:%d%s", scheme, ps[0], leaseapi.Path),
 		CA:         o.CA,
-		LeasePort:  ports[0],
-		HealthAddr: fmt.Sprintf("127.0.0.1:%d", ports[1]),
-		MetricsURL: fmt.Sprintf("http://127.0.0.1:%d/metrics", ports[2]),
+		LeasePort:  ps[0],
+		HealthAddr: fmt.Sprintf("127.0.0.1:%d", ps[1]),
+		MetricsURL: fmt.Sprintf("http://127.0.0.1:%d/metrics", ps[2]),
 		StateDir:   o.StateDir,
 		LogPath:    filepath.Join(logDir, "unit-runtime.log"),
 		done:       make(chan struct{}),
@@ -195,7 +176,7 @@ func Start(t testing.TB, bin string, o Options) *Process {
 	if p.CA != nil {
 		p.LeaseTLSDir = p.CA.RuntimeDir(t, o.Unit, o.Epoch)
 	}
-	p.Cmd = exec.Command(bin, o.Args(ports[0], ports[1], ports[2], p.LeaseTLSDir)...)
+	p.Cmd = exec.Command(bin, o.Args(ps[0], ps[1], ps[2], p.LeaseTLSDir)...)
 	p.Cmd.Stdout, p.Cmd.Stderr = logf, logf
 	if err := p.Cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -228,13 +209,7 @@ func Start(t testing.TB, bin string, o Options) *Process {
 
 // Stop sends SIGTERM and waits up to grace before SIGKILL.
 func (p *Process) Stop(grace time.Duration) error {
-	_ = p.Cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(grace):
-		_ = p.Cmd.Process.Kill()
-		<-p.done
-	}
+	proc.Stop(p.Cmd.Process, p.done, grace)
 	return p.err
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/holdfast-io/holdfast/runtime/internal/testutil"
 	"github.com/holdfast-io/holdfast/runtime/telemetry/brokertest"
 	"github.com/holdfast-io/holdfast/test/devicesim"
+	"github.com/holdfast-io/holdfast/test/ports"
 )
 
 const retainedUnit = "plant/kiln-1"
@@ -144,7 +145,7 @@ func (o *observer) find(payload []byte) *paho.Publish {
 // subscribers not retained, so they leave epoch 2's Held in the broker even
 // with epoch 2's runtime away.
 func TestRetainedStatusNeverGoesBackToALowerEpoch(t *testing.T) {
-	addr := testutil.FreePort(t)
+	addr := ports.Addr(t)
 	srv := brokertest.Start(t, addr)
 	defer func() { _ = srv.Close() }()
 	link, err := devicesim.NewLink(addr, true) // epoch 1's network path to the broker
@@ -213,7 +214,7 @@ func TestRetainedStatusNeverGoesBackToALowerEpoch(t *testing.T) {
 // retained publish) or overwritten with something that is not the unit's
 // status.
 func TestRetainedStatusHealsWhenAStalePublishLandsAfterTheHolders(t *testing.T) {
-	addr := testutil.FreePort(t)
+	addr := ports.Addr(t)
 	srv := brokertest.Start(t, addr)
 	defer func() { _ = srv.Close() }()
 	e2 := epochClient(t, addr, "holdfast-kiln-1-runtime-e2")

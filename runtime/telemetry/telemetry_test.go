@@ -3,24 +3,20 @@ package telemetry
 import (
 	"context"
 	"encoding/json"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/holdfast-io/holdfast/runtime/telemetry/brokertest"
+	"github.com/holdfast-io/holdfast/test/poll"
+	"github.com/holdfast-io/holdfast/test/ports"
 	"k8s.io/klog/v2/ktesting"
 )
 
 // With the queue disabled (--mqtt-queue-size 0) a publish goes out live,
 // retained, once the broker is there.
 func TestWithoutAQueueTheStatusIsPublishedLive(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := ports.Addr(t)
 	srv := brokertest.Start(t, addr)
 	defer srv.Close()
 	c, err := New(Config{BrokerURL: "mqtt://" + addr, Unit: "plant/kiln-1", QueueSize: 0, MaxBackoff: 100 * time.Millisecond},
@@ -34,26 +30,15 @@ func TestWithoutAQueueTheStatusIsPublishedLive(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Disconnect(context.Background())
-	deadline := time.Now().Add(10 * time.Second)
-	for !c.Connected() {
-		if time.Now().After(deadline) {
-			t.Fatal("never connected")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	poll.Until(t, 10*time.Second, "the client to connect", poll.True(c.Connected))
 	c.SetStatus(Status{Unit: "plant/kiln-1", Epoch: 2, State: "Held"})
-	for {
-		if msgs := srv.Topics.Messages(c.StatusTopic()); len(msgs) == 1 {
-			var st Status
-			if err := json.Unmarshal(msgs[0].Payload, &st); err != nil || st.State != "Held" || st.Epoch != 2 {
-				t.Fatalf("retained status %s (%v)", msgs[0].Payload, err)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the status never reached the broker")
-		}
-		time.Sleep(10 * time.Millisecond)
+	poll.Until(t, 10*time.Second, "the status to reach the broker", poll.True(func() bool {
+		return len(srv.Topics.Messages(c.StatusTopic())) == 1
+	}))
+	msgs := srv.Topics.Messages(c.StatusTopic())
+	var st Status
+	if err := json.Unmarshal(msgs[0].Payload, &st); err != nil || st.State != "Held" || st.Epoch != 2 {
+		t.Fatalf("retained status %s (%v)", msgs[0].Payload, err)
 	}
 	if c.QueueDepth() != 0 || c.Queued() != nil {
 		t.Fatal("a client without a queue reports queued publishes")

@@ -7,13 +7,11 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -23,6 +21,8 @@ import (
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/plugintest"
+	"github.com/holdfast-io/holdfast/test/ports"
+	"github.com/holdfast-io/holdfast/test/proc"
 	"github.com/holdfast-io/holdfast/test/testenv"
 )
 
@@ -58,16 +58,6 @@ func (b *lockedBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // binaryConfig is the shipped configuration pointed at the test apiserver,
@@ -113,7 +103,7 @@ func TestHoldfastSchedulerBinary(t *testing.T) {
 	p.node("bin-standby")
 	p.unit(plugintest.MakeUnit("", "boiler-1").Targets("bin-standby").Obj(), &holdfastv1.RuntimeBinding{Epoch: 1, Origin: holdfastv1.OriginInitial})
 
-	port := freePort(t)
+	port := ports.Free(t, 1)[0]
 	var output lockedBuffer
 	cmd := exec.Command(bin,
 		"--config", binaryConfig(t, p.ns),
@@ -127,16 +117,11 @@ func TestHoldfastSchedulerBinary(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	exited := make(chan struct{})
+	var exitErr error
+	go func() { exitErr = cmd.Wait(); close(exited) }()
 	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
+		proc.Stop(cmd.Process, exited, 30*time.Second)
 		if t.Failed() {
 			t.Logf("holdfast-scheduler output:\n%s", output.String())
 		}
@@ -145,8 +130,8 @@ func TestHoldfastSchedulerBinary(t *testing.T) {
 	healthz := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} // its own self-signed serving certificate
 	err = wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, waitTimeout, true, func(ctx context.Context) (bool, error) {
 		select {
-		case err := <-exited:
-			return false, fmt.Errorf("holdfast-scheduler exited: %v", err)
+		case <-exited:
+			return false, fmt.Errorf("holdfast-scheduler exited: %v", exitErr)
 		default:
 		}
 		resp, err := healthz.Get(fmt.Sprintf("https://127.0.0.1:%d/healthz", port))

@@ -123,7 +123,7 @@ func settle() (time.Duration, error) {
 		if err != nil {
 			return 0, err
 		}
-		time.Sleep(window)
+		time.Sleep(window) // the sampling window itself: CPU time is measured across it
 		after, err := cpuTimes()
 		if err != nil {
 			return 0, err

@@ -14,7 +14,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -32,6 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/test/proc"
 )
 
 // A component's scenario drives the real binary, running as its service
@@ -322,18 +322,18 @@ func override(args []string, flags map[string]string) []string {
 type process struct {
 	cmd    *exec.Cmd
 	stderr bytes.Buffer
-	exited chan error
+	exited chan struct{} // closed once the binary has ended
 }
 
 func startProcess(t *testing.T, bin, kubeconfig string, args []string) *process {
 	t.Helper()
-	p := &process{cmd: exec.Command(bin, args...), exited: make(chan error, 1)}
+	p := &process{cmd: exec.Command(bin, args...), exited: make(chan struct{})}
 	p.cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
 	p.cmd.Stderr = &p.stderr
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	go func() { p.exited <- p.cmd.Wait() }()
+	go func() { _ = p.cmd.Wait(); close(p.exited) }()
 	t.Cleanup(func() {
 		p.stop(t)
 		if t.Failed() {
@@ -344,15 +344,7 @@ func startProcess(t *testing.T, bin, kubeconfig string, args []string) *process 
 }
 
 func (p *process) stop(t *testing.T) {
-	if p.cmd.ProcessState != nil {
-		return
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.exited:
-	case <-time.After(30 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.exited
+	if !proc.Stop(p.cmd.Process, p.exited, 30*time.Second) {
 		t.Errorf("%s did not stop on SIGTERM", p.cmd.Path)
 	}
 }

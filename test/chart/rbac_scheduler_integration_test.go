@@ -5,7 +5,6 @@ package chart
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -21,6 +20,7 @@ import (
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/controller/units"
+	"github.com/holdfast-io/holdfast/test/ports"
 )
 
 // schedulerScenario runs holdfast-scheduler with the chart's rendered
@@ -87,13 +87,15 @@ func schedulerScenario(t *testing.T, bin, kubeconfig string, chartArgs []string)
 		t.Fatal(err)
 	}
 	proc := startProcess(t, bin, kubeconfig, override(chartArgs, map[string]string{
-		"config": cfg, "bind-address": "127.0.0.1", "secure-port": fmt.Sprint(freePort(t)), "cert-dir": t.TempDir(),
+		"config": cfg, "bind-address": "127.0.0.1", "secure-port": fmt.Sprint(ports.Free(t, 1)[0]), "cert-dir": t.TempDir(),
 		"authentication-kubeconfig": kubeconfig, "authorization-kubeconfig": kubeconfig,
 	}))
 
 	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		if proc.cmd.ProcessState != nil || len(proc.exited) > 0 {
+		select {
+		case <-proc.exited:
 			return false, fmt.Errorf("holdfast-scheduler exited")
+		default:
 		}
 		l, err := cs.CoordinationV1().Leases(Namespace).Get(ctx, "holdfast-scheduler", metav1.GetOptions{})
 		return err == nil && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "", nil
@@ -162,14 +164,4 @@ func chartSchedulerConfig(t *testing.T) string {
 	}
 	t.Fatal("the chart renders no holdfast-scheduler-config ConfigMap")
 	return ""
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }

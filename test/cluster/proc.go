@@ -8,6 +8,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	childproc "github.com/holdfast-io/holdfast/test/proc"
 )
 
 // proc is one process the cluster started. It is stopped by its own PID
@@ -73,15 +75,7 @@ func (p *proc) Stop(grace time.Duration) {
 	if p == nil || p.Exited() {
 		return
 	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	_ = p.cmd.Process.Signal(syscall.SIGCONT)
-	select {
-	case <-p.done:
-		return
-	case <-time.After(grace):
-	}
-	_ = p.cmd.Process.Kill()
-	<-p.done
+	childproc.Stop(p.cmd.Process, p.done, grace)
 }
 
 // Wait waits for the process to end.

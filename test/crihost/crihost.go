@@ -26,6 +26,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	remote "k8s.io/cri-client/pkg"
 
+	"github.com/holdfast-io/holdfast/test/proc"
 	"github.com/holdfast-io/holdfast/test/testenv"
 )
 
@@ -279,13 +280,7 @@ func (h *Host) Stop() {
 		_ = h.rt.Close(ctx)
 	}
 	if h.cmd.Process != nil {
-		_ = h.cmd.Process.Signal(os.Interrupt)
-		select {
-		case <-h.done:
-		case <-time.After(15 * time.Second):
-			_ = h.cmd.Process.Kill()
-			<-h.done
-		}
+		proc.Stop(h.cmd.Process, h.done, 15*time.Second)
 	}
 }
 

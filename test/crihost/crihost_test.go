@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"path/filepath"
 	"testing"
@@ -14,6 +13,8 @@ import (
 
 	"github.com/holdfast-io/holdfast/api/lease"
 	"github.com/holdfast-io/holdfast/test/crihost"
+	"github.com/holdfast-io/holdfast/test/poll"
+	"github.com/holdfast-io/holdfast/test/ports"
 )
 
 // TestRunsAHostNetworkPodServingLease starts the real containerd and runc,
@@ -38,7 +39,7 @@ func TestRunsAHostNetworkPodServingLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	port := freePort(t)
+	port := ports.Free(t, 1)[0]
 	_, cid, err := crihost.RunPod(ctx, rt, filepath.Join(dir, "logs"), crihost.Pod{Namespace: "plant", Name: "u-runtime-e1", UID: "uid-1",
 		Labels: map[string]string{"holdfast.io/unit": "u"}, Image: "holdfast.test/runtime:1",
 		Args: []string{"--listen", fmt.Sprintf("127.0.0.1:%d", port), "--unit", "plant/u"}})
@@ -50,31 +51,15 @@ func TestRunsAHostNetworkPodServingLease(t *testing.T) {
 		t.Fatalf("container status %v, %v", st, err)
 	}
 	var got lease.Status
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	poll.Until(t, 20*time.Second, "the lease endpoint in the container", func() (bool, string) {
 		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d%s", port, lease.Path))
 		if err == nil {
 			err = json.NewDecoder(resp.Body).Decode(&got)
 			resp.Body.Close()
 		}
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("lease endpoint in the container: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return err == nil, fmt.Sprint(err)
+	})
 	if got.Unit != "plant/u" || got.State != lease.Held {
 		t.Fatalf("status %+v", got)
 	}
-}
-
-func freePort(t *testing.T) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }

@@ -91,15 +91,16 @@ type Sim struct {
 	server *mb.ModbusServer
 	addr   string
 
-	mu          sync.Mutex
-	regs        [65536]uint16
-	highest     int64
-	connEpoch   map[string]int64
-	log         []Write
-	logFile     io.WriteCloser
-	readsFail   bool
-	declared    int
-	readsServed int
+	mu           sync.Mutex
+	regs         [65536]uint16
+	highest      int64
+	connEpoch    map[string]int64
+	log          []Write
+	logFile      io.WriteCloser
+	readsFail    bool
+	declared     int
+	readsServed  int
+	readsRefused int
 }
 
 // Start listens and serves.
@@ -226,6 +227,14 @@ func (s *Sim) ReadsServed() int {
 	return s.readsServed
 }
 
+// ReadsRefused counts reads the device failed (SetReadsFailing), so a test
+// sees that a scan asked.
+func (s *Sim) ReadsRefused() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.readsRefused
+}
+
 // HandleHoldingRegisters serves reads and writes of holding registers.
 func (s *Sim) HandleHoldingRegisters(req *mb.HoldingRegistersRequest) ([]uint16, error) {
 	s.mu.Lock()
@@ -233,6 +242,7 @@ func (s *Sim) HandleHoldingRegisters(req *mb.HoldingRegistersRequest) ([]uint16,
 	end := int(req.Addr) + int(req.Quantity)
 	if !req.IsWrite {
 		if s.readsFail {
+			s.readsRefused++
 			return nil, mb.ErrServerDeviceFailure
 		}
 		s.readsServed++

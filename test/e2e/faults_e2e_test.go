@@ -405,7 +405,7 @@ func TestManualFailoverThroughKubectlHoldfast(t *testing.T) {
 	// after the last acknowledged renewal (at most cutAt).
 	hold := holdfastv1.HoldBound(30 * time.Second)
 	if wait := time.Until(cutAt.Add(30*time.Second + hold + 2*time.Second)); wait > 0 {
-		time.Sleep(wait)
+		time.Sleep(wait) // the cut runtime cannot be read: wait out its lease and hold bound
 	}
 	mended = true
 	if err := primary.Mend(); err != nil {

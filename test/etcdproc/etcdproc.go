@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/holdfast-io/holdfast/test/ports"
+	"github.com/holdfast-io/holdfast/test/proc"
 )
 
 // Member is one member's addresses.
@@ -107,13 +108,7 @@ func Start(bin, dir string, m Member, members ...Member) (*Proc, error) {
 
 // Stop ends the member and waits for it.
 func (p *Proc) Stop() {
-	_ = p.Cmd.Process.Signal(os.Interrupt)
-	select {
-	case <-p.done:
-	case <-time.After(10 * time.Second):
-		_ = p.Cmd.Process.Kill()
-		<-p.done
-	}
+	proc.Stop(p.Cmd.Process, p.done, 10*time.Second)
 }
 
 // Client connects to the members' client URLs.

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"testing"
 )
 
 const (
@@ -39,4 +40,21 @@ func Loopback(n int) ([]int, error) {
 		out = append(out, p)
 	}
 	return out, nil
+}
+
+// Free returns n distinct free loopback ports and fails t when it cannot.
+func Free(t testing.TB, n int) []int {
+	t.Helper()
+	ps, err := Loopback(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ps
+}
+
+// Addr returns one free loopback address, 127.0.0.1:port: nothing listens
+// there, so a connection to it is refused until something does.
+func Addr(t testing.TB) string {
+	t.Helper()
+	return fmt.Sprintf("127.0.0.1:%d", Free(t, 1)[0])
 }

@@ -240,6 +240,25 @@ func (e *Env) UserConfig(name string, groups ...string) (*rest.Config, string, e
 	return user.Config(), path, nil
 }
 
+// As is a rest.Config impersonating user (with extra values, as a
+// pod-bound service account token carries its node name).
+func (e *Env) As(user string, extra map[string][]string) *rest.Config {
+	cfg := rest.CopyConfig(e.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Extra: extra}
+	return cfg
+}
+
+// ClientAs is a client impersonating user, for tests of what the webhook
+// and RBAC let each account do.
+func (e *Env) ClientAs(t testing.TB, user string, extra map[string][]string) client.Client {
+	t.Helper()
+	c, err := client.New(e.As(user, extra), client.Options{Scheme: e.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 // Namespace creates a namespace for one test and deletes it afterwards.
 func (e *Env) Namespace(t testing.TB) string {
 	t.Helper()

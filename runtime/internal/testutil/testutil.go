@@ -2,7 +2,6 @@
 package testutil
 
 import (
-	"net"
 	"testing"
 	"time"
 
@@ -30,19 +29,6 @@ func Permit(t testing.TB, epoch int64) *lease.Permit {
 	}
 	t.Cleanup(p.Release)
 	return p
-}
-
-// FreePort returns a loopback address nothing listens on (connections to
-// it are refused until something does).
-func FreePort(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
 }
 
 // Eventually polls cond every 10ms until it holds or timeout passes.
