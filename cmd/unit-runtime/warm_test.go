@@ -186,3 +186,34 @@ func TestAWarmRuntimeWritesNothingBeforeItsEpoch(t *testing.T) {
 		t.Fatalf("after the refused grants the runtime reports %+v, want Held at epoch %d", s, warmEpoch)
 	}
 }
+
+// The controller's own renewal loop (controller/grantor, through
+// leasetest) promotes a warm runtime with no change: its first grant binds
+// the epoch and is answered with an anchor, the next one echoes it and
+// extends the lease, and the runtime writes from the operating point it
+// reads then.
+func TestTheGrantorsRenewalLoopPromotesAWarmRuntime(t *testing.T) {
+	sim, err := devicesim.Start(devicesim.Config{Address: "127.0.0.1:0", Mode: devicesim.Plain})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sim.Close()
+	sim.SetRegister(counter, 500)
+	sim.SetRegister(valve, 9)
+	p := startWarm(t, sim)
+	scansPass(t, sim, 10)
+	if w := sim.Writes(); len(w) != 0 {
+		t.Fatalf("the warm runtime wrote %+v", w[0])
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	g := grantor(p, warmEpoch)
+	go g.Run(ctx)
+	eventually(t, 10*time.Second, "the promoted runtime to write", func() bool { return len(sim.Writes()) >= 4 })
+	if w := sim.Writes(); w[0].Register != counter || w[0].Value != 501 || w[1].Register != valve || w[1].Value != 9 {
+		t.Fatalf("first writes %+v, want the adopted operating point (counter 501, valve 9)", w[:2])
+	}
+	if s, _ := p.status(); s.Epoch != warmEpoch || s.State != leaseapi.Held || s.LastGrantor != g.Name {
+		t.Fatalf("the promoted runtime reports %+v, want Held at epoch %d from %s", s, warmEpoch, g.Name)
+	}
+}
