@@ -168,7 +168,11 @@ func New(cfg Config, log klog.Logger) (*Runtime, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	log = log.WithValues("unit", cfg.Lease.Unit, "epoch", cfg.Lease.Epoch)
+	if cfg.Lease.Warm {
+		log = log.WithValues("unit", cfg.Lease.Unit, "warmStandby", true)
+	} else {
+		log = log.WithValues("unit", cfg.Lease.Unit, "epoch", cfg.Lease.Epoch)
+	}
 	k, err := lease.NewKeeper(cfg.Lease, log)
 	if err != nil {
 		return nil, err
@@ -214,10 +218,8 @@ func New(cfg Config, log klog.Logger) (*Runtime, error) {
 	r.handler.OnRefused = func(reason string) { r.metrics.Unauthenticated.WithLabelValues(reason).Inc() }
 	r.checker = &health.Checker{
 		Clock: r.clock, DriverGrace: cfg.DriverGrace, ScanInterval: cfg.ScanInterval,
-		Fenced: func() bool {
-			s := k.State()
-			return s == leaseapi.Fenced || s == leaseapi.Ungranted
-		},
+		Fenced:   func() bool { return k.State().WritesNothing() },
+		Warm:     k.Warm,
 		Drivers:  r.driverStates,
 		LastScan: r.lastScanAt,
 	}
@@ -370,7 +372,9 @@ func (r *Runtime) Start(ctx context.Context) error {
 			r.closeServers()
 			return err
 		}
-		t.SetStatus(r.status())
+		if !r.keeper.Warm() {
+			t.SetStatus(r.status())
+		}
 	}
 	r.wg.Add(1)
 	go func() { defer r.wg.Done(); r.keeper.Run(ctx) }()
@@ -487,9 +491,19 @@ func (r *Runtime) transition(tr lease.Transition) {
 		r.ready = false
 		r.mu.Unlock()
 	}
-	if t := r.cfg.Telemetry; t != nil {
+	if t := r.telemetry(); t != nil {
 		t.SetStatus(r.status())
 	}
+}
+
+// telemetry is the MQTT client while the runtime may speak for its unit:
+// nil while it is a warm standby, which drives nothing and has no epoch
+// for the status topic's ordering rule to place it by.
+func (r *Runtime) telemetry() *telemetry.Client {
+	if r.keeper.Warm() {
+		return nil
+	}
+	return r.cfg.Telemetry
 }
 
 func (r *Runtime) status() telemetry.Status {

@@ -106,7 +106,7 @@ func (r *Runtime) scan(ctx context.Context) {
 	op := maps.Clone(r.op)
 	r.mu.Unlock()
 	r.metrics.ScanDuration.Observe(time.Since(start).Seconds())
-	if t := r.cfg.Telemetry; t != nil {
+	if t := r.telemetry(); t != nil {
 		t.PublishValues(map[string]any{"outputs": op, "inputs": inputs})
 	}
 }
@@ -286,7 +286,7 @@ func (r *Runtime) save() {
 		return
 	}
 	r.mu.Lock()
-	snap := state.Snapshot{Unit: r.cfg.Lease.Unit, Epoch: r.cfg.Lease.Epoch, PodUID: r.cfg.Lease.Incarnation.PodUID,
+	snap := state.Snapshot{Unit: r.cfg.Lease.Unit, Epoch: r.keeper.Epoch(), PodUID: r.cfg.Lease.Incarnation.PodUID,
 		Outputs: maps.Clone(r.op), SavedAt: time.Now().UTC()}
 	r.mu.Unlock()
 	if err := r.state.Save(snap); err != nil {

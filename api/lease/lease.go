@@ -127,7 +127,22 @@ const (
 	Fenced State = "Fenced"
 	// Autonomous: an Autonomy runtime; it never fences.
 	Autonomous State = "Autonomous"
+	// Warm: a warm standby (docs/design.md §3, Warm standby): bound to no
+	// epoch yet, it reads its devices and writes nothing. The first grant
+	// from the authorised grantor for its unit binds it to that grant's
+	// epoch for good; it is then Ungranted at that epoch. It is not
+	// reported as Fenced or Ungranted because both name a runtime of an
+	// epoch: Fenced is what the controller and the node plugin take as
+	// proof that an epoch's writer has stopped (L3, L11), and Ungranted
+	// waits for one epoch's grant. A warm runtime belongs to no epoch, and
+	// any epoch's grant may still make it a writer.
+	Warm State = "Warm"
 )
+
+// WritesNothing says whether a state refuses every output write.
+func (s State) WritesNothing() bool {
+	return s == Fenced || s == Ungranted || s == Warm
+}
 
 // Reply answers an accepted grant (200).
 type Reply struct {
@@ -175,10 +190,12 @@ type Error struct {
 
 // Status answers GET Path.
 type Status struct {
-	Unit  string                      `json:"unit"`
-	Mode  holdfastv1.AvailabilityMode `json:"mode"`
-	Epoch int64                       `json:"epoch"`
-	State State                       `json:"state"`
+	Unit string                      `json:"unit"`
+	Mode holdfastv1.AvailabilityMode `json:"mode"`
+	// Epoch is the binding epoch; 0 while the runtime is Warm (bound to
+	// none yet).
+	Epoch int64 `json:"epoch"`
+	State State `json:"state"`
 	// Fenced is true while output writes are refused.
 	Fenced bool `json:"fenced"`
 	// RemainingMillis until the lease deadline by the runtime's monotonic

@@ -29,4 +29,10 @@ const (
 	// RuntimeEnvInsecurePlaintextLease is "true" on the runtime pods of a
 	// controller run with --insecure-plaintext-lease, and absent otherwise.
 	RuntimeEnvInsecurePlaintextLease = "HOLDFAST_INSECURE_PLAINTEXT_LEASE"
+	// RuntimeEnvWarmStandby is "true" on a warm standby's runtime pod
+	// (docs/design.md §3, Warm standby). Its RuntimeEnvEpoch is empty until
+	// the pod's promotion labels it with an epoch, so the process starts
+	// bound to no epoch and takes its epoch from its first grant; a
+	// container restarted after the promotion starts as that epoch's.
+	RuntimeEnvWarmStandby = "HOLDFAST_WARM_STANDBY"
 )

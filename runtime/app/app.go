@@ -40,6 +40,7 @@ type Options struct {
 	Version        bool
 	Unit           string
 	Epoch          int64
+	Warm           bool
 	Mode           string
 	LeaseDuration  time.Duration
 	BindAddress    string
@@ -114,7 +115,8 @@ func NewFlagSet(o *Options) *flag.FlagSet {
 	fs := flag.NewFlagSet("unit-runtime", flag.ContinueOnError)
 	fs.BoolVar(&o.Version, "version", false, "print the version, the commit and the Go version of this build, and exit")
 	fs.StringVar(&o.Unit, "unit", envUnit(), "the unit this runtime drives, namespace/name (env "+holdfastv1.RuntimeEnvNamespace+" and "+holdfastv1.RuntimeEnvUnitName+"); required")
-	fs.Int64Var(&o.Epoch, "epoch", envParse(o, "epoch", holdfastv1.RuntimeEnvEpoch, 0, parseInt64), "the binding epoch this runtime was created for, at least 1 (env "+holdfastv1.RuntimeEnvEpoch+"); grants for any other epoch are refused with 409; required")
+	fs.Int64Var(&o.Epoch, "epoch", envParse(o, "epoch", holdfastv1.RuntimeEnvEpoch, 0, parseInt64), "the binding epoch this runtime was created for, at least 1 (env "+holdfastv1.RuntimeEnvEpoch+"); grants for any other epoch are refused with 409; required unless --warm")
+	fs.BoolVar(&o.Warm, "warm", envParse(o, "warm", holdfastv1.RuntimeEnvWarmStandby, false, strconv.ParseBool), "start as a warm standby when no --epoch is given: devices connected and read, nothing written, bound to no epoch until the first grant from the authorised grantor for this unit binds it to that grant's epoch for good (Failover only). With an --epoch (a warm pod's container restarted after its promotion labelled it) the runtime is that epoch's (env "+holdfastv1.RuntimeEnvWarmStandby+")")
 	fs.StringVar(&o.Mode, "mode", envOr(holdfastv1.RuntimeEnvMode, string(holdfastv1.Autonomy)), "availability mode: Failover (starts fenced, holds a control lease, holds then fences when renewals stop) or Autonomy (never fences) (env "+holdfastv1.RuntimeEnvMode+")")
 	fs.DurationVar(&o.LeaseDuration, "lease-duration", envParse(o, "lease-duration", holdfastv1.RuntimeEnvLeaseDuration, 30*time.Second, time.ParseDuration), "the unit's lease duration, 10s..600s; sets the hold bound reported before the first grant (every grant carries its own duration) (env "+holdfastv1.RuntimeEnvLeaseDuration+")")
 	fs.StringVar(&o.BindAddress, "bind-address", "", "address the lease, health and metrics endpoints listen on; empty means every interface")
@@ -142,7 +144,7 @@ func NewFlagSet(o *Options) *flag.FlagSet {
 
 // Usage prints the help text: the runtime's flags, then klog's.
 func Usage(w io.Writer, fs, klogFlags *flag.FlagSet) {
-	fmt.Fprint(w, `Usage: unit-runtime --unit NAMESPACE/NAME --epoch N [flags]
+	fmt.Fprint(w, `Usage: unit-runtime --unit NAMESPACE/NAME (--epoch N | --warm) [flags]
 
 The reference holdfast unit runtime: drives one unit's field devices under
 the control lease (docs/design.md §3). In Failover mode it starts fenced, is
@@ -216,12 +218,18 @@ func (o *Options) Config(log klog.Logger) (runtime.Config, error) {
 	} else if ns, name, ok := strings.Cut(o.Unit, "/"); !ok || ns == "" || name == "" || strings.Contains(name, "/") {
 		bad("unit", o.Unit, "must be namespace/name")
 	}
-	if o.Epoch < 1 {
-		bad("epoch", strconv.FormatInt(o.Epoch, 10), "must be at least 1")
+	warm := o.Warm && o.Epoch == 0
+	if o.Epoch < 1 && !warm {
+		bad("epoch", strconv.FormatInt(o.Epoch, 10), "must be at least 1 (or absent with --warm: a warm standby takes its epoch from its first grant)")
 	}
 	mode := holdfastv1.AvailabilityMode(o.Mode)
 	if mode != holdfastv1.Failover && mode != holdfastv1.Autonomy {
 		bad("mode", o.Mode, "must be Failover or Autonomy")
+	} else if warm && mode != holdfastv1.Failover {
+		bad("mode", o.Mode, "must be Failover with --warm: a warm standby waits for a lease, and an Autonomy runtime writes without one")
+	}
+	if warm && o.MQTTBroker != "" && o.MQTTClientID == "" && o.PodName == "" {
+		bad("mqtt-client-id", "", "required with --warm and --mqtt-broker when --pod-name is empty: a warm standby has no epoch to make its own client ID from")
 	}
 	if o.LeaseDuration < holdfastv1.MinLeaseDuration || o.LeaseDuration > holdfastv1.MaxLeaseDuration {
 		bad("lease-duration", o.LeaseDuration.String(), "must be between 10s and 600s")
@@ -344,7 +352,7 @@ func (o *Options) Config(log klog.Logger) (runtime.Config, error) {
 	}
 	host := o.BindAddress
 	return runtime.Config{
-		Lease: lease.Config{Unit: o.Unit, Epoch: o.Epoch, Mode: mode, LeaseDuration: o.LeaseDuration,
+		Lease: lease.Config{Unit: o.Unit, Epoch: o.Epoch, Warm: warm, Mode: mode, LeaseDuration: o.LeaseDuration,
 			Incarnation: holdfastv1.RuntimeIncarnation{PodUID: o.PodUID, RestartCount: restarts}},
 		LeaseAddr:              net.JoinHostPort(host, strconv.Itoa(o.LeasePort)),
 		LeaseTLSDir:            o.LeaseTLSDir,
@@ -473,6 +481,9 @@ func Main(args []string, stderr io.Writer) int {
 	defer klog.Flush()
 	if o.PodName != "" {
 		log = log.WithValues("pod", o.PodName)
+	}
+	if o.Warm && o.Epoch > 0 {
+		log.Info("--warm given with an epoch: this runtime is that epoch's (a warm standby's container restarted after its promotion)", "epoch", o.Epoch)
 	}
 	rt, err := runtime.New(cfg, log)
 	if err != nil {

@@ -226,3 +226,39 @@ func TestTheOPCUADeviceFlagBuildsTheOPCUADriver(t *testing.T) {
 		t.Fatalf("outputs %+v", cfg.Outputs)
 	}
 }
+
+// A warm standby's pod sets HOLDFAST_WARM_STANDBY and, until its promotion
+// labels it, an empty HOLDFAST_EPOCH: the runtime starts bound to no epoch.
+// Once labelled, a restarted container is that epoch's runtime. --warm is
+// Failover only, and with telemetry needs a client ID it can call its own.
+func TestWarmStartsBoundToNoEpochUntilThePodHasOne(t *testing.T) {
+	log := ktesting.NewLogger(t, ktesting.NewConfig())
+	t.Setenv(holdfastv1.RuntimeEnvWarmStandby, "true")
+	t.Setenv(holdfastv1.RuntimeEnvEpoch, "")
+	t.Setenv(holdfastv1.RuntimeEnvMode, "Failover")
+	base := []string{"--unit", "plant/kiln-1", "--restart-count", "0", "--lease-tls-dir", "/var/run/holdfast/lease-tls"}
+	cfg, _, err := Parse(base, &bytes.Buffer{}, log)
+	if err != nil || !cfg.Lease.Warm || cfg.Lease.Epoch != 0 {
+		t.Fatalf("a warm pod before its promotion: warm %v epoch %d, %v; want warm at no epoch", cfg.Lease.Warm, cfg.Lease.Epoch, err)
+	}
+	t.Setenv(holdfastv1.RuntimeEnvEpoch, "4")
+	if cfg, _, err = Parse(base, &bytes.Buffer{}, log); err != nil || cfg.Lease.Warm || cfg.Lease.Epoch != 4 {
+		t.Fatalf("a warm pod labelled epoch 4: warm %v epoch %d, %v; want the runtime of epoch 4", cfg.Lease.Warm, cfg.Lease.Epoch, err)
+	}
+	t.Setenv(holdfastv1.RuntimeEnvEpoch, "")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--mode", "Autonomy"}, "--mode=Autonomy: must be Failover with --warm"},
+		{[]string{"--mqtt-broker", "mqtt://127.0.0.1:1883"}, "--mqtt-client-id=: required with --warm"},
+		{[]string{"--warm=false"}, "--epoch=0: must be at least 1 (or absent with --warm"},
+	} {
+		if _, _, err := Parse(append(base, tc.args...), &bytes.Buffer{}, log); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v, want %q", tc.args, err, tc.want)
+		}
+	}
+	if cfg, _, err = Parse(append(base, "--mqtt-broker", "mqtt://127.0.0.1:1883", "--pod-name", "kiln-1-runtime-warm-a"), &bytes.Buffer{}, log); err != nil || !cfg.Lease.Warm {
+		t.Fatalf("a warm pod with a pod name and a broker: %v", err)
+	}
+}

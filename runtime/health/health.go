@@ -43,6 +43,13 @@ type Checker struct {
 	Clock clock.PassiveClock
 	// Fenced reports whether every output write is refused.
 	Fenced func() bool
+	// Warm reports whether the runtime is a warm standby bound to no epoch
+	// yet; nil means never. A warm runtime writes nothing, yet is ready
+	// while its drivers reach their devices: its pod's Ready then says it
+	// can be promoted without a start (image pulled, program loaded,
+	// devices connected and read), never that it writes, which only its
+	// lease state says.
+	Warm func() bool
 	// Drivers reports the field drivers; none means readiness ignores them.
 	Drivers func() []DriverState
 	// DriverGrace is how long every driver may be gone before readiness
@@ -55,10 +62,10 @@ type Checker struct {
 	LastScan func() time.Time
 }
 
-// Readiness is NOT_SERVING while fenced, or when every field driver has
-// been gone past its grace.
+// Readiness is NOT_SERVING while fenced (a warm standby excepted), or when
+// every field driver has been gone past its grace.
 func (c *Checker) Readiness() (bool, string) {
-	if c.Fenced() {
+	if c.Fenced() && (c.Warm == nil || !c.Warm()) {
 		return false, "fenced: the control lease does not permit output writes"
 	}
 	if c.Drivers == nil {

@@ -40,10 +40,7 @@ func newRig(t *testing.T) *rig {
 	r := &rig{clock: clk, keeper: k, last: t0}
 	r.checker = &health.Checker{
 		Clock: clk, DriverGrace: 60 * time.Second, ScanInterval: time.Second,
-		Fenced: func() bool {
-			s := k.Status().State
-			return s == leaseapi.Fenced || s == leaseapi.Ungranted
-		},
+		Fenced:   func() bool { return k.Status().State.WritesNothing() },
 		Drivers:  func() []health.DriverState { return r.drivers },
 		LastScan: func() time.Time { return r.last },
 	}
@@ -148,6 +145,36 @@ func TestReadinessFailsWhenEveryDriverIsGonePastItsGrace(t *testing.T) {
 	r.last = r.clock.Now()
 	expect(t, c, holdfastv1.HealthServiceReadiness, notServing, "every driver gone past its grace")
 	expect(t, c, holdfastv1.HealthServiceLiveness, serving, "every driver gone past its grace")
+}
+
+// A warm standby writes nothing yet is ready while its drivers reach their
+// devices: its pod's Ready says it can be promoted without a start. Every
+// driver gone past its grace makes it not ready; once bound to an epoch it
+// is an ordinary runtime, not ready until granted (L9).
+func TestAWarmRuntimeIsReadyWhileItsDevicesAnswer(t *testing.T) {
+	r := newRig(t)
+	k, err := lease.NewKeeper(lease.Config{Unit: "plant/kiln-1", Warm: true, Mode: holdfastv1.Failover,
+		LeaseDuration: 30 * time.Second, Clock: r.clock}, ktesting.NewLogger(t, ktesting.NewConfig()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.keeper = k
+	r.checker.Fenced = func() bool { return k.Status().State.WritesNothing() }
+	r.checker.Warm = k.Warm
+	c := dial(t, health.NewService(r.checker.Readiness, r.checker.Liveness))
+	r.drivers = []health.DriverState{{Name: "a"}}
+	expect(t, c, holdfastv1.HealthServiceReadiness, serving, "a warm runtime whose device answers")
+	r.drivers[0] = health.DriverState{Name: "a", Down: true, DownSince: t0}
+	r.clock.Step(61 * time.Second)
+	r.last = r.clock.Now()
+	expect(t, c, holdfastv1.HealthServiceReadiness, notServing, "a warm runtime whose device is gone past its grace")
+	r.drivers[0] = health.DriverState{Name: "a"}
+	expect(t, c, holdfastv1.HealthServiceReadiness, serving, "a warm runtime whose device answers again")
+	if _, ok := k.Bind("plant/kiln-1", 4); !ok {
+		t.Fatal("the warm Keeper refused its binding")
+	}
+	expect(t, c, holdfastv1.HealthServiceReadiness, notServing, "a warm runtime bound to its epoch, not yet granted")
+	expect(t, c, holdfastv1.HealthServiceLiveness, serving, "a warm runtime bound to its epoch, not yet granted")
 }
 
 // A probe naming the wrong service fails loudly on its first probe.

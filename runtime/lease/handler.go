@@ -91,12 +91,18 @@ func (h *Handler) grant(w http.ResponseWriter, r *http.Request, arrival time.Tim
 		writeJSON(w, http.StatusBadRequest, leaseapi.Error{Message: "invalid grant: " + errs.ToAggregate().Error()})
 		return
 	}
-	if g.Unit != h.k.cfg.Unit || g.Epoch != h.k.cfg.Epoch {
+	// Only here, past the authentication, may a grant bind a warm runtime
+	// to its epoch.
+	if epoch, ok := h.k.Bind(g.Unit, g.Epoch); !ok {
 		msg := fmt.Sprintf("grant for unit %s epoch %d refused: this runtime drives unit %s at epoch %d",
-			g.Unit, g.Epoch, h.k.cfg.Unit, h.k.cfg.Epoch)
+			g.Unit, g.Epoch, h.k.cfg.Unit, epoch)
+		if epoch == 0 {
+			msg = fmt.Sprintf("grant for unit %s epoch %d refused: this runtime is a warm standby of unit %s, bound to no epoch yet",
+				g.Unit, g.Epoch, h.k.cfg.Unit)
+		}
 		h.log.Info("Refused a grant for another binding", "grantUnit", g.Unit, "grantEpoch", g.Epoch,
 			"grantor", g.Grantor, "seq", g.Seq)
-		writeJSON(w, http.StatusConflict, leaseapi.Conflict{Message: msg, RuntimeEpoch: h.k.cfg.Epoch, GrantEpoch: g.Epoch})
+		writeJSON(w, http.StatusConflict, leaseapi.Conflict{Message: msg, RuntimeEpoch: epoch, GrantEpoch: g.Epoch})
 		return
 	}
 	out, reply := h.k.Grant(&g, arrival)

@@ -28,8 +28,14 @@ import (
 type Config struct {
 	// Unit is the unit's namespace/name; a grant for another unit is refused.
 	Unit string
-	// Epoch is the binding epoch this runtime was created for (L7).
+	// Epoch is the binding epoch this runtime was created for (L7); 0 for
+	// a warm standby.
 	Epoch int64
+	// Warm starts the runtime as a warm standby (docs/design.md §3, Warm
+	// standby): bound to no epoch, it writes nothing until the first grant
+	// from the authorised grantor for its unit binds it to that grant's
+	// epoch for good (Keeper.Bind). Failover only, with Epoch 0.
+	Warm bool
 	// Mode is Failover (lease, hold, fence) or Autonomy (never fences).
 	Mode holdfastv1.AvailabilityMode
 	// LeaseDuration is the unit's configured lease. It sets the hold bound
@@ -48,7 +54,12 @@ func (c *Config) Validate() error {
 	if c.Unit == "" {
 		errs = append(errs, errors.New("unit: must name the unit"))
 	}
-	if c.Epoch < 1 {
+	switch {
+	case c.Warm && c.Epoch != 0:
+		errs = append(errs, fmt.Errorf("epoch: %d: must be 0 for a warm standby, which takes its epoch from its first grant", c.Epoch))
+	case c.Warm && c.Mode != holdfastv1.Failover:
+		errs = append(errs, fmt.Errorf("warm: a warm standby must be in Failover mode, not %q: it waits for a lease, and an Autonomy runtime writes without one", c.Mode))
+	case !c.Warm && c.Epoch < 1:
 		errs = append(errs, fmt.Errorf("epoch: %d: must be at least 1", c.Epoch))
 	}
 	if c.Mode != holdfastv1.Failover && c.Mode != holdfastv1.Autonomy {
@@ -183,7 +194,10 @@ type Keeper struct {
 	// Lock order: writes, then mu.
 	writes sync.RWMutex
 
-	mu       sync.Mutex
+	mu sync.Mutex
+	// epoch is the binding epoch; warm says none is bound yet (Bind).
+	epoch    int64
+	warm     bool
 	duration time.Duration
 	deadline time.Time // valid when granted
 	granted  bool
@@ -224,10 +238,16 @@ func NewKeeper(cfg Config, log klog.Logger) (*Keeper, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
+	binding := []any{"unit", cfg.Unit, "epoch", cfg.Epoch}
+	if cfg.Warm {
+		binding = []any{"unit", cfg.Unit, "warmStandby", true}
+	}
 	k := &Keeper{
 		cfg:      cfg,
 		clock:    cfg.Clock,
-		log:      log.WithValues("unit", cfg.Unit, "epoch", cfg.Epoch),
+		log:      log.WithValues(binding...),
+		epoch:    cfg.Epoch,
+		warm:     cfg.Warm,
 		duration: cfg.LeaseDuration,
 		lastSeq:  map[string]uint64{},
 		changed:  make(chan struct{}),
@@ -280,8 +300,12 @@ func (k *Keeper) anchorInstant(a leaseapi.Anchor, now time.Time) (time.Time, boo
 	return k.born.Add(time.Duration(off)), true
 }
 
-// Epoch is the binding epoch of this runtime.
-func (k *Keeper) Epoch() int64 { return k.cfg.Epoch }
+// Epoch is the binding epoch of this runtime; 0 while it is warm.
+func (k *Keeper) Epoch() int64 {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.epoch
+}
 
 // Mode is the availability mode of this runtime.
 func (k *Keeper) Mode() holdfastv1.AvailabilityMode { return k.cfg.Mode }
@@ -298,6 +322,8 @@ func (k *Keeper) stateAt(now time.Time) leaseapi.State {
 	switch {
 	case k.cfg.Mode == holdfastv1.Autonomy:
 		return leaseapi.Autonomous
+	case k.warm:
+		return leaseapi.Warm
 	case !k.granted:
 		return leaseapi.Ungranted
 	case now.Before(k.deadline):
@@ -322,9 +348,7 @@ func permits(s leaseapi.State, kind WriteKind) bool {
 }
 
 // fenced says whether a state refuses every write.
-func fenced(s leaseapi.State) bool {
-	return s == leaseapi.Fenced || s == leaseapi.Ungranted
-}
+func fenced(s leaseapi.State) bool { return s.WritesNothing() }
 
 // Acquire is the gate of the single write path: it returns a Permit when the
 // lease, read on the clock at this instant, allows a write of this kind, and
@@ -333,13 +357,13 @@ func fenced(s leaseapi.State) bool {
 func (k *Keeper) Acquire(kind WriteKind) (*Permit, error) {
 	k.writes.RLock()
 	k.mu.Lock()
-	s := k.stateAt(k.clock.Now())
+	s, epoch := k.stateAt(k.clock.Now()), k.epoch
 	k.mu.Unlock()
 	if !permits(s, kind) {
 		k.writes.RUnlock()
 		return nil, &RefusedError{State: s, Kind: kind}
 	}
-	return &Permit{epoch: k.cfg.Epoch, kind: kind, release: k.writes.RUnlock, valid: k.permitsNow}, nil
+	return &Permit{epoch: epoch, kind: kind, release: k.writes.RUnlock, valid: k.permitsNow}, nil
 }
 
 func (k *Keeper) permitsNow(kind WriteKind) bool {
@@ -398,7 +422,7 @@ func (k *Keeper) Grant(g *leaseapi.Grant, arrival time.Time) (Outcome, leaseapi.
 		}
 	}
 	reply := leaseapi.Reply{
-		Epoch:       k.cfg.Epoch,
+		Epoch:       k.epoch,
 		State:       k.reported,
 		Fenced:      fenced(k.reported),
 		Incarnation: k.cfg.Incarnation,
@@ -434,7 +458,7 @@ func (k *Keeper) transitionLocked(now time.Time) *Transition {
 }
 
 func (k *Keeper) setLocked(s leaseapi.State, now time.Time) *Transition {
-	tr := &Transition{From: k.reported, To: s, Epoch: k.cfg.Epoch, Remaining: k.deadline.Sub(now),
+	tr := &Transition{From: k.reported, To: s, Epoch: k.epoch, Remaining: k.deadline.Sub(now),
 		Grantor: k.last.grantor, Seq: k.last.seq}
 	k.reported = s
 	if !fenced(s) {
@@ -565,7 +589,7 @@ func (k *Keeper) Status() leaseapi.Status {
 	st := leaseapi.Status{
 		Unit:            k.cfg.Unit,
 		Mode:            k.cfg.Mode,
-		Epoch:           k.cfg.Epoch,
+		Epoch:           k.epoch,
 		State:           k.reported,
 		Fenced:          fenced(k.reported),
 		HoldBoundMillis: holdfastv1.HoldBound(k.duration).Milliseconds(),

@@ -14,7 +14,7 @@ import (
 const namespace = "holdfast_runtime"
 
 // States are the lease states the lease_state metric reports.
-var States = []leaseapi.State{leaseapi.Ungranted, leaseapi.Held, leaseapi.Holding, leaseapi.Fenced, leaseapi.Autonomous}
+var States = []leaseapi.State{leaseapi.Ungranted, leaseapi.Held, leaseapi.Holding, leaseapi.Fenced, leaseapi.Autonomous, leaseapi.Warm}
 
 // Metrics are the runtime's collectors.
 type Metrics struct {
@@ -43,7 +43,7 @@ type Sources struct {
 func New(reg prometheus.Registerer, src Sources) *Metrics {
 	m := &Metrics{
 		Fenced: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "fenced",
-			Help: "1 while every output write is refused (Fenced or Ungranted), else 0."}),
+			Help: "1 while every output write is refused (Fenced, Ungranted or Warm), else 0."}),
 		LeaseState: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "lease_state",
 			Help: "1 for the runtime's current lease state."}, []string{"state"}),
 		ScanDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: namespace, Name: "scan_duration_seconds",
@@ -99,7 +99,7 @@ func (m *Metrics) SetLeaseState(s leaseapi.State) {
 		}
 		m.LeaseState.WithLabelValues(string(st)).Set(v)
 	}
-	if s == leaseapi.Fenced || s == leaseapi.Ungranted {
+	if s.WritesNothing() {
 		m.Fenced.Set(1)
 	} else {
 		m.Fenced.Set(0)

@@ -61,8 +61,12 @@ func Build(t testing.TB) string {
 
 // Options of one runtime process. Unset fields take the defaults noted.
 type Options struct {
-	Unit          string        // required
-	Epoch         int64         // required
+	Unit  string // required
+	Epoch int64  // required
+	// Warm runs a warm standby: --warm and no epoch. Epoch then names only
+	// the binding its lease certificate is issued for, the one a grantor
+	// checks before it grants.
+	Warm          bool
 	Mode          string        // default Failover
 	LeaseDuration time.Duration // default 10s
 	// Devices, Outputs and Inputs are the --device, --output and --input
@@ -106,12 +110,19 @@ type Process struct {
 // Args are the flags Start passes for o, the ports and the lease TLS
 // directory (none with InsecurePlaintextLease).
 func (o Options) Args(leasePort, healthPort, metricsPort int, leaseTLSDir string) []string {
+	epoch := o.Epoch
+	if o.Warm {
+		epoch = 0
+	}
 	args := []string{
-		"--unit", o.Unit, "--epoch", fmt.Sprint(o.Epoch), "--mode", o.Mode,
+		"--unit", o.Unit, "--epoch", fmt.Sprint(epoch), "--mode", o.Mode,
 		"--lease-duration", o.LeaseDuration.String(), "--bind-address", "127.0.0.1",
 		"--lease-port", fmt.Sprint(leasePort), "--health-port", fmt.Sprint(healthPort), "--metrics-port", fmt.Sprint(metricsPort),
 		"--scan-interval", o.ScanInterval.String(), "--driver-health-interval", "200ms",
 		"--state-dir", o.StateDir, "--pod-uid", o.PodUID,
+	}
+	if o.Warm {
+		args = append(args, "--warm")
 	}
 	if o.InsecurePlaintextLease {
 		args = append(args, "--insecure-plaintext-lease")
