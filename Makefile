@@ -70,6 +70,10 @@ node-deps: ## Install the Debian packages the node-plugin tests need (dbus, libs
 modbus-deps: ## Install Debian's python3-pymodbus, the Modbus TCP server the runtime's driver is tested against, when missing
 	hack/install-modbus-deps.sh
 
+.PHONY: opcua-deps
+opcua-deps: ## Install node-opcua's server (test/opcuaserver, with Debian's nodejs and npm when missing), the OPC UA server the runtime's driver's secured session is tested against
+	hack/install-opcua-deps.sh
+
 .PHONY: cri-bin
 cri-bin: node-deps ## Build containerd v2, its runc shim, ctr and runc from their Go modules into bin/cri/<versions>
 	hack/build-cri-bin.sh
@@ -83,15 +87,15 @@ test-unit: node-deps $(PROMTOOL) ## Run the tests that need no control plane
 	$(GO) test -timeout $(TEST_TIMEOUT) $(GO_TEST_FLAGS) ./...
 
 .PHONY: test-integration
-test-integration: k8s-bin node-deps modbus-deps cri-bin cni-bin $(CONTROLLER_GEN) $(PROMTOOL) ## Run only the packages with tests against the real apiserver, etcd and kubectl
+test-integration: k8s-bin node-deps modbus-deps opcua-deps cri-bin cni-bin $(CONTROLLER_GEN) $(PROMTOOL) ## Run only the packages with tests against the real apiserver, etcd and kubectl
 	$(GO) test -tags integration -timeout $(TEST_TIMEOUT) $(GO_TEST_FLAGS) $$(hack/integration-packages.sh)
 
 .PHONY: test
-test: k8s-bin node-deps modbus-deps cri-bin cni-bin $(CONTROLLER_GEN) $(PROMTOOL) ## Run everything CI runs: unit and integration tests (the README's test command)
+test: k8s-bin node-deps modbus-deps opcua-deps cri-bin cni-bin $(CONTROLLER_GEN) $(PROMTOOL) ## Run everything CI runs: unit and integration tests (the README's test command)
 	$(GO) test -tags integration -timeout $(TEST_TIMEOUT) $(GO_TEST_FLAGS) ./...
 
 .PHONY: test-e2e
-test-e2e: k8s-bin node-deps modbus-deps cri-bin cni-bin $(CONTROLLER_GEN) $(PROMTOOL) ## Run everything make test runs plus the long drills (build tag e2e): the matrix on real kubelets (once with owner-epoch devices, once with plain ones, the failover drills of CHART_DRILLS again against the chart-installed components), the voter swap drills (CHART_VOTER_DRILLS again against the chart-installed components)
+test-e2e: k8s-bin node-deps modbus-deps opcua-deps cri-bin cni-bin $(CONTROLLER_GEN) $(PROMTOOL) ## Run everything make test runs plus the long drills (build tag e2e): the matrix on real kubelets (once with owner-epoch devices, once with plain ones, the failover drills of CHART_DRILLS again against the chart-installed components), the voter swap drills (CHART_VOTER_DRILLS again against the chart-installed components)
 	$(GO) test -tags integration,e2e -timeout 90m $(GO_TEST_FLAGS) ./...
 	HOLDFAST_E2E_DEVICE=plain $(GO) test -tags integration,e2e -timeout 90m $(GO_TEST_FLAGS) ./test/e2e/
 	HOLDFAST_E2E_INSTALL=chart HOLDFAST_E2E_DEVICE=plain $(GO) test -tags integration,e2e -timeout 60m $(GO_TEST_FLAGS) -run '$(CHART_DRILLS)' ./test/e2e/

@@ -1,8 +1,8 @@
-// Command device-simulator is a Modbus TCP field device for tests, drills
-// and the demo (package test/devicesim): holding registers, in owner-epoch
-// mode a block that refuses writers behind the highest epoch seen, in plain
-// mode none, and a write log (true time and peer of every write) served
-// over HTTP and appended to a file.
+// Command device-simulator is a Modbus TCP or OPC UA field device for
+// tests, drills and the demo (package test/devicesim): holding registers,
+// in owner-epoch mode a block (an OPC UA node) that refuses writers behind
+// the highest epoch seen, in plain mode none, and a write log (true time
+// and peer of every write) served over HTTP and appended to a file.
 package main
 
 import (
@@ -26,8 +26,8 @@ func main() {
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), `Usage: device-simulator [flags]
 
-A Modbus TCP device simulator. Holding registers 0..65535; every write is
-logged with its peer and true time.
+A Modbus TCP (or OPC UA) device simulator. Holding registers 0..65535;
+every write is logged with its peer and true time.
 
 --mode owner-epoch: registers EPOCH..EPOCH+3 are the owner-epoch block
 (big-endian uint64): a client declares its epoch by writing all four, a
@@ -35,6 +35,11 @@ declaration below the highest epoch seen is refused, and every write on a
 connection whose epoch is behind the highest is refused with exception 0x06
 and logged.
 --mode plain: every write is accepted, as by most plant devices.
+
+--protocol opcua: an OPC UA server (security None, anonymous) at --listen
+(opc.tcp://HOST:PORT): register N is the UInt16 variable ns=1;s=HRN, and in
+owner-epoch mode the owner-epoch block is the Int64 variable ns=1;s=OwnerEpoch
+(a declaration is a write of it; refusals are Bad_UserAccessDenied).
 
 HTTP endpoint (--http):
   GET  /writes                     the write log, JSON
@@ -47,7 +52,8 @@ Flags:
 `)
 		fs.PrintDefaults()
 	}
-	listen := fs.String("listen", "127.0.0.1:5020", "Modbus TCP address to listen on (host:port)")
+	listen := fs.String("listen", "127.0.0.1:5020", "the device's address to listen on (host:port)")
+	protocol := fs.String("protocol", string(devicesim.Modbus), "modbus (Modbus TCP) or opcua (OPC UA, security None)")
 	mode := fs.String("mode", string(devicesim.OwnerEpoch), "owner-epoch (refuse writers behind the highest epoch declared) or plain (accept every write)")
 	httpAddr := fs.String("http", "127.0.0.1:5080", "HTTP address of the write log and control endpoint; empty disables it")
 	epochRegister := fs.Uint("epoch-register", devicesim.DefaultEpochRegister, "first of the four owner-epoch registers")
@@ -68,12 +74,18 @@ Flags:
 		os.Exit(2)
 	}
 
-	sim, err := devicesim.Start(devicesim.Config{Address: *listen, Mode: m, EpochRegister: uint16(*epochRegister), LogFile: *logFile})
+	p, err := devicesim.ParseProtocol(*protocol)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "--protocol: %v\n", err)
+		os.Exit(2)
+	}
+
+	sim, err := devicesim.Start(devicesim.Config{Address: *listen, Protocol: p, Mode: m, EpochRegister: uint16(*epochRegister), LogFile: *logFile})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	fmt.Printf("device-simulator: modbus (%s) listening on %s\n", m, sim.Addr())
+	fmt.Printf("device-simulator: %s (%s) listening on %s\n", p, m, sim.Addr())
 	var srv *http.Server
 	if *httpAddr != "" {
 		ln, err := net.Listen("tcp", *httpAddr)

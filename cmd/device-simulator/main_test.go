@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -12,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gopcua/opcua"
+	"github.com/gopcua/opcua/ua"
 	mb "github.com/simonvetter/modbus"
 
 	"github.com/holdfast-io/holdfast/test/devicesim"
@@ -166,5 +169,56 @@ func TestTheDeviceSimulatorRefusesAnUnknownMode(t *testing.T) {
 	var exit *exec.ExitError
 	if !errors.As(err, &exit) || exit.ExitCode() != 2 || !strings.Contains(string(out), `--mode: mode "trusting": must be owner-epoch or plain`) {
 		t.Fatalf("--mode trusting: %v\n%s", err, out)
+	}
+}
+
+// --protocol opcua: the same device over OPC UA; a write to a register's
+// variable is in the write log served over HTTP with its node and peer.
+func TestTheDeviceSimulatorProcessServesOPCUA(t *testing.T) {
+	p := startSim(t, "--protocol", "opcua")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := opcua.NewClient("opc.tcp://"+p.modbus, opcua.SecurityMode(ua.MessageSecurityModeNone), opcua.AutoReconnect(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Connect(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	write := func(node string, v any) ua.StatusCode {
+		resp, err := c.Write(ctx, &ua.WriteRequest{NodesToWrite: []*ua.WriteValue{{NodeID: ua.MustParseNodeID(node),
+			AttributeID: ua.AttributeIDValue, Value: &ua.DataValue{EncodingMask: ua.DataValueValue, Value: ua.MustVariant(v)}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Results[0]
+	}
+	if st := write(devicesim.OPCUAEpochNode, int64(6)); st != ua.StatusOK {
+		t.Fatalf("declare epoch 6: %v", st)
+	}
+	if st := write(devicesim.OPCUANode(100), uint16(11)); st != ua.StatusOK {
+		t.Fatalf("write register 100: %v", st)
+	}
+	log, err := devicesim.FetchWrites(http.DefaultClient, p.http)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(log) != 1 || log[0].Epoch != 6 || log[0].Register != 100 || log[0].Value != 11 || !log[0].Accepted ||
+		log[0].Node != devicesim.OPCUANode(100) || !strings.HasPrefix(log[0].Peer, "127.0.0.1:") {
+		t.Fatalf("write log over HTTP: %+v", log)
+	}
+}
+
+// A protocol the simulator does not speak exits 2 naming the flag.
+func TestTheDeviceSimulatorRefusesAnUnknownProtocol(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "device-simulator")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin, "--protocol", "profinet").CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 2 || !strings.Contains(string(out), `--protocol: protocol "profinet": must be modbus or opcua`) {
+		t.Fatalf("--protocol profinet: %v\n%s", err, out)
 	}
 }

@@ -17,7 +17,7 @@ import (
 // Ports of holdfast's processes in the hub, and of the devices in the field.
 const (
 	WebhookPort      = 9443
-	PlantModbusPort  = 5020
+	PlantDevicePort  = 5020 // Modbus TCP or OPC UA
 	PlantHTTPPort    = 5021
 	holdfastNS       = "holdfast-system"
 	webhookConfigYML = "webhook/config/validating-webhook-configuration.yaml"
@@ -52,12 +52,13 @@ func (c *Cluster) Binary(pkg string) (string, error) {
 	return out, nil
 }
 
-// Plant is the device simulator the units drive: a Modbus TCP device on the
-// field network, reachable from every node over its field link, logging
-// every write with its peer and time (and epoch, when it checks epochs).
+// Plant is the device simulator the units drive: a Modbus TCP device or an
+// OPC UA server on the field network, reachable from every node over its
+// field link, logging every write with its peer and time (and epoch, when
+// it checks epochs).
 type Plant struct {
 	*Process
-	// Address is the Modbus TCP address the runtimes dial.
+	// Address is the device's host:port the runtimes dial.
 	Address string
 	// HTTP is the base URL of its write log and control endpoint.
 	HTTP string
@@ -65,19 +66,22 @@ type Plant struct {
 	WriteLog string
 	// Mode is the device's mode (devicesim.OwnerEpoch or devicesim.Plain).
 	Mode devicesim.Mode
+	// Protocol is what it speaks (devicesim.Modbus or devicesim.OPCUA).
+	Protocol devicesim.Protocol
 }
 
-// StartPlant starts a device simulator in mode, the index-th (each unit
-// drives its own device: the owner-epoch block is one per device).
-func (c *Cluster) StartPlant(ctx context.Context, name string, index int, mode devicesim.Mode) (*Plant, error) {
+// StartPlant starts a device simulator speaking protocol in mode, the
+// index-th (each unit drives its own device: the owner-epoch block is one
+// per device).
+func (c *Cluster) StartPlant(ctx context.Context, name string, index int, mode devicesim.Mode, protocol devicesim.Protocol) (*Plant, error) {
 	bin, err := c.Binary("cmd/device-simulator")
 	if err != nil {
 		return nil, err
 	}
-	p := &Plant{Address: fmt.Sprintf("%s:%d", FieldIP, PlantModbusPort+2*index),
+	p := &Plant{Address: fmt.Sprintf("%s:%d", FieldIP, PlantDevicePort+2*index),
 		HTTP:     fmt.Sprintf("http://%s:%d", FieldIP, PlantHTTPPort+2*index),
-		WriteLog: filepath.Join(c.Dir, "logs", name+"-writes.jsonl"), Mode: mode}
-	p.Process, err = c.StartInField(name, nil, bin, "--listen", p.Address, "--mode", string(mode),
+		WriteLog: filepath.Join(c.Dir, "logs", name+"-writes.jsonl"), Mode: mode, Protocol: protocol}
+	p.Process, err = c.StartInField(name, nil, bin, "--listen", p.Address, "--mode", string(mode), "--protocol", string(protocol),
 		"--http", fmt.Sprintf("%s:%d", FieldIP, PlantHTTPPort+2*index), "--write-log", p.WriteLog)
 	if err != nil {
 		return nil, err

@@ -1,5 +1,5 @@
-// Package devicesim is a Modbus TCP field device for tests, drills and the
-// demo: 65536 holding registers and a write log (true time, peer host:port
+// Package devicesim is a Modbus TCP or OPC UA field device for tests,
+// drills and the demo: 65536 holding registers and a write log (true time, peer host:port
 // naming the connection, epoch, register, value, accepted) from which a
 // test proves that no two writers overlapped (writers.go). It runs in one
 // of two modes:
@@ -15,6 +15,9 @@
 // Every other write is refused (exception 0x06, server device busy) when
 // its connection's declared epoch is behind the highest; a connection that
 // declared nothing writes at epoch 0, which is behind once anyone declared.
+//
+// Over OPC UA (Config.Protocol OPCUA, opcua.go) the registers are variables
+// and the owner-epoch block is one Int64 node, with the same rules.
 //
 // Run it in-process with Start, or as a process with cmd/device-simulator,
 // whose HTTP endpoint serves the same log (Handler).
@@ -60,10 +63,31 @@ func ParseMode(s string) (Mode, error) {
 	return "", fmt.Errorf("mode %q: must be %s or %s", s, OwnerEpoch, Plain)
 }
 
+// Protocol is what a device speaks.
+type Protocol string
+
+const (
+	// Modbus is Modbus TCP (the default).
+	Modbus Protocol = "modbus"
+	// OPCUA is OPC UA over opc.tcp, security None (opcua.go).
+	OPCUA Protocol = "opcua"
+)
+
+// ParseProtocol reads a protocol by name.
+func ParseProtocol(s string) (Protocol, error) {
+	switch p := Protocol(s); p {
+	case Modbus, OPCUA:
+		return p, nil
+	}
+	return "", fmt.Errorf("protocol %q: must be %s or %s", s, Modbus, OPCUA)
+}
+
 // Config of a simulated device.
 type Config struct {
 	// Address to listen on, host:port; port 0 picks a free one.
 	Address string
+	// Protocol is Modbus (the default) or OPCUA.
+	Protocol Protocol
 	// Mode is OwnerEpoch (the default) or Plain.
 	Mode Mode
 	// EpochRegister is the first of the four owner-epoch registers
@@ -80,6 +104,8 @@ type Write struct {
 	Peer     string `json:"peer"`
 	Epoch    int64  `json:"epoch"`
 	Register uint16 `json:"register"`
+	// Node is the OPC UA node written (OPC UA devices only).
+	Node     string `json:"node,omitempty"`
 	Value    uint16 `json:"value"`
 	Accepted bool   `json:"accepted"`
 	Reason   string `json:"reason,omitempty"`
@@ -87,9 +113,9 @@ type Write struct {
 
 // Sim is a running simulated device.
 type Sim struct {
-	cfg    Config
-	server *mb.ModbusServer
-	addr   string
+	cfg  Config
+	stop func() error // stops the server
+	addr string
 
 	mu           sync.Mutex
 	regs         [65536]uint16
@@ -114,6 +140,12 @@ func Start(cfg Config) (*Sim, error) {
 	if _, err := ParseMode(string(cfg.Mode)); err != nil {
 		return nil, err
 	}
+	if cfg.Protocol == "" {
+		cfg.Protocol = Modbus
+	}
+	if _, err := ParseProtocol(string(cfg.Protocol)); err != nil {
+		return nil, err
+	}
 	if cfg.EpochRegister > 65532 {
 		return nil, fmt.Errorf("epochRegister: %d: must be at most 65532", cfg.EpochRegister)
 	}
@@ -126,21 +158,20 @@ func Start(cfg Config) (*Sim, error) {
 		s.logFile = f
 	}
 	var err error
-	// The library binds its own listener and does not report the port, so
-	// port 0 is resolved here first; on loopback a lost race is retried.
+	// The libraries bind their own listeners and do not report the port,
+	// so port 0 is resolved here first; on loopback a lost race is retried.
 	for attempt := 0; attempt < 5; attempt++ {
 		addr := cfg.Address
 		if addr, err = resolvePort(addr); err != nil {
 			break
 		}
-		var srv *mb.ModbusServer
-		srv, err = mb.NewServer(&mb.ServerConfiguration{URL: "tcp://" + addr, Timeout: 10 * time.Minute, MaxClients: 64,
-			Logger: quietLogger()}, s)
-		if err != nil {
-			break
+		if cfg.Protocol == OPCUA {
+			err = s.startOPCUA(addr)
+		} else {
+			err = s.startModbus(addr)
 		}
-		if err = srv.Start(); err == nil {
-			s.server, s.addr = srv, addr
+		if err == nil {
+			s.addr = addr
 			return s, nil
 		}
 	}
@@ -148,6 +179,19 @@ func Start(cfg Config) (*Sim, error) {
 		s.logFile.Close()
 	}
 	return nil, fmt.Errorf("device simulator: listen %s: %w", cfg.Address, err)
+}
+
+func (s *Sim) startModbus(addr string) error {
+	srv, err := mb.NewServer(&mb.ServerConfiguration{URL: "tcp://" + addr, Timeout: 10 * time.Minute, MaxClients: 64,
+		Logger: quietLogger()}, s)
+	if err != nil {
+		return err
+	}
+	if err := srv.Start(); err != nil {
+		return err
+	}
+	s.stop = srv.Stop
+	return nil
 }
 
 func resolvePort(addr string) (string, error) {
@@ -172,9 +216,12 @@ func (s *Sim) Addr() string { return s.addr }
 // Mode is the device's mode.
 func (s *Sim) Mode() Mode { return s.cfg.Mode }
 
+// Protocol is what the device speaks.
+func (s *Sim) Protocol() Protocol { return s.cfg.Protocol }
+
 // Close stops the device and drops every connection.
 func (s *Sim) Close() error {
-	err := s.server.Stop()
+	err := s.stop()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.logFile != nil {

@@ -245,7 +245,7 @@ func (d *drill) oneWriter(old, new int64) {
 	if gap < u.Spec.Availability.RebindMargin() {
 		d.t.Fatalf("epoch %d first wrote %v after epoch %d's last request, inside the re-bind margin %v", new, gap, old, u.Spec.Availability.RebindMargin())
 	}
-	d.t.Logf("%s device: epoch %d wrote %d times until %s, epoch %d from %s (%v later)", d.u.Device, old, o.Accepted,
+	d.t.Logf("%s %s device: epoch %d wrote %d times until %s, epoch %d from %s (%v later)", d.u.Protocol, d.u.Device, old, o.Accepted,
 		o.Last.Format(time.StampMilli), new, n.First.Format(time.StampMilli), gap.Round(time.Millisecond))
 }
 

@@ -37,7 +37,9 @@ type Unit struct {
 	Register uint16
 	// Device is its device's mode.
 	Device devicesim.Mode
-	w      *World
+	// Protocol is what its device speaks.
+	Protocol devicesim.Protocol
+	w        *World
 	// plantName and plantIndex start its device again (StartDevice).
 	plantName  string
 	plantIndex int
@@ -78,6 +80,8 @@ type UnitOptions struct {
 	MQTTBroker string
 	// Device is its device's mode (default the World's).
 	Device devicesim.Mode
+	// Protocol is what its device speaks (default devicesim.Modbus).
+	Protocol devicesim.Protocol
 	// RuntimeArgs are more flags of its runtime.
 	RuntimeArgs []string
 	// Mode is its availability mode (default Failover).
@@ -107,12 +111,15 @@ func (w *World) CreateUnit(ctx context.Context, o UnitOptions) (*Unit, error) {
 	if o.Mode == "" {
 		o.Mode = holdfastv1.Failover
 	}
+	if o.Protocol == "" {
+		o.Protocol = devicesim.Modbus
+	}
 	if err := w.EnsureNamespace(ctx, o.Namespace); err != nil {
 		return nil, err
 	}
 	w.plants++
 	plantName, plantIndex := "plant-"+o.Namespace+"-"+o.Name, w.plants
-	plant, err := w.StartPlant(ctx, plantName, plantIndex, o.Device)
+	plant, err := w.StartPlant(ctx, plantName, plantIndex, o.Device, o.Protocol)
 	if err != nil {
 		return nil, err
 	}
@@ -123,12 +130,7 @@ func (w *World) CreateUnit(ctx context.Context, o UnitOptions) (*Unit, error) {
 	if err := w.LabelNode(ctx, o.Primary, sel); err != nil {
 		return nil, err
 	}
-	// A device with an owner-epoch block is told the runtime's epoch; a
-	// plain one is configured as a plant configures most: no such block.
-	device := fmt.Sprintf("modbus://%s?timeout=1s", plant.Address)
-	if o.Device == devicesim.OwnerEpoch {
-		device += fmt.Sprintf("&epochRegister=%d", devicesim.DefaultEpochRegister)
-	}
+	device := deviceURL(plant.Address, o.Protocol, o.Device)
 	args := []string{
 		"--metrics-port=9441",
 		"--scan-interval=200ms",
@@ -161,12 +163,31 @@ func (w *World) CreateUnit(ctx context.Context, o UnitOptions) (*Unit, error) {
 	if err := w.Client.Create(ctx, u); err != nil {
 		return nil, err
 	}
-	unit := &Unit{Key: client.ObjectKeyFromObject(u), Plant: plant, Register: outputRegister, Device: o.Device, w: w,
+	unit := &Unit{Key: client.ObjectKeyFromObject(u), Plant: plant, Register: outputRegister, Device: o.Device, Protocol: o.Protocol, w: w,
 		plantName: plantName, plantIndex: plantIndex, nodes: map[int64]string{}, conns: devicesim.Conns{}, device: plant.Address}
 	watch, stop := context.WithCancel(context.WithoutCancel(ctx))
 	unit.stopConns = stop
 	go unit.watchConns(watch)
 	return unit, nil
+}
+
+// deviceURL is the runtime's --device URL of a device at addr. A device
+// with an owner-epoch block (node) is told the runtime's epoch; a plain one
+// is configured as a plant configures most: no such block. An OPC UA
+// session takes a few round trips to open, so its requests get longer.
+func deviceURL(addr string, protocol devicesim.Protocol, mode devicesim.Mode) string {
+	if protocol == devicesim.OPCUA {
+		url := fmt.Sprintf("opcua://%s?node.%d=%s&timeout=2s", addr, outputRegister, devicesim.OPCUANode(outputRegister))
+		if mode == devicesim.OwnerEpoch {
+			url += "&epochNode=" + devicesim.OPCUAEpochNode
+		}
+		return url
+	}
+	url := fmt.Sprintf("modbus://%s?timeout=1s", addr)
+	if mode == devicesim.OwnerEpoch {
+		url += fmt.Sprintf("&epochRegister=%d", devicesim.DefaultEpochRegister)
+	}
+	return url
 }
 
 // StartDevice starts the unit's device (stopped by DeviceDown) at the same
@@ -175,7 +196,7 @@ func (u *Unit) StartDevice(ctx context.Context) error {
 	if !u.Plant.Exited() {
 		return fmt.Errorf("unit %s: its device is running", u.Key)
 	}
-	p, err := u.w.StartPlant(ctx, u.plantName, u.plantIndex, u.Device)
+	p, err := u.w.StartPlant(ctx, u.plantName, u.plantIndex, u.Device, u.Protocol)
 	if err != nil {
 		return err
 	}
