@@ -211,6 +211,13 @@ func TestStaleEpochRuntimeStoppedAndSandboxRemoved(t *testing.T) {
 		t.Fatal("the runtime of the current epoch was stopped")
 	}
 
+	fenced := func() float64 {
+		return counter(t, "holdfast_node_fences_total", map[string]string{"namespace": r.ns, "unit": "boiler", "reason": fence.ReasonStaleEpoch})
+	}
+	if n := fenced(); n != 0 {
+		t.Fatalf("holdfast_node_fences_total is %v before any runtime was stale", n)
+	}
+
 	// Re-bind: epoch 2. The new runtime (current) runs beside the old one.
 	_, newC := r.runtime("boiler", 2, port2, holdfastv1.Failover)
 	r.bind(u, 2)
@@ -226,6 +233,12 @@ func TestStaleEpochRuntimeStoppedAndSandboxRemoved(t *testing.T) {
 	}
 	if got := auditLines(t, agent.AuditDir); len(got) != 1 || !strings.Contains(got[0], `"reason":"StaleRuntimeStopped"`) {
 		t.Fatalf("audit lines %v", got)
+	}
+	if n := fenced(); n != 1 {
+		t.Fatalf("holdfast_node_fences_total{reason=StaleRuntimeStopped} is %v after one fence, want 1", n)
+	}
+	if n := counter(t, "holdfast_node_fence_failures_total", map[string]string{"namespace": r.ns, "unit": "boiler", "reason": fence.ReasonStaleEpoch}); n != 0 {
+		t.Fatalf("holdfast_node_fence_failures_total is %v after a fence that succeeded", n)
 	}
 }
 

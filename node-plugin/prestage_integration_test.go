@@ -4,6 +4,8 @@ package nodeplugin_test
 
 import (
 	"context"
+	"io"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -57,7 +59,8 @@ func (l *requestLog) asked(repo string) bool {
 func TestPrestagePullsRuntimeImagesOfUnitsTargetingThisNode(t *testing.T) {
 	r := newRig(t)
 	reqs := &requestLog{}
-	srv := httptest.NewServer(reqs.wrap(registry.New()))
+	// Quiet: the failed pull of the unpublished image is retried many times.
+	srv := httptest.NewServer(reqs.wrap(registry.New(registry.Logger(log.New(io.Discard, "", 0)))))
 	t.Cleanup(srv.Close)
 	hostPort := strings.TrimPrefix(srv.URL, "http://")
 	if err := r.host.TrustPlainHTTP(hostPort); err != nil {
@@ -104,6 +107,12 @@ func TestPrestagePullsRuntimeImagesOfUnitsTargetingThisNode(t *testing.T) {
 	mk("selected", "plant/selected", holdfastv1.FailoverTargets{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"site": "north"}}})
 	mk("elsewhere", "plant/elsewhere", holdfastv1.FailoverTargets{Nodes: []string{"p2"},
 		Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"site": "south"}}})
+	// A target whose image the registry does not hold: its pull fails.
+	mk("unpublished", "plant/unpublished", holdfastv1.FailoverTargets{Nodes: []string{"p1"}})
+	pulls := func(result string) float64 {
+		return counter(t, "holdfast_node_image_pulls_total", map[string]string{"result": result})
+	}
+	pulled, failed := pulls("pulled"), pulls("failed")
 
 	images, err := r.host.ImageService(ctx)
 	if err != nil {
@@ -122,5 +131,14 @@ func TestPrestagePullsRuntimeImagesOfUnitsTargetingThisNode(t *testing.T) {
 	time.Sleep(time.Second) // an absence of a pull: only a window can show it
 	if present("plant/elsewhere") || reqs.asked("plant/elsewhere") {
 		t.Fatal("the image of a unit that does not target this node was pulled")
+	}
+	// holdfast_node_image_pulls_total: the two pulls, and the failed one.
+	waitFor(t, "both pulls counted", func() bool { return pulls("pulled")-pulled >= 2 })
+	if d := pulls("pulled") - pulled; d != 2 {
+		t.Errorf("holdfast_node_image_pulls_total{result=pulled} rose by %v, want 2", d)
+	}
+	waitFor(t, "the unpublished image's failed pull counted", func() bool { return pulls("failed") > failed })
+	if present("plant/unpublished") {
+		t.Fatal("an image the registry does not hold is present")
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -60,9 +61,21 @@ func TestReporterPublishesProvisionedRoleTombstoneAndFitness(t *testing.T) {
 		}
 		return n
 	}
+	// holdfast_node_reports_total counts each report written, by kind.
+	written := reportCounts(t, "written")
+	wantWritten := func(when string, want map[string]float64) {
+		t.Helper()
+		now := reportCounts(t, "written")
+		if diff := cmp.Diff(want, rose(written, now)); diff != "" {
+			t.Fatalf("%s: holdfast_node_reports_total{result=written} rose by (-want +got):\n%s", when, diff)
+		}
+		written = now
+	}
+	failed := reportCounts(t, "failed")
 	if err := rep.Pass(ctx); err != nil {
 		t.Fatal(err)
 	}
+	wantWritten("the first pass", map[string]float64{"provisioned": 1, "role": 1, "tombstone": 0, "fitness": 1})
 	n := node()
 	if n.Annotations[holdfastv1.AnnotationProvisioned] != "true" || n.Labels[holdfastv1.LabelRole] != holdfastv1.RoleServer {
 		t.Fatalf("provisioned %q role %q, want true and server", n.Annotations[holdfastv1.AnnotationProvisioned], n.Labels[holdfastv1.LabelRole])
@@ -87,6 +100,7 @@ func TestReporterPublishesProvisionedRoleTombstoneAndFitness(t *testing.T) {
 	if node().ResourceVersion != rv {
 		t.Fatal("a pass with nothing new wrote the Node (fitness is rate-limited to FitnessEvery)")
 	}
+	wantWritten("a pass with nothing new", map[string]float64{"provisioned": 0, "role": 0, "tombstone": 0, "fitness": 0})
 
 	// A tombstone is mirrored, and removed with the file.
 	ts := holdfastv1.Tombstone{MemberID: "8e9e05c52164694d", ClusterID: "cdf818194e3a8c32", At: metav1.Time{Time: clk.Now()}}
@@ -100,6 +114,7 @@ func TestReporterPublishesProvisionedRoleTombstoneAndFitness(t *testing.T) {
 	if err != nil || got.MemberID != ts.MemberID || got.ClusterID != ts.ClusterID {
 		t.Fatalf("tombstone annotation %+v, %v", got, err)
 	}
+	wantWritten("the tombstone", map[string]float64{"provisioned": 0, "role": 0, "tombstone": 1, "fitness": 0})
 	if err := state.RetireTombstone(); err != nil {
 		t.Fatal(err)
 	}
@@ -113,6 +128,45 @@ func TestReporterPublishesProvisionedRoleTombstoneAndFitness(t *testing.T) {
 	}
 	if err := jsonUnmarshal(n.Annotations[holdfastv1.AnnotationFitness], &fit); err != nil || !fit.At.Time.Equal(clk.Now()) {
 		t.Fatalf("fitness not probed again after FitnessEvery: %+v %v", fit, err)
+	}
+	wantWritten("the tombstone retired and fitness probed again", map[string]float64{"provisioned": 0, "role": 0, "tombstone": 1, "fitness": 1})
+	if d := rose(failed, reportCounts(t, "failed")); d["provisioned"]+d["role"]+d["tombstone"]+d["fitness"] != 0 {
+		t.Fatalf("holdfast_node_reports_total{result=failed} rose by %v with every report landing", d)
+	}
+}
+
+// TestReporterCountsReportsItCouldNotPublish: a pass that cannot bring its
+// reports up to date (here its Node is gone from the apiserver) counts each
+// one failed in holdfast_node_reports_total, and writes none; once the Node
+// is back, the next pass writes them.
+func TestReporterCountsReportsItCouldNotPublish(t *testing.T) {
+	ctx := context.Background()
+	act, state := reporterHost(t)
+	clk := clocktesting.NewFakeClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	rep := &report.Reporter{Client: env.Client, NodeName: "rep3", Units: act, State: state, Clock: clk,
+		FitnessEvery: 5 * time.Minute, FsyncSamples: 5}
+	failed, written := reportCounts(t, "failed"), reportCounts(t, "written")
+	if err := rep.Pass(ctx); err == nil {
+		t.Fatal("a pass without its Node reported no error")
+	}
+	all := map[string]float64{"provisioned": 1, "role": 1, "tombstone": 1, "fitness": 1}
+	none := map[string]float64{"provisioned": 0, "role": 0, "tombstone": 0, "fitness": 0}
+	if diff := cmp.Diff(all, rose(failed, reportCounts(t, "failed"))); diff != "" {
+		t.Fatalf("without its Node: holdfast_node_reports_total{result=failed} rose by (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(none, rose(written, reportCounts(t, "written"))); diff != "" {
+		t.Fatalf("without its Node: holdfast_node_reports_total{result=written} rose by (-want +got):\n%s", diff)
+	}
+	createNode(t, "rep3")
+	failed = reportCounts(t, "failed")
+	if err := rep.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(map[string]float64{"provisioned": 1, "role": 1, "tombstone": 0, "fitness": 1}, rose(written, reportCounts(t, "written"))); diff != "" {
+		t.Fatalf("with its Node back: holdfast_node_reports_total{result=written} rose by (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(none, rose(failed, reportCounts(t, "failed"))); diff != "" {
+		t.Fatalf("with its Node back: holdfast_node_reports_total{result=failed} rose by (-want +got):\n%s", diff)
 	}
 }
 

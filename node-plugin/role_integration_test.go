@@ -314,6 +314,7 @@ func TestPromoteStepDownFinishDemoteWithRealEtcd(t *testing.T) {
 		}
 		join = append(join, name+"="+m.PeerURLs[0])
 	}
+	steps := stepCounts(t)
 	setStep(t, "n4", holdfastv1.RoleServer, swap, holdfastv1.RoleStepPromote, strings.Join(join, ","))
 	rep := waitReport(t, "n4", holdfastv1.RoleStepPromote, holdfastv1.ActuatorDone)
 	if rep.StartedAt == nil || rep.Role != holdfastv1.RoleServer || rep.Swap != swap {
@@ -391,6 +392,13 @@ func TestPromoteStepDownFinishDemoteWithRealEtcd(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(p.state.MovedAside(), "member")); err != nil {
 		t.Fatalf("member data not moved aside: %v", err)
+	}
+	// holdfast_node_actuator_steps_total: each step started and done once.
+	got := rose(steps, stepCounts(t))
+	for _, step := range []string{holdfastv1.RoleStepPromote, holdfastv1.RoleStepStepDown, holdfastv1.RoleStepFinishDemote} {
+		if got[step+"/done"] != 1 || got[step+"/running"] < 1 {
+			t.Errorf("holdfast_node_actuator_steps_total for %s rose by running %v, done %v; want at least 1 and 1", step, got[step+"/running"], got[step+"/done"])
+		}
 	}
 
 	// A start of the server afterwards is refused: masked now...
@@ -509,6 +517,7 @@ func TestRoleStepRefusals(t *testing.T) {
 	createNode(t, "r1")
 	p := startPlugin(t, "r1", plainUnits(true), nil)
 	const join = "a=http://127.0.0.1:1"
+	before := stepCounts(t)
 
 	setStep(t, "r1", holdfastv1.RoleServer, "swap-a", holdfastv1.RoleStepPromote, join)
 	wantRefused(t, p, holdfastv1.RoleStepPromote, "no Lease held for swap swap-a: kube-system/holdfast-voter-swap does not exist")
@@ -537,6 +546,32 @@ func TestRoleStepRefusals(t *testing.T) {
 	holdLease(t, "swap-c")
 	setStep(t, "r2", holdfastv1.RoleServer, "swap-c", holdfastv1.RoleStepPromote, join)
 	wantRefused(t, q, holdfastv1.RoleStepPromote, "host not provisioned")
+
+	// holdfast_node_actuator_steps_total counts the refusals, under the
+	// step's name or unknown; nothing ran.
+	got := rose(before, stepCounts(t))
+	for _, k := range []string{"promote/refused", "finish-demote/refused", "unknown/refused"} {
+		if got[k] < 1 {
+			t.Errorf("holdfast_node_actuator_steps_total{%s} did not rise: %v", k, got)
+		}
+	}
+	for k, v := range got {
+		if !strings.HasSuffix(k, "/refused") && v != 0 {
+			t.Errorf("refused steps counted %v as %s", v, k)
+		}
+	}
+}
+
+// stepCounts reads holdfast_node_actuator_steps_total by step/phase.
+func stepCounts(t *testing.T) map[string]float64 {
+	t.Helper()
+	out := map[string]float64{}
+	for _, step := range []string{holdfastv1.RoleStepPromote, holdfastv1.RoleStepStepDown, holdfastv1.RoleStepFinishDemote, holdfastv1.RoleStepRollback, "unknown"} {
+		for _, phase := range []string{holdfastv1.ActuatorRunning, holdfastv1.ActuatorDone, holdfastv1.ActuatorFailed, holdfastv1.ActuatorRefused} {
+			out[step+"/"+phase] = counter(t, "holdfast_node_actuator_steps_total", map[string]string{"step": step, "phase": phase})
+		}
+	}
+	return out
 }
 
 // TestExpiredLeaseRefusesStep: a Lease past renewTime + duration holds

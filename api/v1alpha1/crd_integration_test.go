@@ -147,7 +147,8 @@ spec:
 		t.Fatal(err)
 	}
 	s := p.Spec
-	if s.TargetVoters != 3 || s.DryRun == nil || !*s.DryRun || s.CooldownSeconds != 3600 || s.OperationTimeoutSeconds != 600 ||
+	if s.TargetVoters != 3 || s.DryRun == nil || !*s.DryRun || s.CooldownSeconds == nil || *s.CooldownSeconds != 3600 || s.OperationTimeoutSeconds != 600 ||
+		s.WorkloadDrainWaitSeconds == nil || *s.WorkloadDrainWaitSeconds != 900 ||
 		s.LearnerStallSeconds != 300 || s.Host.ServerUnit != "k3s.service" || s.Fitness.WindowSeconds != 600 ||
 		s.EligibleSelector == nil || s.EligibleSelector.MatchLabels[holdfastv1.LabelVoterEligible] != "true" {
 		t.Fatalf("VoterPolicy defaults not applied (dry run on, three voters, eligible by label): %+v", s)

@@ -23,11 +23,12 @@ type VoterPolicySpec struct {
 	// +kubebuilder:default=true
 	DryRun *bool `json:"dryRun,omitempty"`
 
-	// cooldownSeconds after a finished swap before the next automatic one.
+	// cooldownSeconds after a finished swap before the next automatic one;
+	// 0 is no cooldown.
 	// +optional
 	// +kubebuilder:default=3600
 	// +kubebuilder:validation:Minimum=0
-	CooldownSeconds int32 `json:"cooldownSeconds,omitempty"`
+	CooldownSeconds *int32 `json:"cooldownSeconds,omitempty"`
 
 	// operationTimeoutSeconds bounds each step.
 	// +optional
@@ -37,11 +38,12 @@ type VoterPolicySpec struct {
 
 	// workloadDrainWaitSeconds is how long a candidate's workload pods may
 	// take to finish before the swap is abandoned (a planned change never
-	// cuts a job).
+	// cuts a job); 0 is no wait: a candidate running workload pods abandons
+	// the swap at once.
 	// +optional
 	// +kubebuilder:default=900
 	// +kubebuilder:validation:Minimum=0
-	WorkloadDrainWaitSeconds int32 `json:"workloadDrainWaitSeconds,omitempty"`
+	WorkloadDrainWaitSeconds *int32 `json:"workloadDrainWaitSeconds,omitempty"`
 
 	// learnerStallSeconds is how long a learner may take to catch up; a
 	// candidate that is no voter by learnerStallSeconds plus

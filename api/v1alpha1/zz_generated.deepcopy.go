@@ -668,6 +668,16 @@ func (in *VoterPolicySpec) DeepCopyInto(out *VoterPolicySpec) {
 		*out = new(bool)
 		**out = **in
 	}
+	if in.CooldownSeconds != nil {
+		in, out := &in.CooldownSeconds, &out.CooldownSeconds
+		*out = new(int32)
+		**out = **in
+	}
+	if in.WorkloadDrainWaitSeconds != nil {
+		in, out := &in.WorkloadDrainWaitSeconds, &out.WorkloadDrainWaitSeconds
+		*out = new(int32)
+		**out = **in
+	}
 	if in.EligibleSelector != nil {
 		in, out := &in.EligibleSelector, &out.EligibleSelector
 		*out = new(metav1.LabelSelector)

@@ -49,8 +49,8 @@ func fixture() *Observation {
 		Settings: Settings{Identity: me, LeaseDuration: 30 * time.Second, PeerPort: 2380, PeerScheme: "https"},
 		Policy: &holdfastv1.VoterPolicy{
 			ObjectMeta: metav1.ObjectMeta{Name: holdfastv1.VoterPolicyName, Generation: 1},
-			Spec: holdfastv1.VoterPolicySpec{TargetVoters: 3, DryRun: new(false), CooldownSeconds: 3600, OperationTimeoutSeconds: 600,
-				WorkloadDrainWaitSeconds: 900, LearnerStallSeconds: 300,
+			Spec: holdfastv1.VoterPolicySpec{TargetVoters: 3, DryRun: new(false), CooldownSeconds: new(int32(3600)), OperationTimeoutSeconds: 600,
+				WorkloadDrainWaitSeconds: new(int32(900)), LearnerStallSeconds: 300,
 				Fitness: holdfastv1.FitnessThresholds{WindowSeconds: 600, MaxFsyncMillis: 10, MaxPeerRTTMillis: 50},
 				Etcd:    holdfastv1.EtcdAccess{Endpoints: []string{clientURL("n1"), clientURL("n2"), clientURL("n3")}}},
 		},

@@ -392,8 +392,8 @@ func (h *host) pauseEtcd(t testing.TB) func() {
 func (c *cluster) policy(t testing.TB, mutate func(*holdfastv1.VoterPolicy)) {
 	t.Helper()
 	p := &holdfastv1.VoterPolicy{ObjectMeta: metav1.ObjectMeta{Name: holdfastv1.VoterPolicyName},
-		Spec: holdfastv1.VoterPolicySpec{TargetVoters: 3, DryRun: new(false), CooldownSeconds: 0, OperationTimeoutSeconds: 60,
-			WorkloadDrainWaitSeconds: 60, LearnerStallSeconds: 30,
+		Spec: holdfastv1.VoterPolicySpec{TargetVoters: 3, DryRun: new(false), OperationTimeoutSeconds: 60,
+			WorkloadDrainWaitSeconds: new(int32(60)), LearnerStallSeconds: 30,
 			Etcd: holdfastv1.EtcdAccess{Endpoints: c.eps},
 			Host: holdfastv1.HostRoleSettings{ServerUnit: serverUnit, AgentUnit: agentUnit}}}
 	if mutate != nil {

@@ -36,7 +36,7 @@ func TestTheSwapLeaseIsRenewedEveryPass(t *testing.T) {
 	c.policy(t, func(p *holdfastv1.VoterPolicy) {
 		// The injected clock runs minutes ahead within the test: no step
 		// may time out meanwhile.
-		p.Spec.OperationTimeoutSeconds, p.Spec.WorkloadDrainWaitSeconds, p.Spec.LearnerStallSeconds = 36000, 36000, 36000
+		p.Spec.OperationTimeoutSeconds, p.Spec.WorkloadDrainWaitSeconds, p.Spec.LearnerStallSeconds = 36000, new(int32(36000)), 36000
 	})
 	ctx := context.Background()
 	job := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: releaseNS, Name: "lease-job"},

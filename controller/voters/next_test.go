@@ -308,3 +308,57 @@ func TestASwapGoesOnOnlyFromASnapshotItsControllerVerified(t *testing.T) {
 		t.Errorf("Release waits for or takes a snapshot: %+v", d)
 	}
 }
+
+// TestZeroCooldownAndDrainWaitMeanNone: cooldownSeconds 0 swaps an unfit
+// voter ten minutes after the last swap (3600 holds it back), and
+// workloadDrainWaitSeconds 0 gives the promotion its deadline at the moment
+// it is entered, so a job still running on the candidate abandons the swap
+// at once. TestZeroCooldownAndDrainWaitRoundTrip holds that the apiserver
+// keeps the 0s.
+func TestZeroCooldownAndDrainWaitMeanNone(t *testing.T) {
+	zero := func(o *Observation) {
+		o.Policy.Spec.CooldownSeconds, o.Policy.Spec.WorkloadDrainWaitSeconds = new(int32(0)), new(int32(0))
+	}
+	afterASwap := func(o *Observation) {
+		fitness(o.Nodes["n2"], 40_000, t0.Add(-time.Minute))
+		o.UnfitSince["n2"] = t0.Add(-11 * time.Minute)
+		o.Policy.Status.LastSwap = &holdfastv1.SwapOutcome{Name: "s0", Phase: holdfastv1.SwapSucceeded, FinishedAt: &metav1.Time{Time: t0.Add(-10 * time.Minute)}}
+	}
+	promotionAfter := func(want time.Duration) func(t *testing.T, d Decision) {
+		return func(t *testing.T, d Decision) {
+			if d.Action.Then == nil || d.Action.Then.Deadline == nil || d.Action.Then.Deadline.Sub(t0) != want {
+				t.Errorf("the promotion's deadline: %+v, want %v after it is entered", d.Action.Then, want)
+			}
+		}
+	}
+	snapshot := func(o *Observation) {
+		setLeader(o, "n2")
+		running(o, holdfastv1.StepSnapshot)
+	}
+	runNext(t, []nextCase{
+		{"cooldown 0: an unfit voter is swapped ten minutes after the last swap", func(o *Observation) {
+			zero(o)
+			afterASwap(o)
+		}, want{kind: CreateSwap, check: func(t *testing.T, d Decision) {
+			if d.Action.Outgoing != "n2" {
+				t.Errorf("swaps out %s, want n2", d.Action.Outgoing)
+			}
+		}}},
+		{"cooldown 3600: the same voter waits", afterASwap, want{waitFor: holdfastv1.SwapReasonCooldown}},
+		{"drain wait 0: the promotion's deadline is its start", func(o *Observation) {
+			zero(o)
+			snapshot(o)
+		}, want{kind: Snapshot, step: holdfastv1.StepPromote, check: promotionAfter(0)}},
+		{"drain wait 900: fifteen minutes", snapshot, want{kind: Snapshot, step: holdfastv1.StepPromote, check: promotionAfter(15 * time.Minute)}},
+		{"drain wait 0: a job on the candidate abandons the swap at once", func(o *Observation) {
+			zero(o)
+			snapshot(o)
+			d := Next(o)
+			s := &o.Swaps[len(o.Swaps)-1]
+			s.Status.Step, s.Status.Deadline = holdfastv1.StepPromote, &metav1.Time{Time: *d.Action.Then.Deadline}
+			s.Status.Snapshot = &holdfastv1.SnapshotRecord{Name: "x", SHA256: "y", SizeBytes: 1, Revision: 1}
+			cordon(o.Nodes["n4"], swapID)
+			o.Pods["n4"] = []corev1.Pod{pod("job-1", func(p *corev1.Pod) { p.Spec.RestartPolicy = corev1.RestartPolicyNever })}
+		}, want{kind: Record, step: holdfastv1.StepRelease, outcome: holdfastv1.SwapAbandoned, says: []string{"never cuts a job"}}},
+	})
+}

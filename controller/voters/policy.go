@@ -40,11 +40,19 @@ func timesOf(p *holdfastv1.VoterPolicy) policyTimes {
 		}
 		return time.Duration(v) * time.Second
 	}
+	// 0 is a setting (no cooldown, no drain wait); only an absent field
+	// takes the default.
+	orDefault := func(v *int32, def time.Duration) time.Duration {
+		if v == nil {
+			return def
+		}
+		return time.Duration(max(*v, 0)) * time.Second
+	}
 	t := policyTimes{
 		target:       int(s.TargetVoters),
-		cooldown:     time.Duration(s.CooldownSeconds) * time.Second,
+		cooldown:     orDefault(s.CooldownSeconds, defaultCooldown),
 		opTimeout:    secs(s.OperationTimeoutSeconds, defaultOperationTimeout),
-		drainWait:    time.Duration(s.WorkloadDrainWaitSeconds) * time.Second,
+		drainWait:    orDefault(s.WorkloadDrainWaitSeconds, defaultDrainWait),
 		learnerStall: secs(s.LearnerStallSeconds, defaultLearnerStall),
 		dryRun:       s.DryRun == nil || *s.DryRun,
 		window:       secs(s.Fitness.WindowSeconds, 10*time.Minute),

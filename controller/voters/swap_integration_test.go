@@ -190,7 +190,7 @@ func TestFullSwapWithRealEtcd(t *testing.T) {
 func TestAnUnfitVoterIsSwappedAutomaticallyAndTheCooldownHolds(t *testing.T) {
 	c := newCluster(t, []string{"u1", "u2", "u3"}, []string{"u4", "u5"})
 	c.policy(t, func(p *holdfastv1.VoterPolicy) {
-		p.Spec.CooldownSeconds = 3600
+		p.Spec.CooldownSeconds = new(int32(3600))
 		// The candidate pod's age is judged on the controller's clock,
 		// which earlier tests moved ahead of the apiserver's: an automatic
 		// swap's wait for its candidate must outlast that offset.

@@ -200,6 +200,7 @@ func (a *Agent) FenceStale(ctx context.Context, namespace, unit string) ([]Actio
 		act, err := a.stop(ctx, r, ReasonStaleEpoch, bound,
 			fmt.Sprintf("runtime of epoch %d is behind the unit's binding at epoch %d", r.epoch, bound))
 		if err != nil {
+			fenceFailures.WithLabelValues(r.namespace, r.unit, ReasonStaleEpoch).Inc()
 			errs = append(errs, err)
 			continue
 		}
@@ -378,6 +379,7 @@ func (a *Agent) FenceWedged(ctx context.Context) ([]Action, error) {
 		}
 		act, err := a.stop(ctx, r, ReasonWedgedRuntime, bound, why)
 		if err != nil {
+			fenceFailures.WithLabelValues(r.namespace, r.unit, ReasonWedgedRuntime).Inc()
 			errs = append(errs, err)
 			continue
 		}

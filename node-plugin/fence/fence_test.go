@@ -43,9 +43,17 @@ func TestStopFailureLeavesSandboxAndRetries(t *testing.T) {
 	u := &holdfastv1.Unit{Status: holdfastv1.UnitStatus{RuntimeBinding: &holdfastv1.RuntimeBinding{Epoch: 2}}}
 	agent := &fence.Agent{CRI: cri, Units: units{"plant/u": u}, Clock: clocktesting.NewFakeClock(time.Now()), AuditDir: t.TempDir()}
 
+	failed0 := counted(t, "holdfast_node_fence_failures_total", "plant", "u", fence.ReasonStaleEpoch)
+	fenced0 := fencesCounted(t, "plant", "u", fence.ReasonStaleEpoch)
 	cri.InjectError("StopContainer", errors.New("rpc error: code = Unavailable"))
 	if _, err := agent.FenceStale(context.Background(), "", ""); err == nil {
 		t.Fatal("a failed stop was not reported")
+	}
+	if d := counted(t, "holdfast_node_fence_failures_total", "plant", "u", fence.ReasonStaleEpoch) - failed0; d != 1 {
+		t.Fatalf("holdfast_node_fence_failures_total rose by %v after a failed stop, want 1", d)
+	}
+	if d := fencesCounted(t, "plant", "u", fence.ReasonStaleEpoch) - fenced0; d != 0 {
+		t.Fatalf("a failed stop counted %v fences", d)
 	}
 	for _, c := range cri.GetCalls() {
 		if c == "StopPodSandbox" || c == "RemovePodSandbox" {
@@ -61,6 +69,9 @@ func TestStopFailureLeavesSandboxAndRetries(t *testing.T) {
 	}
 	if sbs, _ := cri.ListPodSandbox(context.Background(), nil); len(sbs) != 0 {
 		t.Fatalf("sandbox left after the retry: %v", sbs)
+	}
+	if f, d := counted(t, "holdfast_node_fence_failures_total", "plant", "u", fence.ReasonStaleEpoch)-failed0, fencesCounted(t, "plant", "u", fence.ReasonStaleEpoch)-fenced0; f != 1 || d != 1 {
+		t.Fatalf("after the retry: failures rose by %v and fences by %v, want 1 and 1", f, d)
 	}
 }
 
@@ -344,12 +355,19 @@ func TestTheWatchdogWaitsOutThePromisedLease(t *testing.T) {
 // from the registry the node plugin serves.
 func fencesCounted(t *testing.T, namespace, unit, reason string) float64 {
 	t.Helper()
+	return counted(t, "holdfast_node_fences_total", namespace, unit, reason)
+}
+
+// counted reads the counter name of one unit and reason from the registry
+// the node plugin serves.
+func counted(t *testing.T, name, namespace, unit, reason string) float64 {
+	t.Helper()
 	mfs, err := metrics.Registry.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, mf := range mfs {
-		if mf.GetName() != "holdfast_node_fences_total" {
+		if mf.GetName() != name {
 			continue
 		}
 		for _, m := range mf.GetMetric() {

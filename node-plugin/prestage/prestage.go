@@ -118,8 +118,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	start := time.Now()
 	ref, err := r.Images.PullImage(ctx, spec, nil, nil)
 	if err != nil {
+		pulls.WithLabelValues("failed").Inc()
 		return ctrl.Result{}, fmt.Errorf("pre-staging %s for unit %s: %w", spec.Image, req.NamespacedName, err)
 	}
+	pulls.WithLabelValues("pulled").Inc()
 	log.Info("Pre-staged runtime image", "unit", klog.KObj(u), "image", spec.Image, "ref", ref, "took", time.Since(start).Round(time.Millisecond))
 	return ctrl.Result{RequeueAfter: r.Recheck}, nil
 }

@@ -81,22 +81,41 @@ type Reporter struct {
 const WALWriteSize = 2300
 
 // Pass publishes the reports once.
-func (r *Reporter) Pass(ctx context.Context) error {
+func (r *Reporter) Pass(ctx context.Context) (err error) {
 	if r.FsyncSamples == 0 {
 		r.FsyncSamples = 100
 	}
+	now := r.Clock.Now()
+	probe := !r.NoFitness && (r.lastFitness == nil || now.Sub(r.lastFitness.At.Time) >= r.FitnessEvery)
+	t := &tally{open: []string{KindProvisioned, KindRole}}
+	if !r.NoHostState {
+		t.open = append(t.open, KindTombstone)
+	}
+	if probe {
+		t.open = append(t.open, KindFitness)
+	}
+	defer func() { t.finish(err) }()
+
 	node := &corev1.Node{}
 	if err := r.Client.Get(ctx, types.NamespacedName{Name: r.NodeName}, node); err != nil {
 		return err
 	}
 	ann := map[string]*string{}
 	lbl := map[string]*string{}
+	set := func(kind string, patch map[string]*string, have map[string]string, key string, want *string) {
+		if cur, ok := have[key]; !ok || cur != *want {
+			patch[key] = want
+			t.change(kind)
+			return
+		}
+		t.settle(kind)
+	}
 
 	prov, err := r.Units.Provisioned(ctx)
 	if err != nil {
 		return err
 	}
-	setIfChanged(ann, node.Annotations, holdfastv1.AnnotationProvisioned, new(strconv.FormatBool(prov)))
+	set(KindProvisioned, ann, node.Annotations, holdfastv1.AnnotationProvisioned, new(strconv.FormatBool(prov)))
 
 	role, err := r.Units.ActiveRole(ctx)
 	if err != nil {
@@ -108,7 +127,9 @@ func (r *Reporter) Pass(ctx context.Context) error {
 		}
 	}
 	if role != "" {
-		setIfChanged(lbl, node.Labels, holdfastv1.LabelRole, &role)
+		set(KindRole, lbl, node.Labels, holdfastv1.LabelRole, &role)
+	} else {
+		t.settle(KindRole)
 	}
 
 	if !r.NoHostState {
@@ -116,23 +137,27 @@ func (r *Reporter) Pass(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if ts != nil {
+		switch _, had := node.Annotations[holdfastv1.AnnotationTombstone]; {
+		case ts != nil:
 			b, _ := json.Marshal(ts)
-			setIfChanged(ann, node.Annotations, holdfastv1.AnnotationTombstone, new(string(b)))
-		} else if _, ok := node.Annotations[holdfastv1.AnnotationTombstone]; ok {
+			set(KindTombstone, ann, node.Annotations, holdfastv1.AnnotationTombstone, new(string(b)))
+		case had:
 			ann[holdfastv1.AnnotationTombstone] = nil
+			t.change(KindTombstone)
+		default:
+			t.settle(KindTombstone)
 		}
 	}
 
-	now := r.Clock.Now()
-	if !r.NoFitness && (r.lastFitness == nil || now.Sub(r.lastFitness.At.Time) >= r.FitnessEvery) {
+	if probe {
 		f, err := r.Fitness(ctx)
 		if err != nil {
 			klog.FromContext(ctx).Error(err, "Fitness probe failed")
+			t.fail(KindFitness)
 		} else {
 			r.lastFitness = f
 			b, _ := json.Marshal(f)
-			setIfChanged(ann, node.Annotations, holdfastv1.AnnotationFitness, new(string(b)))
+			set(KindFitness, ann, node.Annotations, holdfastv1.AnnotationFitness, new(string(b)))
 		}
 	}
 
@@ -151,12 +176,6 @@ func (r *Reporter) Pass(ctx context.Context) error {
 		return err
 	}
 	return r.Client.Patch(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: r.NodeName}}, client.RawPatch(types.MergePatchType, body))
-}
-
-func setIfChanged(patch map[string]*string, have map[string]string, key string, want *string) {
-	if cur, ok := have[key]; !ok || cur != *want {
-		patch[key] = want
-	}
 }
 
 // Fitness runs the probes: fsync latency in the member data directory (or

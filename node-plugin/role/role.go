@@ -275,6 +275,7 @@ func (r *Reconciler) report(ctx context.Context, node *corev1.Node, rep holdfast
 		return err
 	}
 	rep.Phase, rep.Message, rep.Role = phase, msg, role
+	steps.WithLabelValues(stepLabel(rep.Step), phase).Inc()
 	rep.At = metav1.Time{Time: r.Clock.Now()}
 	b, err := json.Marshal(rep)
 	if err != nil {

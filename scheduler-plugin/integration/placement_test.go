@@ -324,6 +324,16 @@ func TestVoterCandidateLandsOnTheFittestEligibleNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	sched := startHoldfastScheduler(t)
+	// Earlier tests of the package share the process's registry.
+	codes := []string{"etcd_member", "pinned", "tombstone", "not_provisioned", "not_voter_eligible"}
+	refusals := func() map[string]float64 {
+		out := map[string]float64{}
+		for _, c := range codes {
+			out[c] = sample(t, "holdfast_scheduler_filter_refusals_total", map[string]string{"plugin": "VoterEligibility", "reason": c})
+		}
+		return out
+	}
+	before := refusals()
 
 	first := p.pod(voterCandidate("voter-candidate-1"))
 	if got := p.boundNode(first.Name); got != "vc-fit" {
@@ -353,6 +363,13 @@ func TestVoterCandidateLandsOnTheFittestEligibleNode(t *testing.T) {
 	msg := p.waitEvent(third.Name, "FailedScheduling",
 		"3 already an etcd member", "1 pinned", "1 carries a tombstone of this cluster", "1 not provisioned", "1 not voter-eligible")
 	t.Logf("FailedScheduling: %s", msg)
+	// Each refusal the event explains is counted under its reason code.
+	after := refusals()
+	for _, c := range codes {
+		if after[c] <= before[c] {
+			t.Errorf("holdfast_scheduler_filter_refusals_total{plugin=VoterEligibility,reason=%s} did not rise (%v)", c, after[c])
+		}
+	}
 	if node := p.nodeOf(third.Name); node != "" {
 		t.Fatalf("a candidate was placed on %s with no eligible node left", node)
 	}

@@ -21,6 +21,18 @@ const (
 	RefusalTombstone        = "carries a tombstone of this cluster"
 )
 
+// refusalClass is each refusal's reason code in
+// holdfast_scheduler_filter_refusals_total: short, stable, snake case, as
+// the other plugins' codes are.
+var refusalClass = map[string]string{
+	RefusalNotVoterEligible: "not_voter_eligible",
+	RefusalPinned:           "pinned",
+	RefusalNotProvisioned:   "not_provisioned",
+	RefusalNotReady:         "not_ready",
+	RefusalEtcdMember:       "etcd_member",
+	RefusalTombstone:        "tombstone",
+}
+
 // candidateRules judge nodes against one VoterPolicy with the rules the
 // webhook's swap gates use (policy), so a node the scheduler offers is
 // one a person could have named as spec.incoming.

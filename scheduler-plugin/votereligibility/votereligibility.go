@@ -29,6 +29,7 @@ import (
 	"github.com/holdfast-io/holdfast/scheduler-plugin/apis/config/validation"
 	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/holdfastclient"
 	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/pluginargs"
+	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/pluginmetrics"
 	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/requeue"
 )
 
@@ -94,6 +95,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 }
 
 func newPlugin(args *config.VoterEligibilityArgs, policies client.Reader, clk clock.PassiveClock) *VoterEligibility {
+	pluginmetrics.Register()
 	return &VoterEligibility{args: args, policies: policies, clock: clk}
 }
 
@@ -199,6 +201,7 @@ func (pl *VoterEligibility) Filter(_ context.Context, state fwk.CycleState, _ *c
 		return fwk.AsStatus(err)
 	}
 	if reason := c.rules.refusal(nodeInfo.Node()); reason != "" {
+		pluginmetrics.FilterRefusals.WithLabelValues(Name, refusalClass[reason]).Inc()
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reason)
 	}
 	return nil

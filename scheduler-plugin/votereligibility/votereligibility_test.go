@@ -9,6 +9,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/component-base/metrics/legacyregistry"
+	"k8s.io/component-base/metrics/testutil"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	st "k8s.io/kubernetes/pkg/scheduler/testing"
@@ -18,6 +20,7 @@ import (
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/scheduler-plugin/apis/config"
+	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/pluginmetrics"
 	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/plugintest"
 )
 
@@ -154,6 +157,57 @@ func TestFilter(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("Filter per node (-want +got):\n%s", diff)
 	}
+}
+
+// TestFilterRefusalsAreCountedByReasonCode: each node Filter refuses
+// raises holdfast_scheduler_filter_refusals_total{plugin="VoterEligibility"}
+// under its refusal's short code, in the registry kube-scheduler serves;
+// nodes it admits raise nothing.
+func TestFilterRefusalsAreCountedByReasonCode(t *testing.T) {
+	codes := []string{"not_voter_eligible", "pinned", "not_provisioned", "not_ready", "etcd_member", "tombstone"}
+	count := func() map[string]float64 {
+		out := map[string]float64{}
+		for _, c := range codes {
+			v, err := testutil.GetCounterMetricValue(pluginmetrics.FilterRefusals.WithLabelValues(Name, c))
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[c] = v
+		}
+		return out
+	}
+	pluginmetrics.Register()
+	before := count()
+	filterAll(t, plugintest.MakePolicy(cluster, "voter-1").Learners("learner-1").Obj())
+	after := count()
+	got := map[string]float64{}
+	for _, c := range codes {
+		got[c] = after[c] - before[c]
+	}
+	// TestFilter's refusals: voter-1, learner-1 and etcd-labelled are
+	// members; tomb-this and tomb-garbled carry a tombstone.
+	want := map[string]float64{"not_voter_eligible": 1, "pinned": 1, "not_provisioned": 1, "not_ready": 1, "etcd_member": 3, "tombstone": 2}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("refusals counted by reason code (-want +got):\n%s", diff)
+	}
+	gathered, err := legacyregistry.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range gathered {
+		if f.GetName() != "holdfast_scheduler_filter_refusals_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "reason" && l.GetValue() == "" {
+					t.Errorf("a refusal counted without a reason code: %v", m)
+				}
+			}
+		}
+		return
+	}
+	t.Error("holdfast_scheduler_filter_refusals_total is not served from kube-scheduler's registry")
 }
 
 // TestTombstonedNodeIsNeverACandidate: a removed member never comes back as

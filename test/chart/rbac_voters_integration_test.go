@@ -216,7 +216,7 @@ func votersScenario(t *testing.T, bin, kubeconfig string, chartArgs []string) {
 	}
 
 	policy := &holdfastv1.VoterPolicy{ObjectMeta: metav1.ObjectMeta{Name: holdfastv1.VoterPolicyName},
-		Spec: holdfastv1.VoterPolicySpec{TargetVoters: 3, WorkloadDrainWaitSeconds: 0, OperationTimeoutSeconds: 60,
+		Spec: holdfastv1.VoterPolicySpec{TargetVoters: 3, OperationTimeoutSeconds: 60,
 			Etcd: holdfastv1.EtcdAccess{Endpoints: endpoints, ClientCertSecretRef: &corev1.SecretReference{Namespace: "kube-system", Name: "etcd-client"}}}}
 	if err := env.Client.Create(ctx, policy); err != nil {
 		t.Fatal(err)

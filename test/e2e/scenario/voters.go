@@ -92,8 +92,8 @@ func (w *World) votersPolicy(ctx context.Context, o VotersOptions) error {
 		}
 	}
 	p := &holdfastv1.VoterPolicy{ObjectMeta: metav1.ObjectMeta{Name: holdfastv1.VoterPolicyName},
-		Spec: holdfastv1.VoterPolicySpec{TargetVoters: 3, DryRun: new(true), CooldownSeconds: 0,
-			OperationTimeoutSeconds: 90, WorkloadDrainWaitSeconds: 60, LearnerStallSeconds: 30,
+		Spec: holdfastv1.VoterPolicySpec{TargetVoters: 3, DryRun: new(true),
+			OperationTimeoutSeconds: 90, WorkloadDrainWaitSeconds: new(int32(60)), LearnerStallSeconds: 30,
 			Etcd: holdfastv1.EtcdAccess{Endpoints: w.EtcdEndpoints()},
 			Host: holdfastv1.HostRoleSettings{ServerUnit: cluster.ServerUnit, AgentUnit: cluster.AgentUnit,
 				MemberDataDir: memberDataDir}}}
