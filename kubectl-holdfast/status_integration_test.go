@@ -158,6 +158,23 @@ func TestStatusShowsUnitsVotersAndTheSwapInProgress(t *testing.T) {
 	if rep.APIVersion != plugin.ReportAPIVersion || rep.Kind != plugin.ReportKind {
 		t.Errorf("status -o json is apiVersion %q kind %q, want %q %q", rep.APIVersion, rep.Kind, plugin.ReportAPIVersion, plugin.ReportKind)
 	}
+
+	// -A: the units of every namespace, each with its namespace.
+	other := env.Namespace(t)
+	mkUnit(t, other, "kiln-9", holdfastv1.Failover, nil)
+	r = admin(t, "status", "-A", "-o", "json")
+	wantExit(t, r, plugin.ExitOK)
+	var all plugin.Report
+	if err := json.Unmarshal([]byte(r.stdout), &all); err != nil {
+		t.Fatalf("status -A -o json is not JSON: %v\n%s", err, r.stdout)
+	}
+	seen := map[string]bool{}
+	for _, u := range all.Units {
+		seen[u.Namespace+"/"+u.Name] = true
+	}
+	if !seen[ns+"/press-2"] || !seen[other+"/kiln-9"] {
+		t.Errorf("status -A lists %v, want %s/press-2 and %s/kiln-9 among them", seen, ns, other)
+	}
 	// The same report as YAML.
 	r = admin(t, "status", "-n", ns, "-o", "yaml")
 	wantExit(t, r, plugin.ExitOK)

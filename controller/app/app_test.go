@@ -54,7 +54,8 @@ func TestBadFlagsAreRefusedWithTheFlagNameAndNothingStarts(t *testing.T) {
 		{[]string{"--role=nope"}, `--role: "nope": must be one of uninstall-guard, units, voters`},
 		{[]string{"--role=units", "--apiserver-read-idle-timeout=0s"}, "--apiserver-read-idle-timeout"},
 		{[]string{"--role=units", "--leader-election-lease-duration=3s"}, "--leader-election-lease-duration"},
-		{[]string{"--role=units", "--lease-stand-down=-1s"}, "--lease-stand-down"},
+		{[]string{"--role=units", "--lease-stand-down=-1s"}, "--lease-stand-down (-1s) must be between 0 and 10m0s"},
+		{[]string{"--role=units", "--lease-stand-down=90m"}, "--lease-stand-down (1h30m0s) must be between 0 and 10m0s"},
 		{[]string{"--role=units"}, "--lease-ca-dir is required: the lease channel is mutual TLS (--insecure-plaintext-lease turns it off and lets anyone grant; unsafe)"},
 		{[]string{"--role=units", "--lease-ca-dir=/etc/holdfast/lease-ca", "--insecure-plaintext-lease"}, "--insecure-plaintext-lease must not be given with --lease-ca-dir"},
 	})

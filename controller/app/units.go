@@ -101,8 +101,9 @@ func runUnits(ctx context.Context, c *Common) int {
 		fmt.Fprintf(os.Stderr, "holdfast-controller: %v\n", err)
 		return 2
 	}
-	if o.standDown < 0 {
-		fmt.Fprintf(os.Stderr, "holdfast-controller: --lease-stand-down (%v) must not be negative\n", o.standDown)
+	if o.standDown < 0 || o.standDown > leadership.MaxLeaseStandDown {
+		fmt.Fprintf(os.Stderr, "holdfast-controller: --lease-stand-down (%v) must be between 0 and %v: a new leader holds automatic failover off for it + the lease + the margin after its acquisition\n",
+			o.standDown, leadership.MaxLeaseStandDown)
 		return 2
 	}
 	switch {

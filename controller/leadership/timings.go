@@ -19,6 +19,12 @@ import (
 // (policy.GrantorTimings): the webhook derives the lease floor from them.
 const DefaultLeaseStandDown = 90 * time.Second
 
+// MaxLeaseStandDown bounds the stand-down: a new leader holds automatic
+// failover off for the stand-down + the lease + the margin after its
+// acquisition, so a longer one stalls every failover after a leadership
+// change that long, and is more often a unit typed wrong (90m for 90s).
+const MaxLeaseStandDown = 10 * time.Minute
+
 // SetAPIServerHealthCheck sets client-go's HTTP/2 health check of the
 // apiserver connections this process builds from now on: client-go reads
 // HTTP2_READ_IDLE_TIMEOUT_SECONDS and HTTP2_PING_TIMEOUT_SECONDS when it
