@@ -43,9 +43,6 @@ confirm-fenced groups may set it.
 			if strings.TrimSpace(how) == "" {
 				return usageErr("confirm-fenced: --how REASON is required: say how the runtime was stopped (powered off, cut from the field network)")
 			}
-			if err := o.connect(); err != nil {
-				return err
-			}
 			ctx := cmd.Context()
 			u, err := o.getUnit(ctx, args[0])
 			if err != nil {

@@ -57,9 +57,6 @@ never certifies a fence you did not.
 			if to == "" {
 				return usageErr("failover: --to NODE is required")
 			}
-			if err := o.connect(); err != nil {
-				return err
-			}
 			ctx := cmd.Context()
 			u, err := o.getUnit(ctx, args[0])
 			if err != nil {
@@ -132,9 +129,6 @@ A unit that is not held is a usage error (exit 2): there is nothing to restart.
   kubectl holdfast restart kiln-1 --wait`,
 		Args: exactArgs(1, 1, "UNIT"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := o.connect(); err != nil {
-				return err
-			}
 			ctx := cmd.Context()
 			u, err := o.getUnit(ctx, args[0])
 			if err != nil {
@@ -181,6 +175,9 @@ A unit that is not held is a usage error (exit 2): there is nothing to restart.
 }
 
 func (o *options) getUnit(ctx context.Context, name string) (*holdfastv1.Unit, error) {
+	if err := o.connect(); err != nil {
+		return nil, err
+	}
 	ns, _, err := o.namespace()
 	if err != nil {
 		return nil, err
