@@ -25,9 +25,9 @@ TEST_TIMEOUT ?= 25m
 # the grantor leader's partition about 4, every standby failing about 3, the
 # rest 0.1-2.7 each. TestGrantorLeaderSIGKILLedNeverFences is not among
 # them (not yet run green in chart mode), nor
-# TestDeletedUnitsRuntimePodIsGarbageCollected: it wants the Unit gone as soon as its pod is, which the
-# Unit's finalizer (FinalizerRuntimeStopped, L13) holds back in either
-# install (docs/benchmarks.md).
+# TestDeletedUnitsRuntimePodIsGarbageCollected: it wants the Unit gone as
+# soon as its pod is, which the Unit's finalizer (FinalizerRuntimeStopped,
+# L13) holds back in either install (docs/benchmarks.md).
 CHART_DRILLS := TestPrimaryNodeCut|TestControlPlanePartition|TestRuntimeSIGSTOPFencesBeforeTheStandbyWrites|TestAsymmetricPartitionFailsOverWithOneWriter|TestGrantorLeaderPartitionedFromTheRuntimesLetsOneWrite
 CHART_DRILLS := $(CHART_DRILLS)|TestWebhookDownDuringAFailover|TestRollingRestartOfEveryComponentFencesNothing|TestKubeletStoppedKeepsTheLease
 CHART_DRILLS := $(CHART_DRILLS)|TestAPIServerRestartWhileHoldingFencesNothing|TestAPIServerRestartDuringARebindEndsWithOneHolder
