@@ -24,10 +24,7 @@ TEST_TIMEOUT ?= 25m
 # not), the control-plane partitions about 14 min (one lasts ten minutes),
 # the grantor leader's partition about 4, every standby failing about 3, the
 # rest 0.1-2.7 each. TestGrantorLeaderSIGKILLedNeverFences is not among
-# them (not yet run green in chart mode), nor
-# TestDeletedUnitsRuntimePodIsGarbageCollected: it wants the Unit gone as
-# soon as its pod is, which the Unit's finalizer (FinalizerRuntimeStopped,
-# L13) holds back in either install (docs/benchmarks.md).
+# them (not yet run green in chart mode).
 CHART_DRILLS := TestPrimaryNodeCut|TestControlPlanePartition|TestRuntimeSIGSTOPFencesBeforeTheStandbyWrites|TestAsymmetricPartitionFailsOverWithOneWriter|TestGrantorLeaderPartitionedFromTheRuntimesLetsOneWrite
 CHART_DRILLS := $(CHART_DRILLS)|TestWebhookDownDuringAFailover|TestRollingRestartOfEveryComponentFencesNothing|TestKubeletStoppedKeepsTheLease
 CHART_DRILLS := $(CHART_DRILLS)|TestAPIServerRestartWhileHoldingFencesNothing|TestAPIServerRestartDuringARebindEndsWithOneHolder
@@ -35,6 +32,7 @@ CHART_DRILLS := $(CHART_DRILLS)|TestManualFailoverThroughKubectlHoldfast|TestEve
 CHART_DRILLS := $(CHART_DRILLS)|TestFieldPartitionKeepsTheLeaseAndShowsTheDeviceLost|TestABystanderOnThePlantNetworkCannotGrant
 CHART_DRILLS := $(CHART_DRILLS)|TestALeaseShortenedOnAHeldUnitThenCutKeepsOneWriter|TestAnAutonomyUnitSwitchedToFailoverThenCutKeepsOneWriter
 CHART_DRILLS := $(CHART_DRILLS)|TestBrokerAwayDuringRebindDoesNotDelayTheNewHolder|TestCouplerUnreachableAtStartupHoldsTheLeaseAndWritesLater
+CHART_DRILLS := $(CHART_DRILLS)|TestDeletedUnitsRuntimePodIsGarbageCollected
 # The voter swap drill make test-e2e runs against the chart-installed components.
 CHART_VOTER_DRILLS := TestRoleSwap$$
 GO_TEST_FLAGS ?=
