@@ -41,8 +41,12 @@ func (n *Node) Drop(d Direction, tcpPorts ...int) error { return n.DropOn(Contro
 // DropOn drops one direction of the node's traffic on link l, its pods'
 // included, with nftables inside the node's own network namespace: all of
 // it, or, with tcpPorts, only TCP to those ports of the node (Inbound) or
-// of the far end (Outbound). Loopback and the other link are untouched.
-// Drops add up until Heal.
+// of the far end (Outbound). A port of the node is a socket of the node's
+// own, a host-network pod's among them (the runtime's lease port): a pod
+// listening on the same port at its own address (holdfast-webhook's 9443,
+// installed by the chart on a standby) is no port of the node and stays
+// reachable. Loopback and the other link are untouched. Drops add up until
+// Heal.
 func (n *Node) DropOn(l Link, d Direction, tcpPorts ...int) error {
 	if err := l.valid(); err != nil {
 		return err
@@ -61,8 +65,13 @@ func (n *Node) DropOn(l Link, d Direction, tcpPorts ...int) error {
 	var rules string
 	switch d {
 	case Inbound:
-		rules = `chain in { type filter hook input priority -300; policy accept; iifname "` + string(l) + `"` + match + ` drop; }
-chain fwdin { type filter hook forward priority -300; policy accept; iifname "` + string(l) + `"` + match + ` drop; }`
+		rules = `chain in { type filter hook input priority -300; policy accept; iifname "` + string(l) + `"` + match + ` drop; }`
+		if len(tcpPorts) == 0 {
+			// What the node forwards is for a pod's own address, never a
+			// port of the node (the cluster maps no host port to a pod:
+			// no portmap), so it goes only when everything inbound does.
+			rules += "\n" + `chain fwdin { type filter hook forward priority -300; policy accept; iifname "` + string(l) + `" drop; }`
+		}
 	case Outbound:
 		rules = `chain out { type filter hook output priority -300; policy accept; oifname "` + string(l) + `"` + match + ` drop; }
 chain fwdout { type filter hook forward priority -300; policy accept; oifname "` + string(l) + `"` + match + ` drop; }`

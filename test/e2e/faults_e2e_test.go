@@ -189,7 +189,9 @@ func TestAPIServerRestartDuringARebindEndsWithOneHolder(t *testing.T) {
 
 // TestEveryStandbyFailingSuspendsFailover: the primary's link is cut and
 // both standbys run their runtimes but the grantor cannot reach them (their
-// lease port dropped inbound). Each is tried once and misses its start-up
+// lease port dropped inbound, and the grantor's replicas cut from it
+// wherever they run: installed by the chart, on the standbys themselves,
+// scenario.World.DropLeasePort). Each is tried once and misses its start-up
 // grace (StartupFailed, never a fence); with every free standby tried the
 // controller suspends (L5): FailoverSuspended True (AllTargetsTried), a
 // BudgetExhausted Event, holdfast_unit_budget_exhausted 1, and no fourth
@@ -202,19 +204,16 @@ func TestEveryStandbyFailingSuspendsFailover(t *testing.T) {
 	d := newDrill(t, "suspension", 0)
 	b1 := d.held(1)
 	standbys := world.NodeNames[1:]
-	for _, n := range standbys {
-		if err := world.Nodes[n].Drop(cluster.Inbound, 9443); err != nil {
-			t.Fatal(err)
-		}
-	}
+	heal, err := world.DropLeasePort(d.ctx, standbys, 9443)
 	healStandbys := func() {
-		for _, n := range standbys {
-			if err := world.Nodes[n].Heal(); err != nil {
-				t.Error(err)
-			}
+		if err := heal(); err != nil {
+			t.Error(err)
 		}
 	}
 	t.Cleanup(healStandbys)
+	if err != nil {
+		t.Fatal(err)
+	}
 	primary := world.Nodes[b1.Node]
 	if err := primary.Cut(); err != nil {
 		t.Fatal(err)

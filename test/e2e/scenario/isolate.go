@@ -2,6 +2,7 @@ package scenario
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -59,6 +60,44 @@ func (w *World) IsolateController(ctx context.Context, c *cluster.Controller, pe
 		return nil, err
 	}
 	return n.Heal, nil
+}
+
+// DropLeasePort keeps the grantor from reaching TCP port (the runtimes'
+// lease port) on nodes, wherever its replicas run: each node drops that port
+// inbound on its control link, and each units-role replica is isolated from
+// those nodes' addresses at that port. Installed by the chart, a replica may
+// run on one of those nodes itself, and what it sends to its own node's
+// address never crosses the control link. It returns the heal, which may
+// be called again.
+func (w *World) DropLeasePort(ctx context.Context, nodes []string, port int) (func() error, error) {
+	var heals []func() error
+	heal := func() error {
+		var errs []error
+		for _, h := range heals {
+			errs = append(errs, h())
+		}
+		return errors.Join(errs...)
+	}
+	var addrs []string
+	for _, name := range nodes {
+		n, ok := w.Nodes[name]
+		if !ok {
+			return heal, fmt.Errorf("no node %s", name)
+		}
+		heals = append(heals, n.Heal)
+		if err := n.Drop(cluster.Inbound, port); err != nil {
+			return heal, err
+		}
+		addrs = append(addrs, n.IP)
+	}
+	for _, c := range w.ControllerList() {
+		h, err := w.IsolateController(ctx, c, addrs, port)
+		if err != nil {
+			return heal, err
+		}
+		heals = append(heals, h)
+	}
+	return heal, nil
 }
 
 // GrantorLeaderPlace says where the grantor's leader runs: its control host
