@@ -103,6 +103,12 @@ func createAutonomyUnit(t *testing.T, key types.NamespacedName, standby string) 
 // returns the new binding's epoch.
 func failOverByHand(t *testing.T, key types.NamespacedName, to string, from int64) int64 {
 	t.Helper()
+	// The person certifies the runtime they read: the controller writes a
+	// binding before it creates its pod, and a confirmation of no pod says
+	// nothing once the pod exists.
+	poll.Until(t, 20*time.Second, fmt.Sprintf("the runtime pod of epoch %d", from), func() (bool, string) {
+		return runtimePod(t, &holdfastv1.Unit{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}, from) != nil, "no pod yet"
+	})
 	annotate(t, key, fenceConfirmed(t, key, "the edge node powered off at its breaker", from, holdfastv1.AnnotationFailoverTo, to))
 	return waitNewEpoch(t, key, from)
 }
