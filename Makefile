@@ -23,8 +23,7 @@ TEST_TIMEOUT ?= 25m
 # minutes on 2 cores: the cluster and the chart 1-2.5 min (images cached or
 # not), the control-plane partitions about 14 min (one lasts ten minutes),
 # the grantor leader's partition about 4, every standby failing about 3, the
-# rest 0.1-2.7 each. TestGrantorLeaderSIGKILLedNeverFences is not among
-# them (not yet run green in chart mode).
+# rest 0.1-2.7 each, the twenty SIGKILLs of the grantor leader's pod about 7.5.
 CHART_DRILLS := TestPrimaryNodeCut|TestControlPlanePartition|TestRuntimeSIGSTOPFencesBeforeTheStandbyWrites|TestAsymmetricPartitionFailsOverWithOneWriter|TestGrantorLeaderPartitionedFromTheRuntimesLetsOneWrite
 CHART_DRILLS := $(CHART_DRILLS)|TestWebhookDownDuringAFailover|TestRollingRestartOfEveryComponentFencesNothing|TestKubeletStoppedKeepsTheLease
 CHART_DRILLS := $(CHART_DRILLS)|TestAPIServerRestartWhileHoldingFencesNothing|TestAPIServerRestartDuringARebindEndsWithOneHolder
@@ -32,7 +31,7 @@ CHART_DRILLS := $(CHART_DRILLS)|TestManualFailoverThroughKubectlHoldfast|TestEve
 CHART_DRILLS := $(CHART_DRILLS)|TestFieldPartitionKeepsTheLeaseAndShowsTheDeviceLost|TestABystanderOnThePlantNetworkCannotGrant
 CHART_DRILLS := $(CHART_DRILLS)|TestALeaseShortenedOnAHeldUnitThenCutKeepsOneWriter|TestAnAutonomyUnitSwitchedToFailoverThenCutKeepsOneWriter
 CHART_DRILLS := $(CHART_DRILLS)|TestBrokerAwayDuringRebindDoesNotDelayTheNewHolder|TestCouplerUnreachableAtStartupHoldsTheLeaseAndWritesLater
-CHART_DRILLS := $(CHART_DRILLS)|TestDeletedUnitsRuntimePodIsGarbageCollected
+CHART_DRILLS := $(CHART_DRILLS)|TestDeletedUnitsRuntimePodIsGarbageCollected|TestGrantorLeaderSIGKILLedNeverFences
 # The voter swap drill make test-e2e runs against the chart-installed components.
 CHART_VOTER_DRILLS := TestRoleSwap$$
 GO_TEST_FLAGS ?=
