@@ -5,8 +5,10 @@ package integration
 import (
 	"context"
 	"fmt"
+	"net"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -72,9 +74,26 @@ func TestTheRebindIsDecidedWhenTheMarginEnds(t *testing.T) {
 			t.Fatal(err)
 		}
 		<-proc.exited
+		// The expiry records what the last renewal attempt got back, so the
+		// grantor must have made one since the kill before its deadline
+		// comes: a jump straight to the deadline can leave its last attempt
+		// the acknowledged one. The runtime's lease address answers each
+		// connection by closing it (Unreachable); the second connection
+		// means the first attempt is recorded, as a unit's attempts run
+		// one after another.
+		attempts := refuseConnections(t, net.JoinHostPort(proc.ip, fmt.Sprint(proc.lease)))
+		poll.Until(t, 60*time.Second, fmt.Sprintf("two renewal attempts at epoch %d after the kill", b.Epoch), func() (bool, string) {
+			if n := attempts.Load(); n >= 2 {
+				return true, ""
+			}
+			clk.Step(100 * time.Millisecond)
+			return false, fmt.Sprintf("%d attempts, clock %v", attempts.Load(), clk.Now())
+		})
 		// The last acknowledgement is recorded at most a third of the lease
 		// before the grantor's own: the deadline is reached by small steps.
-		clk.SetTime(b.LastAcknowledgedRenewal.Time.Add(lease))
+		if d := b.LastAcknowledgedRenewal.Time.Add(lease); d.After(clk.Now()) {
+			clk.SetTime(d)
+		}
 		poll.Until(t, 60*time.Second, fmt.Sprintf("the expiry at epoch %d", b.Epoch), func() (bool, string) {
 			b := p.unit().Status.RuntimeBinding
 			if b.LeaseState == holdfastv1.LeaseExpired && b.Expiry != nil && b.Expiry.Epoch == p.epoch(n) {
@@ -170,4 +189,28 @@ func touch(t testing.TB, u *holdfastv1.Unit, v string) {
 	if err := env.Client.Patch(context.Background(), obj, patch); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// refuseConnections listens at addr, where a killed runtime served its
+// lease, and closes every connection it accepts, counting them, until the
+// test ends.
+func refuseConnections(t *testing.T, addr string) *atomic.Int32 {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("listening at the killed runtime's lease address: %v", err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	var n atomic.Int32
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.Close()
+			n.Add(1)
+		}
+	}()
+	return &n
 }
