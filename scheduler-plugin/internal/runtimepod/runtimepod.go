@@ -18,7 +18,9 @@ import (
 	"github.com/holdfast-io/holdfast/policy"
 	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/holdfastclient"
 	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/nodeindex"
+	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/pluginmetrics"
 	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/requeue"
+	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/signature"
 )
 
 // Display names a unit as a person reading the pod's events knows it: by
@@ -28,6 +30,29 @@ func Display(unit types.NamespacedName, fromNamespace string) string {
 		return unit.Name
 	}
 	return unit.String()
+}
+
+// UnitClients registers the plugins' metrics and reads Units through the
+// scheduler's shared holdfast informers, requeueing a unit's waiting runtime
+// pods whenever it changes (RequeueOnUnitChange); call it from a plugin's
+// New, whose name its errors carry.
+func UnitClients(ctx context.Context, h fwk.Handle, plugin string) (*holdfastclient.Clients, error) {
+	pluginmetrics.Register()
+	clients, err := holdfastclient.For(ctx, h, &holdfastv1.Unit{})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", plugin, err)
+	}
+	if err := RequeueOnUnitChange(ctx, h, clients); err != nil {
+		return nil, fmt.Errorf("%s: %w", plugin, err)
+	}
+	return clients, nil
+}
+
+// SignPod refuses a runtime pod a signature: its result depends on its own
+// unit and the runtimes around it, and is never reused.
+func SignPod(pod *corev1.Pod) ([]fwk.SignFragment, *fwk.Status) {
+	_, ok := policy.RuntimeUnit(pod)
+	return signature.Alone(ok, "a unit runtime pod")
 }
 
 // RequeueOnUnitChange activates a unit's unbound runtime pods whenever the
