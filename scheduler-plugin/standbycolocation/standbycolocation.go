@@ -63,11 +63,7 @@ var _ fwk.SignPlugin = &StandbyColocation{}
 // New builds the plugin from its args and the scheduler's handle; it reads
 // Units through the scheduler's shared holdfast informers.
 func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
-	args, err := getArgs(obj)
-	if err != nil {
-		return nil, err
-	}
-	clients, err := runtimepod.UnitClients(ctx, h, Name)
+	args, clients, err := runtimepod.Setup(ctx, h, obj, Name, getArgs)
 	if err != nil {
 		return nil, err
 	}

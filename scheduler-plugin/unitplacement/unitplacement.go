@@ -139,11 +139,7 @@ var _ fwk.SignPlugin = &UnitPlacement{}
 // Units through the scheduler's shared holdfast informers, and indexes nodes
 // from the scheduler's Node informer.
 func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
-	args, err := getArgs(obj)
-	if err != nil {
-		return nil, err
-	}
-	clients, err := runtimepod.UnitClients(ctx, h, Name)
+	args, clients, err := runtimepod.Setup(ctx, h, obj, Name, getArgs)
 	if err != nil {
 		return nil, err
 	}

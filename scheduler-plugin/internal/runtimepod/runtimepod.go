@@ -9,6 +9,7 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -32,20 +33,25 @@ func Display(unit types.NamespacedName, fromNamespace string) string {
 	return unit.String()
 }
 
-// UnitClients registers the plugins' metrics and reads Units through the
-// scheduler's shared holdfast informers, requeueing a unit's waiting runtime
-// pods whenever it changes (RequeueOnUnitChange); call it from a plugin's
-// New, whose name its errors carry.
-func UnitClients(ctx context.Context, h fwk.Handle, plugin string) (*holdfastclient.Clients, error) {
+// Setup is the start of a runtime-pod plugin's New: it reads the plugin's
+// args from obj with getArgs, registers the plugins' metrics and reads Units
+// through the scheduler's shared holdfast informers, requeueing a unit's
+// waiting runtime pods whenever it changes (RequeueOnUnitChange). Its errors
+// carry the plugin's name.
+func Setup[A any](ctx context.Context, h fwk.Handle, obj runtime.Object, plugin string, getArgs func(runtime.Object) (A, error)) (A, *holdfastclient.Clients, error) {
+	args, err := getArgs(obj)
+	if err != nil {
+		return args, nil, err
+	}
 	pluginmetrics.Register()
 	clients, err := holdfastclient.For(ctx, h, &holdfastv1.Unit{})
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", plugin, err)
+		return args, nil, fmt.Errorf("%s: %w", plugin, err)
 	}
 	if err := RequeueOnUnitChange(ctx, h, clients); err != nil {
-		return nil, fmt.Errorf("%s: %w", plugin, err)
+		return args, nil, fmt.Errorf("%s: %w", plugin, err)
 	}
-	return clients, nil
+	return args, clients, nil
 }
 
 // SignPod refuses a runtime pod a signature: its result depends on its own
