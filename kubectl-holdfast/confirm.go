@@ -3,7 +3,6 @@ package plugin
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -85,11 +84,11 @@ func (o *options) certification(ctx context.Context, u *holdfastv1.Unit, how str
 			}
 		}
 	}
-	return map[string]any{
-		holdfastv1.AnnotationFailoverConfirmFenced:      how,
-		holdfastv1.AnnotationFailoverConfirmEpoch:       strconv.FormatInt(epoch, 10),
-		holdfastv1.AnnotationFailoverConfirmIncarnation: policy.IncarnationValue(running),
-	}, running, nil
+	c := map[string]any{}
+	for k, v := range policy.ConfirmFenced(how, epoch, running) {
+		c[k] = v
+	}
+	return c, running, nil
 }
 
 func describeProcess(i *holdfastv1.RuntimeIncarnation) string {

@@ -252,7 +252,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		return fmt.Errorf("connecting to CRI at %s: %w", o.CRIEndpoint, err)
 	}
 	agent := &fence.Agent{CRI: cri, Units: fence.CacheUnits{Client: mgr.GetClient()}, Lease: fence.HTTPLease{},
-		Notifier: fence.EventNotifier{Client: mgr.GetClient(), NodeName: o.NodeName}, Clock: clock.RealClock{},
+		Notifier: fence.EventNotifier{Client: mgr.GetClient(), NodeName: o.NodeName}, Clock: clock.RealClock{}, Node: o.NodeName,
 		AuditDir: filepath.Join(o.HostDir, hoststate.FenceAuditDir)}
 	// A fence done while the apiserver was away, by a plugin that restarted
 	// before it came back, still gets its Event.

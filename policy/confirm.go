@@ -19,12 +19,18 @@ import (
 // epoch alone cannot tell a stopped process from the one the kubelet
 // restarted in its place, or from a re-created pod: a confirmation written
 // before either (refused then and applied later by a GitOps tool, or
-// copied) certifies nothing, and stale then says why, for the Unit's events
-// and for admission.
-func ConfirmedFence(u *holdfastv1.Unit, running *holdfastv1.RuntimeIncarnation) (how, stale string) {
+// copied) certifies nothing, and stale then says which annotation is at
+// fault and why, for the Unit's events and for admission.
+func ConfirmedFence(u *holdfastv1.Unit, running *holdfastv1.RuntimeIncarnation) (how string, stale *StaleConfirmation) {
 	how = strings.TrimSpace(u.Annotations[holdfastv1.AnnotationFailoverConfirmFenced])
 	if how == "" {
-		return "", ""
+		return "", nil
+	}
+	epochFault := func(format string, args ...any) (string, *StaleConfirmation) {
+		return "", &StaleConfirmation{Annotation: holdfastv1.AnnotationFailoverConfirmEpoch, Reason: fmt.Sprintf(format, args...)}
+	}
+	incarnationFault := func(format string, args ...any) (string, *StaleConfirmation) {
+		return "", &StaleConfirmation{Annotation: holdfastv1.AnnotationFailoverConfirmIncarnation, Reason: fmt.Sprintf(format, args...)}
 	}
 	var epoch int64
 	if b := u.Status.RuntimeBinding; b != nil {
@@ -32,35 +38,43 @@ func ConfirmedFence(u *holdfastv1.Unit, running *holdfastv1.RuntimeIncarnation) 
 	}
 	raw, ok := u.Annotations[holdfastv1.AnnotationFailoverConfirmEpoch]
 	if !ok {
-		return "", fmt.Sprintf("%s names no epoch: set %s to %d, the epoch of the runtime that was fenced (kubectl holdfast failover --confirm-fenced sets both)",
+		return epochFault("%s names no epoch: set %s to %d, the epoch of the runtime that was fenced (kubectl holdfast failover --confirm-fenced sets both)",
 			holdfastv1.AnnotationFailoverConfirmFenced, holdfastv1.AnnotationFailoverConfirmEpoch, epoch)
 	}
 	n, err := holdfastv1.ParseEpoch(strings.TrimSpace(raw))
 	if err != nil {
-		return "", fmt.Sprintf("%s: %q is not an epoch (a whole number from 1): set it to %d, the epoch of the runtime that was fenced",
+		return epochFault("%s: %q is not an epoch (a whole number from 1): set it to %d, the epoch of the runtime that was fenced",
 			holdfastv1.AnnotationFailoverConfirmEpoch, raw, epoch)
 	}
 	if n != epoch {
-		return "", fmt.Sprintf("%s certifies the runtime of epoch %d, but the binding is at epoch %d: a confirmation of one runtime says nothing of another; if the runtime of epoch %d has stopped, set %s to %d",
+		return epochFault("%s certifies the runtime of epoch %d, but the binding is at epoch %d: a confirmation of one runtime says nothing of another; if the runtime of epoch %d has stopped, set %s to %d",
 			holdfastv1.AnnotationFailoverConfirmFenced, n, epoch, epoch, holdfastv1.AnnotationFailoverConfirmEpoch, epoch)
 	}
 	want := IncarnationValue(running)
 	raw, ok = u.Annotations[holdfastv1.AnnotationFailoverConfirmIncarnation]
 	if !ok {
-		return "", fmt.Sprintf("%s names no runtime process: set %s to %q, the runtime of epoch %d as its pod reads now (kubectl holdfast failover --confirm-fenced sets it)",
+		return incarnationFault("%s names no runtime process: set %s to %q, the runtime of epoch %d as its pod reads now (kubectl holdfast failover --confirm-fenced sets it)",
 			holdfastv1.AnnotationFailoverConfirmFenced, holdfastv1.AnnotationFailoverConfirmIncarnation, want, epoch)
 	}
 	named, err := holdfastv1.ParseIncarnation(strings.TrimSpace(raw))
 	if err != nil {
-		return "", fmt.Sprintf("%s: %v: set it to %q, the runtime of epoch %d as its pod reads now",
+		return incarnationFault("%s: %v: set it to %q, the runtime of epoch %d as its pod reads now",
 			holdfastv1.AnnotationFailoverConfirmIncarnation, err, want, epoch)
 	}
 	if got := IncarnationValue(named); got != want {
-		return "", fmt.Sprintf("%s certifies %s, but the runtime of epoch %d %s: %s; a confirmation of one process says nothing of another; if it has stopped too, set %s to %q",
+		return incarnationFault("%s certifies %s, but the runtime of epoch %d %s: %s; a confirmation of one process says nothing of another; if it has stopped too, set %s to %q",
 			holdfastv1.AnnotationFailoverConfirmFenced, describeIncarnation(named), epoch, describeRunning(running),
 			sinceWhy(named, running), holdfastv1.AnnotationFailoverConfirmIncarnation, want)
 	}
-	return how, ""
+	return how, nil
+}
+
+// StaleConfirmation says why a fence confirmation certifies nothing: the
+// annotation at fault (the epoch, or the runtime process, it names) and the
+// reason, which tells the person what to set it to.
+type StaleConfirmation struct {
+	Annotation string
+	Reason     string
 }
 
 // Incarnation is the runtime container's current life: the pod's UID and the
@@ -122,11 +136,23 @@ func sinceWhy(named, running *holdfastv1.RuntimeIncarnation) string {
 	}
 }
 
+// ConfirmFenced is a person's certification, in the words how, that the
+// runtime at epoch, running (nil: no runtime pod), has stopped: the
+// annotations ConfirmedFence reads.
+func ConfirmFenced(how string, epoch int64, running *holdfastv1.RuntimeIncarnation) map[string]string {
+	return map[string]string{
+		holdfastv1.AnnotationFailoverConfirmFenced:      how,
+		holdfastv1.AnnotationFailoverConfirmEpoch:       strconv.FormatInt(epoch, 10),
+		holdfastv1.AnnotationFailoverConfirmIncarnation: IncarnationValue(running),
+	}
+}
+
 // ConfirmAnnotations names the annotations a person sets to certify the
 // fence of the runtime at epoch, running (nil: no runtime pod), for
 // messages that tell them to.
 func ConfirmAnnotations(epoch int64, running *holdfastv1.RuntimeIncarnation) string {
+	c := ConfirmFenced("", epoch, running)
 	return fmt.Sprintf("%s (with %s: %q and %s: %q)", holdfastv1.AnnotationFailoverConfirmFenced,
-		holdfastv1.AnnotationFailoverConfirmEpoch, strconv.FormatInt(epoch, 10),
-		holdfastv1.AnnotationFailoverConfirmIncarnation, IncarnationValue(running))
+		holdfastv1.AnnotationFailoverConfirmEpoch, c[holdfastv1.AnnotationFailoverConfirmEpoch],
+		holdfastv1.AnnotationFailoverConfirmIncarnation, c[holdfastv1.AnnotationFailoverConfirmIncarnation])
 }

@@ -242,24 +242,23 @@ func (c *Config) validate() error {
 		}
 		names[d.Name()] = true
 	}
+	// Every output and input has a name unique among both, on a device
+	// that exists.
 	seen := map[string]bool{}
-	for i, o := range c.Outputs {
-		if o.Name == "" || seen[o.Name] {
-			errs = append(errs, fmt.Errorf("outputs[%d].name: %q: must be set and unique", i, o.Name))
+	point := func(path, name, device, unique string) {
+		if name == "" || seen[name] {
+			errs = append(errs, fmt.Errorf("%s.name: %q: must be set and unique%s", path, name, unique))
 		}
-		seen[o.Name] = true
-		if !names[o.Device] {
-			errs = append(errs, fmt.Errorf("outputs[%d].device: %q: no such device", i, o.Device))
+		seen[name] = true
+		if !names[device] {
+			errs = append(errs, fmt.Errorf("%s.device: %q: no such device", path, device))
 		}
 	}
+	for i, o := range c.Outputs {
+		point(fmt.Sprintf("outputs[%d]", i), o.Name, o.Device, "")
+	}
 	for i, in := range c.Inputs {
-		if in.Name == "" || seen[in.Name] {
-			errs = append(errs, fmt.Errorf("inputs[%d].name: %q: must be set and unique among inputs and outputs", i, in.Name))
-		}
-		seen[in.Name] = true
-		if !names[in.Device] {
-			errs = append(errs, fmt.Errorf("inputs[%d].device: %q: no such device", i, in.Device))
-		}
+		point(fmt.Sprintf("inputs[%d]", i), in.Name, in.Device, " among inputs and outputs")
 	}
 	return errors.Join(errs...)
 }

@@ -1,10 +1,8 @@
 package runtime_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"errors"
 	"net/http"
 	"testing"
@@ -144,17 +142,7 @@ func postGrant(t *testing.T, url string, g leaseapi.Grant) leaseapi.Reply {
 	t.Helper()
 	seq++
 	g.Grantor, g.Seq = "test-grantor", seq
-	b, _ := json.Marshal(g)
-	resp, err := grantorClient(t).Post(url, "application/json", bytes.NewReader(b))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var r leaseapi.Reply
-	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&r) != nil {
-		t.Fatalf("grant answered %s", resp.Status)
-	}
-	return r
+	return testutil.PostGrant(t, grantorClient(t), url, g)
 }
 
 func (f *fixture) writesAt(epoch int64) []devicesim.Write {

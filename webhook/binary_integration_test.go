@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast-io/holdfast/internal/audit"
 	"github.com/holdfast-io/holdfast/test/proc"
 	"github.com/holdfast-io/holdfast/test/testenv"
 	"github.com/holdfast-io/holdfast/webhook"
@@ -34,12 +35,12 @@ func TestBinaryServesTheRules(t *testing.T) {
 	// An admin's manual failover of an expired lease is allowed and audited.
 	allowed(t, env.Kubectl().Run(t, "", "annotate", "-n", kiln, "unit", "kiln-1", "holdfast.io/failover-to=edge-2"))
 	stop()
-	var rec webhook.AuditRecord
+	var rec audit.Record
 	line, _, _ := strings.Cut(stdout.String(), "\n")
 	if err := json.Unmarshal([]byte(line), &rec); err != nil {
 		t.Fatalf("the binary's stdout does not start with an audit line: %v\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
 	}
-	if rec.Audit != webhook.AuditManualFailover || rec.User != "admin" || rec.Object.Name != "kiln-1" || rec.Target != "edge-2" {
+	if rec.Reason != webhook.AuditManualFailover || rec.Actor != "admin" || rec.Object.Key() != kiln+"/kiln-1" || rec.Node != "edge-2" {
 		t.Fatalf("audit record %+v", rec)
 	}
 }

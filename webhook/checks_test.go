@@ -401,7 +401,7 @@ func TestUnitRules(t *testing.T) {
 			expect(t, v, tc.want...)
 			var kinds []string
 			for _, a := range audits {
-				kinds = append(kinds, a.Audit)
+				kinds = append(kinds, a.Reason)
 			}
 			if strings.Join(kinds, ",") != strings.Join(tc.audits, ",") {
 				t.Fatalf("audit records %v, want %v", kinds, tc.audits)
@@ -433,8 +433,8 @@ func TestAuditRecordsCarryTheRequestID(t *testing.T) {
 		t.Fatalf("audit records %+v, want a fence confirmation, a failover and a restart", audits)
 	}
 	for _, a := range audits {
-		if a.Request != "req-7f3a" {
-			t.Errorf("%s record carries request %q, want the unit's holdfast.io/request-id req-7f3a", a.Audit, a.Request)
+		if a.RequestID != "req-7f3a" {
+			t.Errorf("%s record carries request %q, want the unit's holdfast.io/request-id req-7f3a", a.Reason, a.RequestID)
 		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/internal/audit"
 	"github.com/holdfast-io/holdfast/policy"
 )
 
@@ -94,7 +95,7 @@ func oldTaints(n *corev1.Node) []corev1.Taint {
 
 // checkNode applies the Node rules of docs/design.md §7 to a create (old nil) or an
 // update.
-func checkNode(o *Options, r requester, old, newN *corev1.Node, f nodeFacts) (verdict, []AuditRecord) {
+func checkNode(o *Options, r requester, old, newN *corev1.Node, f nodeFacts) (verdict, []audit.Record) {
 	v, audits := checkNodeReports(o, r, old, newN)
 	var oldLabels, oldAnn map[string]string
 	if old != nil {
@@ -190,7 +191,7 @@ func checkNode(o *Options, r requester, old, newN *corev1.Node, f nodeFacts) (ve
 // them; a person in the report-repair groups may clear them too, giving a
 // reason in holdfast.io/report-repair (break-glass, audited); anyone else
 // is refused.
-func checkNodeReports(o *Options, r requester, old, newN *corev1.Node) (verdict, []AuditRecord) {
+func checkNodeReports(o *Options, r requester, old, newN *corev1.Node) (verdict, []audit.Record) {
 	var v verdict
 	var oldLabels, oldAnn map[string]string
 	if old != nil {
@@ -240,8 +241,8 @@ func checkNodeReports(o *Options, r requester, old, newN *corev1.Node) (verdict,
 	if len(repaired) == 0 || !v.allowed() {
 		return v, nil
 	}
-	return v, []AuditRecord{{Audit: AuditReportRepair, Object: AuditRef{Kind: "Node", Name: newN.Name},
-		Reason: reason + " (removed " + strings.Join(repaired, ", ") + ")"}}
+	return v, []audit.Record{{Reason: AuditReportRepair, Object: &audit.Object{Kind: "Node", Name: newN.Name},
+		Message: reason + " (removed " + strings.Join(repaired, ", ") + ")"}}
 }
 
 func containsKey(keys []string, k string) bool {
@@ -290,7 +291,7 @@ func (nv *NodeValidator) validate(ctx context.Context, old, n *corev1.Node) (adm
 	if err := v.err(nodeGVR, nodeGK, n.Name); err != nil {
 		return nil, err
 	}
-	return nil, nv.Audit.record(r, audits, nv.Options.Now())
+	return nil, nv.Audit.record(r, audits)
 }
 
 func (nv *NodeValidator) facts(ctx context.Context, need nodeNeeds, node string) (nodeFacts, error) {

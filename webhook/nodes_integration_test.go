@@ -305,7 +305,7 @@ func TestNodeReportsAreWrittenOnlyByTheirNodesPlugin(t *testing.T) {
 	if _, ok := n.Annotations[holdfastv1.AnnotationTombstone]; ok || n.Annotations[holdfastv1.AnnotationProvisioned] != "true" || n.Labels[holdfastv1.LabelRole] != "server" {
 		t.Fatalf("after the break-glass removal: labels %v annotations %v, want only the tombstone gone", n.Labels, n.Annotations)
 	}
-	if rec := lastAudit(t, webhook.AuditReportRepair); rec.Object.Name != "rp-1" || rec.Reason != "host rebuilt from scratch, INC-42 (removed metadata.annotations[holdfast.io/tombstone])" {
+	if rec := lastAudit(t, webhook.AuditReportRepair); rec.Object.Name != "rp-1" || rec.Message != "host rebuilt from scratch, INC-42 (removed metadata.annotations[holdfast.io/tombstone])" {
 		t.Errorf("the break-glass removal's audit record %+v: want rp-1 with the reason and what was removed", rec)
 	}
 	// Break-glass never writes one.

@@ -7,12 +7,14 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/internal/audit"
 )
 
 func TestVerdictStatusCodes(t *testing.T) {
@@ -106,20 +108,20 @@ func TestVotersServiceAccountFlag(t *testing.T) {
 
 func TestAuditLinesAreWholeJSON(t *testing.T) {
 	var buf bytes.Buffer
-	a := &auditLog{out: &buf}
+	a := newAuditLog(&Options{Audit: &buf, Now: func() time.Time { return t0 }})
 	r := requester{User: "sam", Groups: []string{"shift-leads"}, UID: "u-1", DryRun: true}
-	if err := a.record(r, []AuditRecord{{Audit: AuditManualFailover, Object: AuditRef{Kind: "Unit", Namespace: "p", Name: "k"}, Target: "edge-2", Reason: "breaker", Request: "req-1"}}, t0); err != nil {
+	if err := a.record(r, []audit.Record{{Reason: AuditManualFailover, Object: audit.Unit("p", "k"), Node: "edge-2", Message: "breaker", RequestID: "req-1"}}); err != nil {
 		t.Fatal(err)
 	}
-	var rec AuditRecord
+	var rec audit.Record
 	if err := json.Unmarshal(bytes.TrimSuffix(buf.Bytes(), []byte("\n")), &rec); err != nil || bytes.Count(buf.Bytes(), []byte("\n")) != 1 {
 		t.Fatalf("not one JSON line: %q (%v)", buf.String(), err)
 	}
-	if rec.User != "sam" || rec.AdmissionUID != "u-1" || !rec.DryRun || !rec.Time.Equal(t0) || rec.Reason != "breaker" {
+	if rec.Actor != "sam" || rec.Component != audit.ComponentWebhook || rec.AdmissionUID != "u-1" || !rec.DryRun || !rec.Time.Equal(t0) || rec.Message != "breaker" {
 		t.Fatalf("record %+v", rec)
 	}
 	// The request ID is under the key the controller's audit lines use
-	// (controller/audit.Record), so the two trails join on one key.
+	// (internal/audit.Record), so the two trails join on one key.
 	for _, want := range []string{`"admissionUID":"u-1"`, `"requestID":"req-1"`} {
 		if !strings.Contains(buf.String(), want) {
 			t.Errorf("audit line %s lacks %s", buf.String(), want)

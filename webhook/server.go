@@ -44,7 +44,7 @@ func NewScheme() (*runtime.Scheme, error) {
 // Handlers builds the validators for each path. reader must read the
 // apiserver directly (a manager's APIReader), never a cache.
 func Handlers(scheme *runtime.Scheme, reader client.Reader, opts *Options) map[string]*admission.Webhook {
-	audit := &auditLog{out: opts.Audit}
+	audit := newAuditLog(opts)
 	return map[string]*admission.Webhook{
 		PathNode:       admission.WithValidator[*corev1.Node](scheme, &NodeValidator{Options: opts, Reader: reader, Audit: audit}),
 		PathLease:      admission.WithValidator[*coordinationv1.Lease](scheme, &LeaseValidator{Options: opts}),

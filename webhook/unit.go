@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/internal/audit"
 	"github.com/holdfast-io/holdfast/policy"
 )
 
@@ -72,13 +73,6 @@ func (c unitChange) needsRunning() bool {
 	return c.confirm || c.failoverTo
 }
 
-// confirmEpochMatches: the confirmation's epoch is the binding's, so what
-// makes it stale is the process it names.
-func confirmEpochMatches(u *holdfastv1.Unit) bool {
-	e, err := holdfastv1.ParseEpoch(strings.TrimSpace(u.Annotations[holdfastv1.AnnotationFailoverConfirmEpoch]))
-	return err == nil && e == bindingEpoch(u)
-}
-
 func bindingEpoch(u *holdfastv1.Unit) int64 {
 	if u == nil || u.Status.RuntimeBinding == nil {
 		return 0
@@ -88,7 +82,7 @@ func bindingEpoch(u *holdfastv1.Unit) int64 {
 
 // checkUnit applies the Unit rules of docs/design.md §3 and §7 to a create (old nil)
 // or an update of the Unit or its status.
-func checkUnit(o *Options, r requester, old, u *holdfastv1.Unit, f unitFacts) (verdict, []AuditRecord) {
+func checkUnit(o *Options, r requester, old, u *holdfastv1.Unit, f unitFacts) (verdict, []audit.Record) {
 	var v verdict
 	c := unitChanges(old, u)
 	isController := r.User == o.Controller
@@ -141,8 +135,8 @@ func checkUnit(o *Options, r requester, old, u *holdfastv1.Unit, f unitFacts) (v
 		checkPromiseRecord(&v, bindPath, old, u)
 	}
 
-	var audits []AuditRecord
-	ref := AuditRef{Kind: "Unit", Namespace: u.Namespace, Name: u.Name}
+	var audits []audit.Record
+	ref := audit.Unit(u.Namespace, u.Name)
 	confirm, stale := policy.ConfirmedFence(u, f.Running)
 	if c.confirm {
 		p := annPath.Key(holdfastv1.AnnotationFailoverConfirmFenced)
@@ -151,15 +145,11 @@ func checkUnit(o *Options, r requester, old, u *holdfastv1.Unit, f unitFacts) (v
 			v.invalidf(field.Invalid(p, u.Annotations[holdfastv1.AnnotationFailoverConfirmFenced], "must say how the old node was fenced"))
 		case !isController && !inAnyGroup(r.Groups, o.ConfirmFencedGroups):
 			v.forbid(field.Forbidden(p, groupsNeeded("confirm a fence", r, o.ConfirmFencedGroups)))
-		case stale != "":
-			k := holdfastv1.AnnotationFailoverConfirmEpoch
-			if _, ok := u.Annotations[k]; ok && confirmEpochMatches(u) {
-				k = holdfastv1.AnnotationFailoverConfirmIncarnation
-			}
-			v.invalidf(field.Invalid(annPath.Key(k), u.Annotations[k], stale))
+		case stale != nil:
+			v.invalidf(field.Invalid(annPath.Key(stale.Annotation), u.Annotations[stale.Annotation], stale.Reason))
 		default:
-			audits = append(audits, AuditRecord{Audit: AuditConfirmFenced, Object: ref, Reason: confirm,
-				Target: u.Annotations[holdfastv1.AnnotationFailoverTo]})
+			audits = append(audits, audit.Record{Reason: AuditConfirmFenced, Object: ref, Message: confirm,
+				Node: u.Annotations[holdfastv1.AnnotationFailoverTo]})
 		}
 	}
 	if c.failoverTo {
@@ -187,7 +177,7 @@ func checkUnit(o *Options, r requester, old, u *holdfastv1.Unit, f unitFacts) (v
 			}
 		}
 		if len(v.invalid)+len(v.forbidden) == before {
-			audits = append(audits, AuditRecord{Audit: AuditManualFailover, Object: ref, Target: target, Reason: confirm})
+			audits = append(audits, audit.Record{Reason: AuditManualFailover, Object: ref, Node: target, Message: confirm})
 		}
 	}
 	if c.restart {
@@ -197,13 +187,13 @@ func checkUnit(o *Options, r requester, old, u *holdfastv1.Unit, f unitFacts) (v
 		}
 	}
 	if c.restart && !isController {
-		audits = append(audits, AuditRecord{Audit: AuditRestart, Object: ref, Reason: u.Annotations[holdfastv1.AnnotationRestart]})
+		audits = append(audits, audit.Record{Reason: AuditRestart, Object: ref, Message: u.Annotations[holdfastv1.AnnotationRestart]})
 	}
 	if !v.allowed() {
 		return v, nil
 	}
 	for i := range audits {
-		audits[i].Request = u.Annotations[holdfastv1.AnnotationRequestID]
+		audits[i].RequestID = u.Annotations[holdfastv1.AnnotationRequestID]
 	}
 	return v, audits
 }
@@ -290,5 +280,5 @@ func (uv *UnitValidator) validate(ctx context.Context, old, u *holdfastv1.Unit) 
 	if err := v.err(unitGVR, unitGK, u.Name); err != nil {
 		return nil, err
 	}
-	return nil, uv.Audit.record(r, audits, uv.Options.Now())
+	return nil, uv.Audit.record(r, audits)
 }

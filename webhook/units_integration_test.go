@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/internal/audit"
 	"github.com/holdfast-io/holdfast/test/testenv"
 	"github.com/holdfast-io/holdfast/webhook"
 )
@@ -166,8 +167,8 @@ func TestManualFailoverNeedsGroupTargetAndFence(t *testing.T) {
 		"holdfast.io/failover-confirm-incarnation="+string(pod.UID)+"/1"))
 	for _, kind := range []string{webhook.AuditManualFailover, webhook.AuditConfirmFenced} {
 		rec := lastAudit(t, kind)
-		if rec.User != "sam" || !contains(rec.Groups, shiftLeadGroup) || rec.Object != (webhook.AuditRef{Kind: "Unit", Namespace: ns, Name: "kiln-1"}) ||
-			rec.Target != "edge-2" || rec.Reason != "powered off at the breaker" {
+		if rec.Actor != "sam" || !contains(rec.Groups, shiftLeadGroup) || *rec.Object != *audit.Unit(ns, "kiln-1") ||
+			rec.Node != "edge-2" || rec.Message != "powered off at the breaker" {
 			t.Errorf("%s audit record %+v does not say who asked, for which unit, where to and why", kind, rec)
 		}
 	}

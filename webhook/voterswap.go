@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/internal/audit"
 	"github.com/holdfast-io/holdfast/policy"
 )
 
@@ -26,7 +27,7 @@ func swapRunning(s *holdfastv1.VoterSwap) bool {
 
 // checkVoterSwapCreate applies the VoterSwap creation rules: who may ask,
 // one swap at a time, and every gate of docs/design.md §6 step 1.
-func checkVoterSwapCreate(o *Options, r requester, s *holdfastv1.VoterSwap, others []holdfastv1.VoterSwap, gates policy.GateInput) (verdict, []AuditRecord) {
+func checkVoterSwapCreate(o *Options, r requester, s *holdfastv1.VoterSwap, others []holdfastv1.VoterSwap, gates policy.GateInput) (verdict, []audit.Record) {
 	var v verdict
 	specPath := field.NewPath("spec")
 	// The voters role alone creates Automatic swaps and asks for one
@@ -80,8 +81,8 @@ func checkVoterSwapCreate(o *Options, r requester, s *holdfastv1.VoterSwap, othe
 	if !v.allowed() || origin != holdfastv1.SwapManual {
 		return v, nil
 	}
-	return v, []AuditRecord{{Audit: AuditManualSwap, Object: AuditRef{Kind: "VoterSwap", Name: s.Name},
-		Target: s.Spec.Incoming, Reason: s.Spec.Reason}}
+	return v, []audit.Record{{Reason: AuditManualSwap, Object: &audit.Object{Kind: "VoterSwap", Name: s.Name},
+		Node: s.Spec.Incoming, Message: s.Spec.Reason}}
 }
 
 func orScheduler(n string) string {
@@ -146,7 +147,7 @@ func (sv *VoterSwapValidator) ValidateCreate(ctx context.Context, s *holdfastv1.
 	if err := v.err(swapGVR, swapGK, s.Name); err != nil {
 		return nil, err
 	}
-	return nil, sv.Audit.record(r, audits, sv.Options.Now())
+	return nil, sv.Audit.record(r, audits)
 }
 
 func (sv *VoterSwapValidator) ValidateUpdate(_ context.Context, old, s *holdfastv1.VoterSwap) (admission.Warnings, error) {

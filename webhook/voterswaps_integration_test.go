@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/internal/audit"
 	"github.com/holdfast-io/holdfast/policy"
 	"github.com/holdfast-io/holdfast/webhook"
 )
@@ -158,7 +159,7 @@ func TestManualSwapOnlyByConfiguredGroups(t *testing.T) {
 	allowed(t, env.Kubectl().Run(t, secondSwap, "create", "-f", "-"))
 	t.Cleanup(func() { finishAndDeleteSwap(t, "swap-cp2-edge7") })
 	rec := lastAudit(t, webhook.AuditManualSwap)
-	if rec.User != "admin" || rec.Object.Name != "swap-cp2-edge7" || rec.Target != "edge-7" || rec.Reason != "disk replacement" ||
+	if rec.Actor != "admin" || rec.Object.Name != "swap-cp2-edge7" || rec.Node != "edge-7" || rec.Message != "disk replacement" ||
 		!contains(rec.Groups, "system:masters") || rec.AdmissionUID == "" {
 		t.Fatalf("audit record %+v does not say who asked for which swap and why", rec)
 	}
@@ -179,20 +180,20 @@ func TestRunningVoterSwapNotDeleted(t *testing.T) {
 }
 
 // lastAudit is the newest audit line of a kind.
-func lastAudit(t *testing.T, kind string) webhook.AuditRecord {
+func lastAudit(t *testing.T, kind string) audit.Record {
 	t.Helper()
 	lines := strings.Split(strings.TrimSpace(auditOut.String()), "\n")
 	for i := len(lines) - 1; i >= 0; i-- {
-		var rec webhook.AuditRecord
+		var rec audit.Record
 		if err := json.Unmarshal([]byte(lines[i]), &rec); err != nil {
 			t.Fatalf("audit line %q is not one JSON record: %v", lines[i], err)
 		}
-		if rec.Audit == kind {
+		if rec.Reason == kind {
 			return rec
 		}
 	}
 	t.Fatalf("no %s audit record in:\n%s", kind, auditOut.String())
-	return webhook.AuditRecord{}
+	return audit.Record{}
 }
 
 func contains(s []string, x string) bool {

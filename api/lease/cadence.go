@@ -24,7 +24,7 @@ const (
 // measured against it: a sixth of the lease, but never more than half of
 // what is left of the anchor, so the next attempt and the one after it land
 // inside the runtime's deadline and one refused POST never fences a healthy
-// runtime. This is the one cadence: controller/grantor and runtime/leasetest
+// runtime. This is the one cadence: controller/grantor and test/leasetest
 // both call it.
 func RenewInterval(duration, anchorAge time.Duration) time.Duration {
 	cadence := duration / CadenceDivisor

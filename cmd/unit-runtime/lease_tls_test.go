@@ -21,8 +21,8 @@ import (
 	"github.com/holdfast-io/holdfast/controller/leasecerts"
 	"github.com/holdfast-io/holdfast/internal/leasetls"
 	"github.com/holdfast-io/holdfast/internal/leasetls/leasetlstest"
-	"github.com/holdfast-io/holdfast/runtime/leasetest"
 	"github.com/holdfast-io/holdfast/test/devicesim"
+	"github.com/holdfast-io/holdfast/test/leasetest"
 )
 
 // unauthenticated reads the runtime's count of refused grants for reason.

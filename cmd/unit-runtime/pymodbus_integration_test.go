@@ -16,8 +16,8 @@ import (
 	"time"
 
 	leaseapi "github.com/holdfast-io/holdfast/api/lease"
-	"github.com/holdfast-io/holdfast/runtime/leasetest"
 	"github.com/holdfast-io/holdfast/runtime/runtimetest"
+	"github.com/holdfast-io/holdfast/test/leasetest"
 	"github.com/holdfast-io/holdfast/test/ports"
 )
 

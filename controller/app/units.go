@@ -26,11 +26,11 @@ import (
 
 	leaseapi "github.com/holdfast-io/holdfast/api/lease"
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
-	"github.com/holdfast-io/holdfast/controller/audit"
 	"github.com/holdfast-io/holdfast/controller/grantor"
 	"github.com/holdfast-io/holdfast/controller/leadership"
 	"github.com/holdfast-io/holdfast/controller/leasecerts"
 	"github.com/holdfast-io/holdfast/controller/units"
+	"github.com/holdfast-io/holdfast/internal/audit"
 	"github.com/holdfast-io/holdfast/internal/leasetls"
 	"github.com/holdfast-io/holdfast/policy"
 )
@@ -197,7 +197,7 @@ func RunUnits(ctx context.Context, cfg *rest.Config, uc UnitsConfig) (leadership
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
-	trail, closer, err := audit.Open(uc.AuditPath, "units", clk)
+	trail, closer, err := audit.Open(uc.AuditPath, audit.ComponentUnits, clk)
 	if err != nil {
 		return leadership.Exited, err
 	}

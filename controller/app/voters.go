@@ -15,9 +15,9 @@ import (
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 
-	"github.com/holdfast-io/holdfast/controller/audit"
 	"github.com/holdfast-io/holdfast/controller/leadership"
 	"github.com/holdfast-io/holdfast/controller/voters"
+	"github.com/holdfast-io/holdfast/internal/audit"
 	"github.com/holdfast-io/holdfast/policy"
 )
 
@@ -176,7 +176,7 @@ func RunVoters(ctx context.Context, cfg *rest.Config, vc VotersConfig) (leadersh
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
-	trail, closer, err := audit.Open(vc.AuditPath, "voters", clk)
+	trail, closer, err := audit.Open(vc.AuditPath, audit.ComponentVoters, clk)
 	if err != nil {
 		return leadership.Exited, err
 	}

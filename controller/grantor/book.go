@@ -11,7 +11,7 @@ import (
 // (docs/design.md §3 L1, L2): what the next grant carries, what an acknowledgement
 // teaches, and when to send again. It reads no clock and sends nothing; the
 // renewal loop drives it with its own clock and HTTP, and runtime/lease's
-// property tests and runtime/leasetest drive the same Book, so the protocol
+// property tests and test/leasetest drive the same Book, so the protocol
 // is written once.
 type Book struct {
 	// LastAck is when the last acknowledgement arrived; zero if none. The

@@ -34,9 +34,9 @@ import (
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/controller/app"
-	"github.com/holdfast-io/holdfast/controller/audit"
 	"github.com/holdfast-io/holdfast/controller/leadership"
 	"github.com/holdfast-io/holdfast/controller/units"
+	"github.com/holdfast-io/holdfast/internal/audit"
 	"github.com/holdfast-io/holdfast/internal/leasetls/leasetlstest"
 	"github.com/holdfast-io/holdfast/policy"
 	"github.com/holdfast-io/holdfast/test/poll"
@@ -191,7 +191,7 @@ func (c *controller) auditLines(t testing.TB) []audit.Record {
 func auditReasons(recs []audit.Record, unit string) []string {
 	var out []string
 	for _, r := range recs {
-		if r.Unit == unit {
+		if r.Object.Key() == unit {
 			out = append(out, r.Reason)
 		}
 	}

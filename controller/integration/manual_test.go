@@ -29,19 +29,15 @@ import (
 // the other annotations kv names.
 func fenceConfirmed(t *testing.T, key types.NamespacedName, how string, epoch int64, kv ...string) map[string]string {
 	t.Helper()
-	inc := holdfastv1.IncarnationNone
+	var running *holdfastv1.RuntimeIncarnation
 	var pod corev1.Pod
 	switch err := env.Client.Get(context.Background(), types.NamespacedName{Namespace: key.Namespace, Name: holdfastv1.RuntimePodName(key.Name, epoch)}, &pod); {
 	case err == nil:
-		inc = policy.IncarnationValue(policy.IncarnationOf(&pod))
+		running = policy.IncarnationOf(&pod)
 	case !apierrors.IsNotFound(err):
 		t.Fatalf("reading the runtime pod of epoch %d: %v", epoch, err)
 	}
-	a := map[string]string{
-		holdfastv1.AnnotationFailoverConfirmFenced:      how,
-		holdfastv1.AnnotationFailoverConfirmEpoch:       strconv.FormatInt(epoch, 10),
-		holdfastv1.AnnotationFailoverConfirmIncarnation: inc,
-	}
+	a := policy.ConfirmFenced(how, epoch, running)
 	for i := 0; i+1 < len(kv); i += 2 {
 		a[kv[i]] = kv[i+1]
 	}
@@ -175,7 +171,7 @@ func TestAnAutonomyUnitFailsOverOnlyByHandWithAConfirmedFence(t *testing.T) {
 		t.Fatalf("audit reasons %v, want %v", got, want)
 	}
 	for _, l := range lines {
-		if l.Unit != unitName {
+		if l.Object.Key() != unitName {
 			continue
 		}
 		if l.Reason == units.EventManualRebind && (l.Actor != "person (request req-9, requester in the webhook's audit record)" || l.Epoch != e2 || l.Node != "press-standby-1") {
@@ -188,7 +184,7 @@ func TestAnAutonomyUnitFailsOverOnlyByHandWithAConfirmedFence(t *testing.T) {
 		if lines := auditReasons(lines, unitName); i < len(lines) {
 			var at time.Time
 			for _, l := range c.auditLines(t) {
-				if l.Unit == unitName && l.Reason == e.Reason {
+				if l.Object.Key() == unitName && l.Reason == e.Reason {
 					at = l.Time
 					break
 				}

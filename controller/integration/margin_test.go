@@ -19,8 +19,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
-	"github.com/holdfast-io/holdfast/controller/audit"
 	"github.com/holdfast-io/holdfast/controller/units"
+	"github.com/holdfast-io/holdfast/internal/audit"
 	"github.com/holdfast-io/holdfast/test/poll"
 )
 
@@ -120,7 +120,7 @@ func TestTheRebindIsDecidedWhenTheMarginEnds(t *testing.T) {
 		out := map[string]audit.Record{}
 		poll.Until(t, 15*time.Second, "the re-bind's audit line", func() (bool, string) {
 			for _, r := range p.c.auditLines(t) {
-				if r.Unit == unit {
+				if r.Object.Key() == unit {
 					out[r.Reason] = r
 				}
 			}

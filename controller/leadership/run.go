@@ -20,7 +20,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
-	"github.com/holdfast-io/holdfast/controller/audit"
+	"github.com/holdfast-io/holdfast/internal/audit"
 )
 
 // ReleaseGate wraps the election lock so that leadership is handed back only

@@ -17,8 +17,8 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/holdfast-io/holdfast/api/lease"
-	"github.com/holdfast-io/holdfast/controller/audit"
 	"github.com/holdfast-io/holdfast/controller/grantor"
+	"github.com/holdfast-io/holdfast/internal/audit"
 	"github.com/holdfast-io/holdfast/test/poll"
 )
 

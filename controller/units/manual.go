@@ -19,12 +19,12 @@ import (
 // does. It waits for a pass with no other record of consequence.
 func staleConfirmation(p *Plan, in *Inputs) {
 	_, stale := policy.ConfirmedFence(in.Unit, in.Running)
-	if stale == "" || p.Record != nil || p.Rebind != nil {
+	if stale == nil || p.Record != nil || p.Rebind != nil {
 		return
 	}
 	u, b := in.Unit, in.Unit.Status.RuntimeBinding
 	r := warning(EventInvalidRequest)
-	r.Message = "The fence confirmation certifies nothing and is removed: " + stale
+	r.Message = "The fence confirmation certifies nothing and is removed: " + stale.Reason
 	r.Manual, r.RequestID, r.Epoch, r.Node = true, u.Annotations[holdfastv1.AnnotationRequestID], b.Epoch, b.Node
 	r.count = func() { requestOutcomes.WithLabelValues(u.Namespace, u.Name, EventInvalidRequest).Inc() }
 	p.Record, p.ConsumeConfirm = r, true
@@ -71,9 +71,10 @@ func manualFailover(p *Plan, in *Inputs) bool {
 	if !asked {
 		return false
 	}
-	confirm, stale := policy.ConfirmedFence(u, in.Running)
-	if stale != "" {
-		stale = "; the confirmation on the Unit certifies nothing: " + stale
+	confirm, fault := policy.ConfirmedFence(u, in.Running)
+	stale := ""
+	if fault != nil {
+		stale = "; the confirmation on the Unit certifies nothing: " + fault.Reason
 	}
 	key := RequestKey(u)
 	if b.Origin == holdfastv1.OriginManual && b.RequestID == key {

@@ -32,8 +32,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
-	"github.com/holdfast-io/holdfast/controller/audit"
 	"github.com/holdfast-io/holdfast/controller/grantor"
+	"github.com/holdfast-io/holdfast/internal/audit"
 	"github.com/holdfast-io/holdfast/policy"
 )
 
@@ -616,7 +616,7 @@ func (r *Reconciler) execute(ctx context.Context, u *holdfastv1.Unit, pod *corev
 			}
 		}
 		if err := r.Audit.Write(audit.Record{
-			Unit: u.Namespace + "/" + u.Name, Epoch: rec.Epoch, Node: rec.Node, Verdict: rec.Verdict,
+			Object: audit.Unit(u.Namespace, u.Name), Epoch: rec.Epoch, Node: rec.Node, Verdict: rec.Verdict,
 			Actor: actor, RequestID: rec.RequestID, Reason: rec.Reason, Message: rec.Message,
 		}); err != nil {
 			log.Error(err, "Writing the audit line")

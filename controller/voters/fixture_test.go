@@ -118,6 +118,16 @@ func withLearner(o *Observation, started bool) {
 // withVoter lists n4 as a voter.
 func withVoter(o *Observation) { o.Etcd.Members = append(o.Etcd.Members, member("n4")) }
 
+// incomingVoter is the swap running at step once its incoming n4 is a voter
+// with its Node labelled etcd.
+func incomingVoter(o *Observation, step holdfastv1.SwapStep) *holdfastv1.VoterSwap {
+	s := running(o, step)
+	s.Status.IncomingMemberID = HexID(memberID("n4"))
+	withVoter(o)
+	o.Nodes["n4"].Labels[holdfastv1.LabelEtcdRole] = "true"
+	return s
+}
+
 // unstarted makes member n unstarted: no name, no client URL, no answer.
 func unstarted(o *Observation, n string) {
 	for i := range o.Etcd.Members {

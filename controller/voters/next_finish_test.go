@@ -11,13 +11,7 @@ import (
 )
 
 func TestNextRegateAndStepDown(t *testing.T) {
-	fourVoters := func(o *Observation) *holdfastv1.VoterSwap {
-		s := running(o, holdfastv1.StepRegate)
-		s.Status.IncomingMemberID = HexID(memberID("n4"))
-		withVoter(o)
-		o.Nodes["n4"].Labels[holdfastv1.LabelEtcdRole] = "true"
-		return s
-	}
+	fourVoters := func(o *Observation) *holdfastv1.VoterSwap { return incomingVoter(o, holdfastv1.StepRegate) }
 	stepDown := func(o *Observation) {
 		s := fourVoters(o)
 		s.Status.Step = holdfastv1.StepStepDown
@@ -99,12 +93,9 @@ func TestNextRegateAndStepDown(t *testing.T) {
 
 func TestNextRemoveAndFinish(t *testing.T) {
 	removal := func(o *Observation) *holdfastv1.VoterSwap {
-		s := running(o, holdfastv1.StepRemoveMember)
-		s.Status.IncomingMemberID = HexID(memberID("n4"))
+		s := incomingVoter(o, holdfastv1.StepRemoveMember)
 		s.Status.OutgoingMemberID = HexID(memberID("n1"))
-		withVoter(o)
 		setLeader(o, "n2")
-		o.Nodes["n4"].Labels[holdfastv1.LabelEtcdRole] = "true"
 		cordon(o.Nodes["n1"], swapID)
 		setStep(o.Nodes["n1"], holdfastv1.RoleAgent, swapID, holdfastv1.RoleStepStepDown)
 		setReport(o.Nodes["n1"], swapID, holdfastv1.RoleStepStepDown, holdfastv1.ActuatorDone, nil, t0.Add(-time.Minute))

@@ -16,15 +16,20 @@ func TestNextPromote(t *testing.T) {
 		setStep(o.Nodes["n4"], holdfastv1.RoleServer, swapID, holdfastv1.RoleStepPromote)
 		setReport(o.Nodes["n4"], swapID, holdfastv1.RoleStepPromote, holdfastv1.ActuatorDone, &started, started)
 	}
-	// votes is a swap whose candidate n4 was promoted (recorded), its
-	// Node labelled etcd, cordoned.
-	votes := func(o *Observation) *holdfastv1.VoterSwap {
+	// promoted is a swap whose candidate n4 was promoted (recorded),
+	// cordoned.
+	promoted := func(o *Observation) *holdfastv1.VoterSwap {
 		s := running(o, holdfastv1.StepPromote)
 		s.Status.IncomingMemberID = HexID(memberID("n4"))
 		s.Status.History = append(s.Status.History, rec(holdfastv1.StepPromote, holdfastv1.SwapReasonPromoted, holdfastv1.SwapReasonPromoted, "promoted"))
 		cordon(o.Nodes["n4"], swapID)
 		withVoter(o)
 		promoteDone(o)
+		return s
+	}
+	// votes is promoted with n4's Node labelled etcd.
+	votes := func(o *Observation) *holdfastv1.VoterSwap {
+		s := promoted(o)
 		o.Nodes["n4"].Labels[holdfastv1.LabelEtcdRole] = "true"
 		return s
 	}
@@ -160,31 +165,14 @@ func TestNextPromote(t *testing.T) {
 			promoteDone(o)
 		}, want{kind: Record, step: holdfastv1.StepRollback, says: []string{"not a voter"}}},
 		{"a voter: its Node is labelled etcd", func(o *Observation) {
-			s := running(o, holdfastv1.StepPromote)
-			s.Status.IncomingMemberID = HexID(memberID("n4"))
-			s.Status.History = append(s.Status.History, rec(holdfastv1.StepPromote, holdfastv1.SwapReasonPromoted, holdfastv1.SwapReasonPromoted, "promoted"))
-			cordon(o.Nodes["n4"], swapID)
-			withVoter(o)
-			promoteDone(o)
+			promoted(o)
 		}, want{kind: SetEtcdLabel, node: "n4"}},
 		{"a voter, no Ready heartbeat after the start yet: waits", func(o *Observation) {
-			s := running(o, holdfastv1.StepPromote)
-			s.Status.IncomingMemberID = HexID(memberID("n4"))
-			s.Status.History = append(s.Status.History, rec(holdfastv1.StepPromote, holdfastv1.SwapReasonPromoted, holdfastv1.SwapReasonPromoted, "promoted"))
-			cordon(o.Nodes["n4"], swapID)
-			withVoter(o)
-			promoteDone(o)
-			o.Nodes["n4"].Labels[holdfastv1.LabelEtcdRole] = "true"
+			votes(o)
 			o.Nodes["n4"].Status.Conditions[0].LastHeartbeatTime = metav1.NewTime(started.Add(-time.Second))
 		}, want{waitFor: holdfastv1.SwapReasonWaitingForNodeReady}},
 		{"a voter and Ready after the start: uncordoned", func(o *Observation) {
-			s := running(o, holdfastv1.StepPromote)
-			s.Status.IncomingMemberID = HexID(memberID("n4"))
-			s.Status.History = append(s.Status.History, rec(holdfastv1.StepPromote, holdfastv1.SwapReasonPromoted, holdfastv1.SwapReasonPromoted, "promoted"))
-			cordon(o.Nodes["n4"], swapID)
-			withVoter(o)
-			promoteDone(o)
-			o.Nodes["n4"].Labels[holdfastv1.LabelEtcdRole] = "true"
+			votes(o)
 		}, want{kind: Uncordon, node: "n4"}},
 		{"a voter whose promotion was not recorded (a crash): recorded, the Ready deadline starting now", func(o *Observation) {
 			s := votes(o)

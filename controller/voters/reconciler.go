@@ -22,7 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
-	"github.com/holdfast-io/holdfast/controller/audit"
+	"github.com/holdfast-io/holdfast/internal/audit"
 	"github.com/holdfast-io/holdfast/policy"
 )
 
@@ -538,7 +538,14 @@ func (r *Reconciler) record(ctx context.Context, o *Observation, swap *holdfastv
 		if actor == "" {
 			actor = "holdfast-controller/" + r.Settings.Identity
 		}
-		if err := r.Audit.Write(audit.Record{Swap: id, Node: a.Node, Actor: actor, Reason: reason, Message: msg}); err != nil {
+		var obj *audit.Object
+		switch {
+		case swap != nil:
+			obj = &audit.Object{Kind: "VoterSwap", Name: swap.Name}
+		case o.Policy != nil:
+			obj = &audit.Object{Kind: "VoterPolicy", Name: o.Policy.Name}
+		}
+		if err := r.Audit.Write(audit.Record{Object: obj, Swap: id, Node: a.Node, Actor: actor, Reason: reason, Message: msg}); err != nil {
 			klog.FromContext(ctx).Error(err, "Writing the audit line", "swap", id, "reason", reason)
 		}
 	}

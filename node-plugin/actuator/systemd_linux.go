@@ -3,11 +3,11 @@ package actuator
 import (
 	"context"
 	"fmt"
-	"os"
-	"strconv"
 
 	sd "github.com/coreos/go-systemd/v22/dbus"
 	godbus "github.com/godbus/dbus/v5"
+
+	"github.com/holdfast-io/holdfast/internal/dbusconn"
 )
 
 // DBusSystemd is Systemd over D-Bus through go-systemd.
@@ -27,21 +27,7 @@ func NewDBusSystemd(ctx context.Context) (*DBusSystemd, error) {
 // (unix:path=...), with EXTERNAL auth as this process's uid: for a host
 // whose system bus is elsewhere, and for tests against a double.
 func NewDBusSystemdAt(address string) (*DBusSystemd, error) {
-	c, err := sd.NewConnection(func() (*godbus.Conn, error) {
-		conn, err := godbus.Dial(address)
-		if err != nil {
-			return nil, err
-		}
-		if err := conn.Auth([]godbus.Auth{godbus.AuthExternal(strconv.Itoa(os.Getuid()))}); err != nil {
-			conn.Close()
-			return nil, err
-		}
-		if err := conn.Hello(); err != nil {
-			conn.Close()
-			return nil, err
-		}
-		return conn, nil
-	})
+	c, err := sd.NewConnection(func() (*godbus.Conn, error) { return dbusconn.Dial(address) })
 	if err != nil {
 		return nil, fmt.Errorf("connecting to systemd over D-Bus at %s: %w", address, err)
 	}

@@ -10,10 +10,12 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"time"
 
 	"k8s.io/klog/v2"
 
 	"github.com/holdfast-io/holdfast/internal/atomicfile"
+	"github.com/holdfast-io/holdfast/internal/audit"
 )
 
 // The agent's files in AuditDir. An action is audited before its Event can
@@ -32,12 +34,68 @@ func (a *Agent) audit(ctx context.Context, act Action) {
 		"pod", act.Pod, "epoch", act.Epoch, "bindingEpoch", act.BindingEpoch, "sandbox", act.Sandbox, "message", act.Message)
 	fences.WithLabelValues(act.Namespace, act.Unit, act.Reason).Inc()
 	if a.AuditDir != "" {
-		line, _ := json.Marshal(act)
-		if err := appendLine(filepath.Join(a.AuditDir, auditFile), line); err != nil {
+		line, err := audit.Encode(a.auditRecord(act), audit.ComponentNodePlugin, act.At)
+		if err == nil {
+			err = appendLine(filepath.Join(a.AuditDir, auditFile), bytes.TrimSuffix(line, []byte("\n")))
+		}
+		if err != nil {
 			klog.FromContext(ctx).Error(err, "Writing the fence audit line")
 		}
 	}
 	a.queue(act)
+}
+
+// auditRecord is the action's audit line: the runtime it stopped, of which
+// unit, at which binding epoch, and why.
+func (a *Agent) auditRecord(act Action) audit.Record {
+	actor := "holdfast-node"
+	if a.Node != "" {
+		actor += "/" + a.Node
+	}
+	return audit.Record{Actor: actor, Reason: act.Reason, Message: act.Message,
+		Object: audit.Unit(act.Namespace, act.Unit), Epoch: act.BindingEpoch, Node: a.Node,
+		Runtime: &audit.Runtime{Pod: act.Pod, Epoch: act.Epoch, Sandbox: act.Sandbox, Containers: act.Containers}}
+}
+
+// legacyLine is an audit line as the node plugin wrote it before the
+// audit trail had one schema (internal/audit): its epoch is the runtime's,
+// and it has no component. Recover still reads such lines, which may be on
+// the node when the plugin is upgraded.
+type legacyLine struct {
+	At           time.Time `json:"at"`
+	Reason       string    `json:"reason"`
+	Namespace    string    `json:"namespace"`
+	Unit         string    `json:"unit"`
+	Pod          string    `json:"pod"`
+	Epoch        int64     `json:"epoch"`
+	BindingEpoch int64     `json:"bindingEpoch"`
+	Sandbox      string    `json:"sandbox"`
+	Containers   []string  `json:"containers"`
+	Message      string    `json:"message"`
+}
+
+// readAction reads an action back from its audit line, in either schema.
+func readAction(line []byte) (Action, error) {
+	var rec audit.Record
+	if err := json.Unmarshal(line, &rec); err != nil {
+		return Action{}, err
+	}
+	if rec.Component == "" {
+		var l legacyLine
+		if err := json.Unmarshal(line, &l); err != nil {
+			return Action{}, err
+		}
+		return Action{At: l.At, Reason: l.Reason, Namespace: l.Namespace, Unit: l.Unit, Pod: l.Pod, Epoch: l.Epoch,
+			BindingEpoch: l.BindingEpoch, Sandbox: l.Sandbox, Containers: l.Containers, Message: l.Message}, nil
+	}
+	act := Action{At: rec.Time, Reason: rec.Reason, BindingEpoch: rec.Epoch, Message: rec.Message}
+	if rec.Object != nil {
+		act.Namespace, act.Unit = rec.Object.Namespace, rec.Object.Name
+	}
+	if r := rec.Runtime; r != nil {
+		act.Pod, act.Epoch, act.Sandbox, act.Containers = r.Pod, r.Epoch, r.Sandbox, r.Containers
+	}
+	return act, nil
 }
 
 func (a *Agent) queue(act Action) {
@@ -94,8 +152,8 @@ func (a *Agent) Recover(ctx context.Context) (int, error) {
 	}
 	var unposted []Action
 	err := readLines(filepath.Join(a.AuditDir, auditFile), func(l []byte) {
-		var act Action
-		if err := json.Unmarshal(l, &act); err != nil {
+		act, err := readAction(l)
+		if err != nil {
 			klog.FromContext(ctx).Info("Skipping an unreadable fence audit line", "line", string(l), "err", err)
 			return
 		}

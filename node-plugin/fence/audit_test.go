@@ -2,9 +2,11 @@ package fence_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/internal/audit"
 	"github.com/holdfast-io/holdfast/node-plugin/fence"
 )
 
@@ -20,6 +23,7 @@ import (
 type notifier struct {
 	away   bool
 	posted []string
+	acts   []fence.Action
 }
 
 func (n *notifier) Fenced(_ context.Context, a fence.Action) error {
@@ -27,6 +31,7 @@ func (n *notifier) Fenced(_ context.Context, a fence.Action) error {
 		return errors.New("connection refused")
 	}
 	n.posted = append(n.posted, a.Sandbox)
+	n.acts = append(n.acts, a)
 	return nil
 }
 
@@ -93,5 +98,67 @@ func TestAFenceDoneWhileTheApiserverIsAwayIsPostedAfterARestart(t *testing.T) {
 	third := newAgent(&notifier{})
 	if n, err := third.Recover(ctx); err != nil || n != 0 {
 		t.Fatalf("recovered %d actions (%v) whose Events were posted, want 0", n, err)
+	}
+}
+
+// The fence audit is in the audit trail's one schema (internal/audit): who
+// (the node plugin on its node), what (the Event reason), why (the
+// message), the unit, its binding epoch and the runtime stopped.
+func TestAFenceAuditLineIsInTheAuditTrailsSchema(t *testing.T) {
+	dir := t.TempDir()
+	cri := critesting.NewFakeRuntimeService()
+	cri.SetFakeSandboxes([]*critesting.FakePodSandbox{runtimeSandbox("sb1")})
+	cri.SetFakeContainers([]*critesting.FakeContainer{runtimeContainer("sb1", "c1")})
+	u := &holdfastv1.Unit{Status: holdfastv1.UnitStatus{RuntimeBinding: &holdfastv1.RuntimeBinding{Epoch: 2}}}
+	at := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	agent := &fence.Agent{CRI: cri, Units: units{"plant/u": u}, Notifier: &notifier{away: true},
+		Clock: clocktesting.NewFakeClock(at), AuditDir: dir, Node: "edge-1"}
+	if acts, err := agent.FenceStale(context.Background(), "", ""); err != nil || len(acts) != 1 {
+		t.Fatalf("fencing the stale runtime: %v %+v", err, acts)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "fence-audit.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got audit.Record
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatalf("the audit line %q is not one record: %v", b, err)
+	}
+	want := audit.Record{Time: at, Component: audit.ComponentNodePlugin, Actor: "holdfast-node/edge-1",
+		Reason: fence.ReasonStaleEpoch, Message: got.Message, Object: audit.Unit("plant", "u"), Epoch: 2, Node: "edge-1",
+		Runtime: &audit.Runtime{Pod: "u-runtime-e1", Epoch: 1, Sandbox: "sb1", Containers: []string{"c1"}}}
+	if !reflect.DeepEqual(got, want) || got.Message == "" {
+		t.Errorf("audit line\n %+v\nwant\n %+v", got, want)
+	}
+}
+
+// Fence audit lines already on the node in the schema before the audit
+// trail had one (epoch the runtime's, bindingEpoch the unit's, no
+// component) are still read by Recover after an upgrade: their Events are
+// posted, with the same action as the plugin that wrote them saw.
+func TestRecoverReadsFenceAuditLinesOfTheSchemaBefore(t *testing.T) {
+	dir := t.TempDir()
+	old := `{"at":"2026-11-20T08:00:00Z","reason":"StaleRuntimeStopped","namespace":"plant","unit":"u","pod":"u-runtime-e1",` +
+		`"epoch":1,"bindingEpoch":2,"sandbox":"sb-old","containers":["c-old"],"message":"runtime of epoch 1 is behind the unit's binding at epoch 2"}` + "\n" +
+		`{"at":"2026-11-20T08:01:00Z","reason":"WedgedRuntimeStopped","namespace":"plant","unit":"v","pod":"v-runtime-e4",` +
+		`"epoch":4,"sandbox":"sb-posted","containers":null,"message":"wedged"}` + "\n"
+	if err := os.WriteFile(filepath.Join(dir, "fence-audit.jsonl"), []byte(old), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "fence-events-posted"), []byte("sb-posted\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	n := &notifier{}
+	agent := &fence.Agent{CRI: critesting.NewFakeRuntimeService(), Notifier: n, Clock: clocktesting.NewFakeClock(time.Now()), AuditDir: dir}
+	ctx := context.Background()
+	if got, err := agent.Recover(ctx); err != nil || got != 1 {
+		t.Fatalf("recovered %d actions (%v), want the one old-format line never posted", got, err)
+	}
+	agent.Flush(ctx)
+	want := fence.Action{At: time.Date(2026, 11, 20, 8, 0, 0, 0, time.UTC), Reason: fence.ReasonStaleEpoch, Namespace: "plant", Unit: "u",
+		Pod: "u-runtime-e1", Epoch: 1, BindingEpoch: 2, Sandbox: "sb-old", Containers: []string{"c-old"},
+		Message: "runtime of epoch 1 is behind the unit's binding at epoch 2"}
+	if len(n.acts) != 1 || !reflect.DeepEqual(n.acts[0], want) {
+		t.Fatalf("posted %+v, want %+v", n.acts, want)
 	}
 }

@@ -71,19 +71,20 @@ const (
 	maxPendingActions   = 256
 )
 
-// Action is one fence action, as audited and reported.
+// Action is one fence action, as audited (auditRecord) and reported.
 type Action struct {
-	At        time.Time `json:"at"`
-	Reason    string    `json:"reason"`
-	Namespace string    `json:"namespace"`
-	Unit      string    `json:"unit"`
-	Pod       string    `json:"pod"`
-	Epoch     int64     `json:"epoch"`
+	At        time.Time
+	Reason    string
+	Namespace string
+	Unit      string
+	Pod       string
+	// Epoch is the stopped runtime's epoch.
+	Epoch int64
 	// BindingEpoch is the unit's binding epoch as the agent knew it.
-	BindingEpoch int64    `json:"bindingEpoch,omitempty"`
-	Sandbox      string   `json:"sandbox"`
-	Containers   []string `json:"containers"`
-	Message      string   `json:"message"`
+	BindingEpoch int64
+	Sandbox      string
+	Containers   []string
+	Message      string
 }
 
 // observation is a runtime's last answer on the agent's clock.
@@ -109,8 +110,11 @@ type Agent struct {
 	Lease    LeaseStatus
 	Notifier Notifier
 	Clock    clock.PassiveClock
-	// AuditDir holds fence-audit.jsonl, one JSON line per action.
+	// AuditDir holds fence-audit.jsonl, one audit line (internal/audit)
+	// per action.
 	AuditDir string
+	// Node is this node's name, for the audit lines' actor.
+	Node string
 
 	mu      sync.Mutex
 	seen    map[string]*observation // by sandbox ID

@@ -284,17 +284,7 @@ func (s State) ServerAllowed() (bool, string, error) {
 }
 
 func (s State) readJSON(name string, v any) (bool, error) {
-	b, err := os.ReadFile(filepath.Join(s.Dir, name))
-	if errors.Is(err, fs.ErrNotExist) {
-		return false, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	if err := json.Unmarshal(b, v); err != nil {
-		return false, fmt.Errorf("%s: %w", filepath.Join(s.Dir, name), err)
-	}
-	return true, nil
+	return atomicfile.ReadJSON(s.Dir, name, v)
 }
 
 func (s State) writeJSON(name string, v any) error {

@@ -7,11 +7,8 @@ package state
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/holdfast-io/holdfast/internal/atomicfile"
@@ -80,17 +77,7 @@ func (d *Dir) CountStart(podUID string) (int32, error) {
 }
 
 func (d *Dir) read(name string, v any) (bool, error) {
-	b, err := os.ReadFile(filepath.Join(d.path, name))
-	if errors.Is(err, fs.ErrNotExist) {
-		return false, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	if err := json.Unmarshal(b, v); err != nil {
-		return false, fmt.Errorf("%s: %w", filepath.Join(d.path, name), err)
-	}
-	return true, nil
+	return atomicfile.ReadJSON(d.path, name, v)
 }
 
 // write replaces a state file atomically; Open created the directory. The

@@ -26,7 +26,6 @@ import (
 	"github.com/holdfast-io/holdfast/scheduler-plugin/apis/config"
 	configv1 "github.com/holdfast-io/holdfast/scheduler-plugin/apis/config/v1"
 	"github.com/holdfast-io/holdfast/scheduler-plugin/apis/config/validation"
-	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/holdfastclient"
 	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/pluginargs"
 	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/pluginmetrics"
 	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/runtimepod"
@@ -64,17 +63,9 @@ var _ fwk.SignPlugin = &StandbyColocation{}
 // New builds the plugin from its args and the scheduler's handle; it reads
 // Units through the scheduler's shared holdfast informers.
 func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
-	pluginmetrics.Register()
-	args, err := getArgs(obj)
+	args, clients, err := runtimepod.Setup(ctx, h, obj, Name, getArgs)
 	if err != nil {
 		return nil, err
-	}
-	clients, err := holdfastclient.For(ctx, h, &holdfastv1.Unit{})
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", Name, err)
-	}
-	if err := runtimepod.RequeueOnUnitChange(ctx, h, clients); err != nil {
-		return nil, fmt.Errorf("%s: %w", Name, err)
 	}
 	return newPlugin(h, args, clients.Cached), nil
 }
@@ -95,10 +86,7 @@ func (pl *StandbyColocation) Name() string { return Name }
 // does nothing to them. A runtime pod is refused a signature: its result
 // depends on its own unit and the runtimes around it.
 func (pl *StandbyColocation) SignPod(_ context.Context, pod *corev1.Pod) ([]fwk.SignFragment, *fwk.Status) {
-	if _, ok := policy.RuntimeUnit(pod); ok {
-		return nil, fwk.NewStatus(fwk.Unschedulable, "a unit runtime pod is placed on its own")
-	}
-	return nil, nil
+	return runtimepod.SignPod(pod)
 }
 
 // guard is the pod's unit and its co-location policy, found by PreFilter.

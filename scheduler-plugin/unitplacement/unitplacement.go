@@ -37,7 +37,6 @@ import (
 	"github.com/holdfast-io/holdfast/scheduler-plugin/apis/config"
 	configv1 "github.com/holdfast-io/holdfast/scheduler-plugin/apis/config/v1"
 	"github.com/holdfast-io/holdfast/scheduler-plugin/apis/config/validation"
-	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/holdfastclient"
 	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/nodeindex"
 	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/pluginargs"
 	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/pluginmetrics"
@@ -140,17 +139,9 @@ var _ fwk.SignPlugin = &UnitPlacement{}
 // Units through the scheduler's shared holdfast informers, and indexes nodes
 // from the scheduler's Node informer.
 func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
-	pluginmetrics.Register()
-	args, err := getArgs(obj)
+	args, clients, err := runtimepod.Setup(ctx, h, obj, Name, getArgs)
 	if err != nil {
 		return nil, err
-	}
-	clients, err := holdfastclient.For(ctx, h, &holdfastv1.Unit{})
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", Name, err)
-	}
-	if err := runtimepod.RequeueOnUnitChange(ctx, h, clients); err != nil {
-		return nil, fmt.Errorf("%s: %w", Name, err)
 	}
 	// One index per plugin instance: the shipped configuration enables the
 	// plugin in one profile, so that is one per scheduler, with no shared
@@ -182,10 +173,7 @@ func (pl *UnitPlacement) Name() string { return Name }
 // does nothing to them. A runtime pod is refused a signature: its result
 // depends on its own unit, epoch and name, and is never reused.
 func (pl *UnitPlacement) SignPod(_ context.Context, pod *corev1.Pod) ([]fwk.SignFragment, *fwk.Status) {
-	if _, ok := policy.RuntimeUnit(pod); ok {
-		return nil, fwk.NewStatus(fwk.Unschedulable, "a unit runtime pod is placed on its own")
-	}
-	return nil, nil
+	return runtimepod.SignPod(pod)
 }
 
 // PreFilter reads the pod's Unit from the informer cache and refuses the

@@ -31,6 +31,7 @@ import (
 	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/pluginargs"
 	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/pluginmetrics"
 	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/requeue"
+	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/signature"
 )
 
 // Name is the plugin's name in the registry and the scheduler configuration.
@@ -111,10 +112,7 @@ func (pl *VoterEligibility) Name() string { return Name }
 // plugin does nothing to them. A candidate is refused a signature: its
 // result depends on the VoterPolicy, which is not node state.
 func (pl *VoterEligibility) SignPod(_ context.Context, pod *corev1.Pod) ([]fwk.SignFragment, *fwk.Status) {
-	if isCandidate(pod) {
-		return nil, fwk.NewStatus(fwk.Unschedulable, "a voter candidate is placed on its own")
-	}
-	return nil, nil
+	return signature.Alone(isCandidate(pod), "a voter candidate")
 }
 
 // candidacy is what PreFilter read from the VoterPolicy.

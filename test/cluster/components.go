@@ -50,24 +50,18 @@ func (c *Cluster) EnsureNamespace(ctx context.Context, name string) error {
 
 // waitHTTP waits until url (inside the hub) answers 200.
 func (c *Cluster) waitHTTP(ctx context.Context, p *Process, url string, timeout time.Duration) error {
-	hc := c.HTTPClient()
-	return Poll(ctx, timeout, func() (bool, error) {
-		if p.Exited() {
-			return false, fmt.Errorf("%s exited: %s", p.p.Name, p.Tail(15))
-		}
-		resp, err := hc.Get(url)
-		if err != nil {
-			return false, nil
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK, nil
-	})
+	return waitOK(ctx, c.HTTPClient(), p, url, timeout)
 }
 
 // waitHTTPS waits until a component's self-signed health endpoint answers.
 func (c *Cluster) waitHTTPS(ctx context.Context, p *Process, url string, timeout time.Duration) error {
 	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: c.Dial,
 		TLSClientConfig: insecureTLS(), DisableKeepAlives: true}}
+	return waitOK(ctx, hc, p, url, timeout)
+}
+
+// waitOK waits until url answers hc with 200, or p exits.
+func waitOK(ctx context.Context, hc *http.Client, p *Process, url string, timeout time.Duration) error {
 	return Poll(ctx, timeout, func() (bool, error) {
 		if p.Exited() {
 			return false, fmt.Errorf("%s exited: %s", p.p.Name, p.Tail(15))

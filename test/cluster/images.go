@@ -6,9 +6,6 @@ import (
 	"os/exec"
 	"path/filepath"
 
-	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
-
 	"github.com/holdfast-io/holdfast/test/crihost"
 )
 
@@ -38,19 +35,6 @@ func buildBinary(root, out, pkg string) error {
 	return nil
 }
 
-// writeImage writes binary as image ref to a tarball.
-func writeImage(path, ref, binary string, entrypoint []string) error {
-	img, err := crihost.Image(binary, entrypoint)
-	if err != nil {
-		return err
-	}
-	tag, err := name.NewTag(ref)
-	if err != nil {
-		return err
-	}
-	return tarball.WriteToFile(path, tag, img)
-}
-
 // buildImages builds the pause image and every image into dir and returns
 // their tarballs.
 func buildImages(root, dir string, images []Image) ([]string, error) {
@@ -59,7 +43,7 @@ func buildImages(root, dir string, images []Image) ([]string, error) {
 		return nil, err
 	}
 	out := []string{filepath.Join(dir, "pause.tar")}
-	if err := writeImage(out[0], PauseImage, pause, []string{"pause"}); err != nil {
+	if err := crihost.WriteImage(out[0], PauseImage, pause, []string{"pause"}); err != nil {
 		return nil, err
 	}
 	for _, im := range images {
@@ -69,7 +53,7 @@ func buildImages(root, dir string, images []Image) ([]string, error) {
 			return nil, err
 		}
 		tarPath := filepath.Join(dir, base+".tar")
-		if err := writeImage(tarPath, im.Ref, bin, im.Entrypoint); err != nil {
+		if err := crihost.WriteImage(tarPath, im.Ref, bin, im.Entrypoint); err != nil {
 			return nil, fmt.Errorf("image %s: %w", im.Ref, err)
 		}
 		out = append(out, tarPath)

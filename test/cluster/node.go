@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/trace/noop"
+	internalapi "k8s.io/cri-api/pkg/apis"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	remote "k8s.io/cri-client/pkg"
 
@@ -441,45 +442,47 @@ func (n *Node) removeCgroups() error {
 // ContainerPID is the host PID of a running container of a pod on this
 // node, read from containerd (CRI) as the kubelet sees it.
 func (n *Node) ContainerPID(ctx context.Context, namespace, pod, container string) (int, error) {
-	rt, err := remote.NewRemoteRuntimeService(ctx, n.CRIEndpoint, 10*time.Second, noop.NewTracerProvider(), false)
-	if err != nil {
-		return 0, err
-	}
-	defer rt.Close(ctx)
-	cs, err := rt.ListContainers(ctx, &runtimeapi.ContainerFilter{
-		State: &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING},
-		LabelSelector: map[string]string{
-			"io.kubernetes.pod.namespace": namespace, "io.kubernetes.pod.name": pod, "io.kubernetes.container.name": container,
-		},
+	pid := 0
+	err := n.runningContainers(ctx, namespace, pod, container, func(rt internalapi.RuntimeService, cs []*runtimeapi.Container) error {
+		if len(cs) != 1 {
+			return fmt.Errorf("%d running containers %s in %s/%s on %s", len(cs), container, namespace, pod, n.Name)
+		}
+		st, err := rt.ContainerStatus(ctx, cs[0].Id, true)
+		if err != nil {
+			return err
+		}
+		var info struct {
+			Pid int `json:"pid"`
+		}
+		if err := json.Unmarshal([]byte(st.Info["info"]), &info); err != nil {
+			return err
+		}
+		if info.Pid == 0 {
+			return fmt.Errorf("container %s has no pid", cs[0].Id)
+		}
+		pid = info.Pid
+		return nil
 	})
-	if err != nil {
-		return 0, err
-	}
-	if len(cs) != 1 {
-		return 0, fmt.Errorf("%d running containers %s in %s/%s on %s", len(cs), container, namespace, pod, n.Name)
-	}
-	st, err := rt.ContainerStatus(ctx, cs[0].Id, true)
-	if err != nil {
-		return 0, err
-	}
-	var info struct {
-		Pid int `json:"pid"`
-	}
-	if err := json.Unmarshal([]byte(st.Info["info"]), &info); err != nil {
-		return 0, err
-	}
-	if info.Pid == 0 {
-		return 0, fmt.Errorf("container %s has no pid", cs[0].Id)
-	}
-	return info.Pid, nil
+	return pid, err
 }
 
 // RunningContainers counts the node's running containers named container
 // in pod namespace/pod, as its CRI reports them.
 func (n *Node) RunningContainers(ctx context.Context, namespace, pod, container string) (int, error) {
+	count := 0
+	err := n.runningContainers(ctx, namespace, pod, container, func(_ internalapi.RuntimeService, cs []*runtimeapi.Container) error {
+		count = len(cs)
+		return nil
+	})
+	return count, err
+}
+
+// runningContainers hands fn the node's running containers named container
+// in pod namespace/pod, with the CRI connection they were listed on.
+func (n *Node) runningContainers(ctx context.Context, namespace, pod, container string, fn func(internalapi.RuntimeService, []*runtimeapi.Container) error) error {
 	rt, err := remote.NewRemoteRuntimeService(ctx, n.CRIEndpoint, 10*time.Second, noop.NewTracerProvider(), false)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	defer rt.Close(ctx)
 	cs, err := rt.ListContainers(ctx, &runtimeapi.ContainerFilter{
@@ -488,5 +491,8 @@ func (n *Node) RunningContainers(ctx context.Context, namespace, pod, container 
 			"io.kubernetes.pod.namespace": namespace, "io.kubernetes.pod.name": pod, "io.kubernetes.container.name": container,
 		},
 	})
-	return len(cs), err
+	if err != nil {
+		return err
+	}
+	return fn(rt, cs)
 }

@@ -84,7 +84,12 @@ func BuildTestImage(path, ref string, entrypoint []string) error {
 	if err != nil {
 		return err
 	}
-	img, err := Image(bin, entrypoint)
+	return WriteImage(path, ref, bin, entrypoint)
+}
+
+// WriteImage writes binary as image ref to a tarball.
+func WriteImage(path, ref, binary string, entrypoint []string) error {
+	img, err := Image(binary, entrypoint)
 	if err != nil {
 		return err
 	}

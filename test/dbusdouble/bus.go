@@ -28,12 +28,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
 	sd "github.com/coreos/go-systemd/v22/dbus"
 	"github.com/godbus/dbus/v5"
+
+	"github.com/holdfast-io/holdfast/internal/dbusconn"
 )
 
 // busConfig is a session-like bus on a socket in the test's directory, with
@@ -119,21 +120,7 @@ func (b *Bus) Close() {
 func (b *Bus) Dial() (*dbus.Conn, error) { return Dial(b.Address) }
 
 // Dial opens an authenticated connection to the bus at address.
-func Dial(address string) (*dbus.Conn, error) {
-	conn, err := dbus.Dial(address)
-	if err != nil {
-		return nil, err
-	}
-	if err := conn.Auth([]dbus.Auth{dbus.AuthExternal(strconv.Itoa(os.Getuid()))}); err != nil {
-		conn.Close()
-		return nil, err
-	}
-	if err := conn.Hello(); err != nil {
-		conn.Close()
-		return nil, err
-	}
-	return conn, nil
-}
+func Dial(address string) (*dbus.Conn, error) { return dbusconn.Dial(address) }
 
 // Systemd opens a go-systemd connection through the bus, the same code path
 // the node plugin uses against the host's system bus.

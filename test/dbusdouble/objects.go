@@ -49,17 +49,25 @@ type unitFileChange struct {
 	Destination string
 }
 
-func (o managerObject) StartUnit(name, mode string) (dbus.ObjectPath, *dbus.Error) {
-	o.m.record(Call{Method: "StartUnit", Units: []string{name}})
+// startable refuses a start of an unknown or masked unit, as systemd does.
+func (o managerObject) startable(name string) *dbus.Error {
 	u, derr := o.m.lookup(name)
 	if derr != nil {
-		return "", derr
+		return derr
 	}
 	o.m.mu.Lock()
 	masked := u.maskedRuntime || u.maskedPersist
 	o.m.mu.Unlock()
 	if masked {
-		return "", dbus.NewError("org.freedesktop.systemd1.UnitMasked", []any{fmt.Sprintf("Unit %s is masked.", name)})
+		return dbus.NewError("org.freedesktop.systemd1.UnitMasked", []any{fmt.Sprintf("Unit %s is masked.", name)})
+	}
+	return nil
+}
+
+func (o managerObject) StartUnit(name, mode string) (dbus.ObjectPath, *dbus.Error) {
+	o.m.record(Call{Method: "StartUnit", Units: []string{name}})
+	if derr := o.startable(name); derr != nil {
+		return "", derr
 	}
 	return o.m.newJob(name, func() string { return o.m.start(name) }), nil
 }
@@ -74,15 +82,8 @@ func (o managerObject) StopUnit(name, mode string) (dbus.ObjectPath, *dbus.Error
 
 func (o managerObject) RestartUnit(name, mode string) (dbus.ObjectPath, *dbus.Error) {
 	o.m.record(Call{Method: "RestartUnit", Units: []string{name}})
-	u, derr := o.m.lookup(name)
-	if derr != nil {
+	if derr := o.startable(name); derr != nil {
 		return "", derr
-	}
-	o.m.mu.Lock()
-	masked := u.maskedRuntime || u.maskedPersist
-	o.m.mu.Unlock()
-	if masked {
-		return "", dbus.NewError("org.freedesktop.systemd1.UnitMasked", []any{fmt.Sprintf("Unit %s is masked.", name)})
 	}
 	return o.m.newJob(name, func() string {
 		o.m.stop(name)
@@ -90,30 +91,11 @@ func (o managerObject) RestartUnit(name, mode string) (dbus.ObjectPath, *dbus.Er
 	}), nil
 }
 
-func (o managerObject) EnableUnitFiles(files []string, runtime, force bool) (bool, []unitFileChange, *dbus.Error) {
-	o.m.record(Call{Method: "EnableUnitFiles", Units: files, Runtime: runtime})
-	var changes []unitFileChange
-	for _, f := range files {
-		u, derr := o.m.lookup(filepath.Base(f))
-		if derr != nil {
-			return false, nil, derr
-		}
-		o.m.mu.Lock()
-		if u.maskedRuntime || u.maskedPersist {
-			o.m.mu.Unlock()
-			return false, nil, dbus.NewError("org.freedesktop.systemd1.UnitMasked", []any{fmt.Sprintf("Unit file %s is masked.", u.Name)})
-		}
-		if !u.enabled {
-			u.enabled = true
-			changes = append(changes, unitFileChange{"symlink", "/etc/systemd/system/multi-user.target.wants/" + u.Name, "/etc/systemd/system/" + u.Name})
-		}
-		o.m.mu.Unlock()
-	}
-	return true, changes, nil
-}
-
-func (o managerObject) DisableUnitFiles(files []string, runtime bool) ([]unitFileChange, *dbus.Error) {
-	o.m.record(Call{Method: "DisableUnitFiles", Units: files, Runtime: runtime})
+// unitFiles records a unit-file call, then applies change to each file's
+// unit under the manager's lock and collects the changes it reports; an
+// unknown unit or a refusal ends the call with no changes.
+func (o managerObject) unitFiles(method string, files []string, runtime bool, change func(u *unitState) (*unitFileChange, *dbus.Error)) ([]unitFileChange, *dbus.Error) {
+	o.m.record(Call{Method: method, Units: files, Runtime: runtime})
 	var changes []unitFileChange
 	for _, f := range files {
 		u, derr := o.m.lookup(filepath.Base(f))
@@ -121,24 +103,44 @@ func (o managerObject) DisableUnitFiles(files []string, runtime bool) ([]unitFil
 			return nil, derr
 		}
 		o.m.mu.Lock()
-		if u.enabled {
-			u.enabled = false
-			changes = append(changes, unitFileChange{"unlink", "/etc/systemd/system/multi-user.target.wants/" + u.Name, ""})
-		}
+		c, derr := change(u)
 		o.m.mu.Unlock()
+		if derr != nil {
+			return nil, derr
+		}
+		if c != nil {
+			changes = append(changes, *c)
+		}
 	}
 	return changes, nil
 }
 
-func (o managerObject) MaskUnitFiles(files []string, runtime, force bool) ([]unitFileChange, *dbus.Error) {
-	o.m.record(Call{Method: "MaskUnitFiles", Units: files, Runtime: runtime})
-	var changes []unitFileChange
-	for _, f := range files {
-		u, derr := o.m.lookup(filepath.Base(f))
-		if derr != nil {
-			return nil, derr
+func (o managerObject) EnableUnitFiles(files []string, runtime, force bool) (bool, []unitFileChange, *dbus.Error) {
+	changes, derr := o.unitFiles("EnableUnitFiles", files, runtime, func(u *unitState) (*unitFileChange, *dbus.Error) {
+		if u.maskedRuntime || u.maskedPersist {
+			return nil, dbus.NewError("org.freedesktop.systemd1.UnitMasked", []any{fmt.Sprintf("Unit file %s is masked.", u.Name)})
 		}
-		o.m.mu.Lock()
+		if u.enabled {
+			return nil, nil
+		}
+		u.enabled = true
+		return &unitFileChange{"symlink", "/etc/systemd/system/multi-user.target.wants/" + u.Name, "/etc/systemd/system/" + u.Name}, nil
+	})
+	return derr == nil, changes, derr
+}
+
+func (o managerObject) DisableUnitFiles(files []string, runtime bool) ([]unitFileChange, *dbus.Error) {
+	return o.unitFiles("DisableUnitFiles", files, runtime, func(u *unitState) (*unitFileChange, *dbus.Error) {
+		if !u.enabled {
+			return nil, nil
+		}
+		u.enabled = false
+		return &unitFileChange{"unlink", "/etc/systemd/system/multi-user.target.wants/" + u.Name, ""}, nil
+	})
+}
+
+func (o managerObject) MaskUnitFiles(files []string, runtime, force bool) ([]unitFileChange, *dbus.Error) {
+	return o.unitFiles("MaskUnitFiles", files, runtime, func(u *unitState) (*unitFileChange, *dbus.Error) {
 		dir := "/etc/systemd/system/"
 		if runtime {
 			dir = "/run/systemd/system/"
@@ -146,31 +148,22 @@ func (o managerObject) MaskUnitFiles(files []string, runtime, force bool) ([]uni
 		} else {
 			u.maskedPersist = true
 		}
-		o.m.mu.Unlock()
-		changes = append(changes, unitFileChange{"symlink", dir + u.Name, "/dev/null"})
-	}
-	return changes, nil
+		return &unitFileChange{"symlink", dir + u.Name, "/dev/null"}, nil
+	})
 }
 
 func (o managerObject) UnmaskUnitFiles(files []string, runtime bool) ([]unitFileChange, *dbus.Error) {
-	o.m.record(Call{Method: "UnmaskUnitFiles", Units: files, Runtime: runtime})
-	var changes []unitFileChange
-	for _, f := range files {
-		u, derr := o.m.lookup(filepath.Base(f))
-		if derr != nil {
-			return nil, derr
-		}
-		o.m.mu.Lock()
-		if runtime && u.maskedRuntime {
+	return o.unitFiles("UnmaskUnitFiles", files, runtime, func(u *unitState) (*unitFileChange, *dbus.Error) {
+		switch {
+		case runtime && u.maskedRuntime:
 			u.maskedRuntime = false
-			changes = append(changes, unitFileChange{"unlink", "/run/systemd/system/" + u.Name, ""})
-		} else if !runtime && u.maskedPersist {
+			return &unitFileChange{"unlink", "/run/systemd/system/" + u.Name, ""}, nil
+		case !runtime && u.maskedPersist:
 			u.maskedPersist = false
-			changes = append(changes, unitFileChange{"unlink", "/etc/systemd/system/" + u.Name, ""})
+			return &unitFileChange{"unlink", "/etc/systemd/system/" + u.Name, ""}, nil
 		}
-		o.m.mu.Unlock()
-	}
-	return changes, nil
+		return nil, nil
+	})
 }
 
 func (o managerObject) Reload() *dbus.Error {

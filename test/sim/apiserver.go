@@ -180,19 +180,26 @@ func (a *apiserver) update(u user, obj client.Object, sub string) (client.Object
 	return a.store(next), nil
 }
 
+// keepStored is what an update of sub does to stored, of either kind: the
+// status subresource changes the status only, the main resource all but it.
+func keepStored[T interface{ DeepCopy() T }, S any](stored, next T, sub string, status func(T) *S) T {
+	if sub == "status" {
+		n := stored.DeepCopy()
+		*status(n) = *status(next)
+		return n
+	}
+	*status(next) = *status(stored.DeepCopy())
+	return next
+}
+
 // merge is what an update of sub does to cur: the main resource keeps the
 // stored status, the status subresource keeps everything else.
 func (a *apiserver) merge(cur, obj client.Object, sub string) client.Object {
 	next := obj.DeepCopyObject().(client.Object)
 	switch c := cur.(type) {
 	case *holdfastv1.Unit:
-		n := next.(*holdfastv1.Unit)
-		if sub == "status" {
-			st := n.Status
-			n = c.DeepCopy()
-			n.Status = st
-		} else {
-			n.Status = *c.Status.DeepCopy()
+		n := keepStored(c, next.(*holdfastv1.Unit), sub, func(u *holdfastv1.Unit) *holdfastv1.UnitStatus { return &u.Status })
+		if sub != "status" {
 			if !equalSpec(c, n) {
 				n.Generation = c.Generation + 1
 			} else {
@@ -201,15 +208,7 @@ func (a *apiserver) merge(cur, obj client.Object, sub string) client.Object {
 		}
 		next = n
 	case *corev1.Pod:
-		n := next.(*corev1.Pod)
-		if sub == "status" {
-			st := n.Status
-			n = c.DeepCopy()
-			n.Status = st
-		} else {
-			n.Status = *c.Status.DeepCopy()
-		}
-		next = n
+		next = keepStored(c, next.(*corev1.Pod), sub, func(p *corev1.Pod) *corev1.PodStatus { return &p.Status })
 	}
 	next.SetUID(cur.GetUID())
 	next.SetCreationTimestamp(cur.GetCreationTimestamp())

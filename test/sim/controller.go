@@ -16,10 +16,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
-	"github.com/holdfast-io/holdfast/controller/audit"
 	"github.com/holdfast-io/holdfast/controller/grantor"
 	"github.com/holdfast-io/holdfast/controller/leadership"
 	"github.com/holdfast-io/holdfast/controller/units"
+	"github.com/holdfast-io/holdfast/internal/audit"
 )
 
 // controller is one replica of holdfast-controller --role=units on its own
@@ -80,7 +80,7 @@ func (c *controller) boot() {
 	}
 	c.g = grantor.New(gopts)
 	c.tenure = leadership.NewTenure(clk, s.cfg.StandDown)
-	c.audit = audit.New(auditWriter{c}, "units", clk)
+	c.audit = audit.New(auditWriter{c}, audit.ComponentUnits, clk)
 	c.rec = &units.Reconciler{Recorder: recorder{c}, Grantor: c.g, HoldOff: c.tenure, Audit: c.audit, Clock: clk,
 		Actor: "holdfast-controller/" + c.name, Timings: s.cfg.Timings,
 		Epochs: &units.EpochRecord{Namespace: "holdfast-system"}}
@@ -410,8 +410,8 @@ func (w auditWriter) Write(b []byte) (int, error) {
 		return len(b), nil
 	}
 	var r audit.Record
-	if json.Unmarshal(b, &r) == nil && (r.Unit == "") {
-		c.s.log(c.p.host, r.Unit, kDecision, "%s audit %s: %s", c.name, r.Reason, strings.TrimSpace(r.Message))
+	if json.Unmarshal(b, &r) == nil && r.Object == nil {
+		c.s.log(c.p.host, "", kDecision, "%s audit %s: %s", c.name, r.Reason, strings.TrimSpace(r.Message))
 	}
 	return len(b), nil
 }

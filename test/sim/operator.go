@@ -2,7 +2,6 @@ package sim
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -134,12 +133,8 @@ func (o *operator) failover(target, confirm string) {
 		if b := u.Status.RuntimeBinding; confirm != "" && b != nil {
 			// The certification is of the runtime the operator reads: its
 			// epoch, and its process as the apiserver has its pod now.
-			written = map[string]string{
-				holdfastv1.AnnotationFailoverConfirmFenced:      confirm,
-				holdfastv1.AnnotationFailoverConfirmEpoch:       strconv.FormatInt(b.Epoch, 10),
-				holdfastv1.AnnotationFailoverConfirmIncarnation: policy.IncarnationValue(o.running(b)),
-				holdfastv1.AnnotationRequestID:                  id,
-			}
+			written = policy.ConfirmFenced(confirm, b.Epoch, o.running(b))
+			written[holdfastv1.AnnotationRequestID] = id
 			for k, v := range written {
 				u.Annotations[k] = v
 			}

@@ -62,17 +62,7 @@ func Shared(t testing.TB) *CA {
 
 // MakeCA is NewCA outside a test (a TestMain, a harness).
 func MakeCA(name string) (*CA, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, err
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(365 * 24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	_, key, der, err := SelfSignedCA(name, 365*24*time.Hour)
 	if err != nil {
 		return nil, err
 	}
@@ -86,6 +76,30 @@ func MakeCA(name string) (*CA, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// SelfSignedCA makes a self-signed P-256 CA certificate named name, valid
+// from an hour ago for validity: its certificate, key and certificate DER.
+func SelfSignedCA(name string, validity time.Duration) (*x509.Certificate, *ecdsa.PrivateKey, []byte, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(validity),
+		IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return cert, key, der, nil
 }
 
 // Intermediate makes a CA signed by c (as cert-manager's CA Issuer signs a

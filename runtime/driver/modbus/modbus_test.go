@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	testingclock "k8s.io/utils/clock/testing"
-
 	"github.com/holdfast-io/holdfast/runtime/driver"
 	"github.com/holdfast-io/holdfast/runtime/driver/modbus"
 	"github.com/holdfast-io/holdfast/runtime/internal/testutil"
@@ -22,12 +20,7 @@ func connect(t *testing.T, addr string) *modbus.Driver {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := modbus.New(cfg)
-	if err := d.Connect(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = d.Close() })
-	return d
+	return testutil.Connected(t, modbus.New(cfg))
 }
 
 // L7: every write carries its epoch to the device, and a device that has
@@ -166,19 +159,7 @@ func TestHoldThenFence_AWriteThatWaitedPastTheFenceIsNotSent(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sim.Close()
-	d := connect(t, sim.Addr())
-	clk := testingclock.NewFakeClock(time.Now())
-	k := testutil.GrantedKeeper(t, clk, 3, 10*time.Second)
-	p, err := k.Acquire(lease.WriteControl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Release()
-	clk.Step(15 * time.Second) // past deadline + hold bound while the write waited
-	err = d.WriteRegisters(context.Background(), p, 100, []uint16{7})
-	if !errors.Is(err, lease.ErrFenced) || driver.IsTransportError(err) {
-		t.Fatalf("a write whose permit lapsed = %v, want ErrFenced and not a transport error", err)
-	}
+	testutil.WriteAfterTheFence(t, connect(t, sim.Addr()), 100)
 	if log := sim.Writes(); len(log) != 0 {
 		t.Fatalf("the device logged %+v, want nothing", log)
 	}

@@ -5,14 +5,10 @@ import (
 	"errors"
 	"strings"
 	"testing"
-	"time"
-
-	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/holdfast-io/holdfast/runtime/driver"
 	"github.com/holdfast-io/holdfast/runtime/driver/opcua"
 	"github.com/holdfast-io/holdfast/runtime/internal/testutil"
-	"github.com/holdfast-io/holdfast/runtime/lease"
 )
 
 // valves are the variables of the tests' plant: two outputs (UInt16 and
@@ -32,12 +28,7 @@ func dial(t *testing.T, p *plant) *opcua.Driver {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := opcua.New(cfg)
-	if err := d.Connect(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = d.Close() })
-	return d
+	return testutil.Connected(t, opcua.New(cfg))
 }
 
 // L7, L13: the owner-epoch node is written before the first output write
@@ -134,19 +125,7 @@ func TestOPCUAParseURLNamesEveryBadParameter(t *testing.T) {
 // value.
 func TestOPCUAAWriteThatWaitedPastTheFenceIsNotSent(t *testing.T) {
 	p := startPlant(t, valves())
-	d := dial(t, p)
-	clk := testingclock.NewFakeClock(time.Now())
-	k := testutil.GrantedKeeper(t, clk, 3, 10*time.Second)
-	permit, err := k.Acquire(lease.WriteControl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer permit.Release()
-	clk.Step(15 * time.Second) // past deadline + hold bound while the write waited
-	err = d.WriteRegisters(context.Background(), permit, 101, []uint16{7})
-	if !errors.Is(err, lease.ErrFenced) || driver.IsTransportError(err) {
-		t.Fatalf("a write whose permit lapsed = %v, want ErrFenced and not a transport error", err)
-	}
+	testutil.WriteAfterTheFence(t, dial(t, p), 101)
 	if got := p.log(); len(got) != 0 {
 		t.Fatalf("the server saw %+v, want nothing", got)
 	}

@@ -1,9 +1,7 @@
 package opcua_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"net/http"
 	"testing"
@@ -85,17 +83,7 @@ func (u *unitRuntime) grant(t *testing.T, epoch int64) leaseapi.Reply {
 
 func (u *unitRuntime) post(t *testing.T, g leaseapi.Grant) leaseapi.Reply {
 	t.Helper()
-	b, _ := json.Marshal(g)
-	resp, err := http.Post(u.url, "application/json", bytes.NewReader(b)) //nolint:noctx // a test's own loopback server
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var r leaseapi.Reply
-	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&r) != nil {
-		t.Fatalf("grant answered %s", resp.Status)
-	}
-	return r
+	return testutil.PostGrant(t, http.DefaultClient, u.url, g)
 }
 
 // tick runs one scan and waits until it has read the server.

@@ -28,7 +28,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
-	"github.com/holdfast-io/holdfast/controller/units"
 	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/holdfastclient"
 )
 
@@ -46,8 +45,8 @@ func ReadyNode(name string) *st.NodeWrapper {
 // RuntimePod is the runtime pod of unit's epoch, as the controller creates
 // it: named <unit>-runtime-e<epoch>, labelled, for holdfast-scheduler.
 func RuntimePod(namespace, unit string, epoch int64) *st.PodWrapper {
-	return st.MakePod().Namespace(namespace).Name(units.PodName(unit, epoch)).
-		UID(units.PodName(unit, epoch)).
+	return st.MakePod().Namespace(namespace).Name(holdfastv1.RuntimePodName(unit, epoch)).
+		UID(holdfastv1.RuntimePodName(unit, epoch)).
 		SchedulerName(holdfastv1.SchedulerName).
 		Label(holdfastv1.LabelUnit, unit).
 		Label(holdfastv1.LabelEpoch, strconv.FormatInt(epoch, 10)).

@@ -9,6 +9,7 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -18,7 +19,9 @@ import (
 	"github.com/holdfast-io/holdfast/policy"
 	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/holdfastclient"
 	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/nodeindex"
+	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/pluginmetrics"
 	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/requeue"
+	"github.com/holdfast-io/holdfast/scheduler-plugin/internal/signature"
 )
 
 // Display names a unit as a person reading the pod's events knows it: by
@@ -28,6 +31,34 @@ func Display(unit types.NamespacedName, fromNamespace string) string {
 		return unit.Name
 	}
 	return unit.String()
+}
+
+// Setup is the start of a runtime-pod plugin's New: it reads the plugin's
+// args from obj with getArgs, registers the plugins' metrics and reads Units
+// through the scheduler's shared holdfast informers, requeueing a unit's
+// waiting runtime pods whenever it changes (RequeueOnUnitChange). Its errors
+// carry the plugin's name.
+func Setup[A any](ctx context.Context, h fwk.Handle, obj runtime.Object, plugin string, getArgs func(runtime.Object) (A, error)) (A, *holdfastclient.Clients, error) {
+	args, err := getArgs(obj)
+	if err != nil {
+		return args, nil, err
+	}
+	pluginmetrics.Register()
+	clients, err := holdfastclient.For(ctx, h, &holdfastv1.Unit{})
+	if err != nil {
+		return args, nil, fmt.Errorf("%s: %w", plugin, err)
+	}
+	if err := RequeueOnUnitChange(ctx, h, clients); err != nil {
+		return args, nil, fmt.Errorf("%s: %w", plugin, err)
+	}
+	return args, clients, nil
+}
+
+// SignPod refuses a runtime pod a signature: its result depends on its own
+// unit and the runtimes around it, and is never reused.
+func SignPod(pod *corev1.Pod) ([]fwk.SignFragment, *fwk.Status) {
+	_, ok := policy.RuntimeUnit(pod)
+	return signature.Alone(ok, "a unit runtime pod")
 }
 
 // RequeueOnUnitChange activates a unit's unbound runtime pods whenever the

@@ -17,7 +17,7 @@ func TestEveryRecordIsOneJSONLineWithTimeComponentAndTheDecision(t *testing.T) {
 	clk := clocktesting.NewFakePassiveClock(time.Date(2026, 9, 22, 10, 0, 0, 0, time.FixedZone("CEST", 2*3600)))
 	var buf bytes.Buffer
 	l := New(&buf, "units", clk)
-	if err := l.Write(Record{Unit: "plant/kiln-1", Epoch: 4, Node: "edge-1", Verdict: "SelfFenced/Unreachable",
+	if err := l.Write(Record{Object: Unit("plant", "kiln-1"), Epoch: 4, Node: "edge-1", Verdict: "SelfFenced/Unreachable",
 		Actor: "holdfast-controller/ctl-0", Reason: "LeaseExpired", Message: "line one\nline two"}); err != nil {
 		t.Fatal(err)
 	}
@@ -30,7 +30,7 @@ func TestEveryRecordIsOneJSONLineWithTimeComponentAndTheDecision(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]any{
-		"time": "2026-09-22T08:00:00Z", "component": "units", "unit": "plant/kiln-1", "epoch": float64(4),
+		"time": "2026-09-22T08:00:00Z", "component": "units", "epoch": float64(4),
 		"node": "edge-1", "verdict": "SelfFenced/Unreachable", "actor": "holdfast-controller/ctl-0",
 		"reason": "LeaseExpired", "message": "line one\nline two",
 	}
@@ -38,6 +38,9 @@ func TestEveryRecordIsOneJSONLineWithTimeComponentAndTheDecision(t *testing.T) {
 		if got[k] != v {
 			t.Errorf("%s = %v, want %v", k, got[k], v)
 		}
+	}
+	if obj, _ := got["object"].(map[string]any); obj["kind"] != "Unit" || obj["namespace"] != "plant" || obj["name"] != "kiln-1" {
+		t.Errorf("object = %v, want the Unit plant/kiln-1", got["object"])
 	}
 	if _, ok := got["swap"]; ok {
 		t.Error("empty fields must be left out")
@@ -47,10 +50,10 @@ func TestEveryRecordIsOneJSONLineWithTimeComponentAndTheDecision(t *testing.T) {
 func TestARecordWithoutReasonOrActorIsRefusedAndWritesNothing(t *testing.T) {
 	var buf bytes.Buffer
 	l := New(&buf, "units", clocktesting.NewFakePassiveClock(time.Now()))
-	if err := l.Write(Record{Unit: "plant/kiln-1", Reason: "LeaseExpired"}); err == nil {
+	if err := l.Write(Record{Object: Unit("plant", "kiln-1"), Reason: "LeaseExpired"}); err == nil {
 		t.Error("a record without an actor must be refused")
 	}
-	if err := l.Write(Record{Unit: "plant/kiln-1", Actor: "x"}); err == nil {
+	if err := l.Write(Record{Object: Unit("plant", "kiln-1"), Actor: "x"}); err == nil {
 		t.Error("a record without a reason must be refused")
 	}
 	if buf.Len() != 0 {
@@ -70,7 +73,7 @@ func TestConcurrentWritersNeverInterleaveLinesInTheFile(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range 50 {
-				_ = l.Write(Record{Unit: "plant/u", Epoch: int64(i + 1), Actor: "a", Reason: "Rebound", Message: strings.Repeat("x", 300)})
+				_ = l.Write(Record{Object: Unit("plant", "u"), Epoch: int64(i + 1), Actor: "a", Reason: "Rebound", Message: strings.Repeat("x", 300)})
 			}
 		}()
 	}

@@ -19,7 +19,7 @@ func TestTheRuntimeBinaryDoesNotImportTheController(t *testing.T) {
 		t.Fatalf("go list -deps listed %d packages: %s", len(deps), out)
 	}
 	for _, p := range deps {
-		if strings.HasPrefix(p, "github.com/holdfast-io/holdfast/controller/") || p == "github.com/holdfast-io/holdfast/runtime/leasetest" {
+		if strings.HasPrefix(p, "github.com/holdfast-io/holdfast/controller/") || p == "github.com/holdfast-io/holdfast/test/leasetest" {
 			t.Errorf("cmd/unit-runtime depends on %s", p)
 		}
 	}
