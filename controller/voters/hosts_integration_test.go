@@ -37,6 +37,7 @@ import (
 	"github.com/holdfast-io/holdfast/node-plugin/tombstone"
 	"github.com/holdfast-io/holdfast/test/dbusdouble"
 	"github.com/holdfast-io/holdfast/test/etcdproc"
+	"github.com/holdfast-io/holdfast/test/poll"
 	"github.com/holdfast-io/holdfast/test/systemdhost"
 )
 
@@ -74,6 +75,10 @@ type host struct {
 	blocked bool
 
 	down atomic.Bool
+	// beat is held across the kubelet stand-in's look at down and its
+	// heartbeat, so a host paused while a heartbeat is on its way is
+	// marked down only after that heartbeat, never overwritten by it.
+	beat sync.Mutex
 	// quiet holds the kubelet stand-in's heartbeats while the host stays
 	// up: its Node keeps the last Ready it wrote.
 	quiet atomic.Bool
@@ -277,11 +282,14 @@ func (h *host) kubelet(t testing.TB) {
 			return
 		case <-tick.C:
 		}
-		if h.down.Load() {
-			continue
-		}
-		if !h.quiet.Load() {
+		h.beat.Lock()
+		down := h.down.Load()
+		if !down && !h.quiet.Load() {
 			h.heartbeat(ctx, corev1.ConditionTrue)
+		}
+		h.beat.Unlock()
+		if down {
+			continue
 		}
 		var pods corev1.PodList
 		if err := env.Client.List(ctx, &pods, client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("spec.nodeName", h.name)}); err == nil {
@@ -349,7 +357,9 @@ func (h *host) startPlugin(t testing.TB) {
 // stopped, its Node NotReady (as node lifecycle marks a silent kubelet).
 func (h *host) pause(t testing.TB) {
 	t.Helper()
+	h.beat.Lock()
 	h.down.Store(true)
+	h.beat.Unlock()
 	h.mu.Lock()
 	stop := h.plugin
 	h.plugin = nil
@@ -361,7 +371,21 @@ func (h *host) pause(t testing.TB) {
 	if proc != nil {
 		_ = proc.Cmd.Process.Signal(syscall.SIGSTOP)
 	}
-	h.heartbeat(context.Background(), corev1.ConditionUnknown)
+	// The write may lose to another writer of the Node (the controller's
+	// cordon, taint or annotations): written again until it is seen.
+	poll.Until(t, time.Minute, h.name+"'s Node not Ready", func() (bool, string) {
+		h.heartbeat(context.Background(), corev1.ConditionUnknown)
+		n := &corev1.Node{}
+		if err := env.Client.Get(context.Background(), client.ObjectKey{Name: h.name}, n); err != nil {
+			return false, err.Error()
+		}
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady {
+				return c.Status == corev1.ConditionUnknown, string(c.Status)
+			}
+		}
+		return false, "no Ready condition"
+	})
 }
 
 // resume brings the host back: SIGCONT, its node plugin started again,
