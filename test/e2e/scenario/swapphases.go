@@ -51,7 +51,7 @@ var swapPhaseNames = []struct {
 	key        string
 	name, what string
 }{
-	{holdfastv1.StepGates, "first", "gates", "the swap created -> a pass judged every gate"},
+	{holdfastv1.StepGates, "first", "gates", "a pass after the swap's creation, judging every gate"},
 	{holdfastv1.StepGates, holdfastv1.SwapReasonGatesPassed, "lease", "the swap Lease taken, every gate again under it"},
 	{holdfastv1.StepPromote, holdfastv1.SwapOutcomeStarted, "snapshot", "a snapshot streamed from a voter that stays and verified"},
 	{holdfastv1.StepPromote, holdfastv1.SwapReasonCordoned, "cordon-in", "the candidate cordoned and tainted"},
