@@ -120,8 +120,9 @@ bench: k8s-bin node-deps cri-bin ## Run the component benchmarks (not the e2e on
 	hack/bench.sh
 
 .PHONY: bench-e2e
-bench-e2e: k8s-bin node-deps cri-bin cni-bin ## Run the e2e benchmarks on real kubelets (results in docs/benchmarks.md)
+bench-e2e: k8s-bin node-deps cri-bin cni-bin ## Run the e2e benchmarks on real kubelets (results in docs/benchmarks.md): the failovers, then the voter swap's phases against the chart-installed components (the demo's)
 	$(GO) test -tags integration,e2e -timeout 60m -run '^$$' -bench . -benchtime 3x -v $(GO_TEST_FLAGS) ./test/e2e/
+	HOLDFAST_E2E_INSTALL=chart $(GO) test -tags integration,e2e -timeout 60m -run '^$$' -bench BenchmarkVoterSwapPhases -benchtime 3x -v $(GO_TEST_FLAGS) ./test/e2e/voters/
 
 .PHONY: demo
 demo: k8s-bin node-deps cri-bin cni-bin ## Start a local cluster of real kubelets, install holdfast with its chart, fail a unit over, print the timeline, swap an etcd voter and print its steps; Ctrl-C cleans up

@@ -333,13 +333,13 @@ func addVoterSwaps(ctx context.Context, mgr ctrl.Manager, o *Options, reporter *
 				klog.FromContext(ctx).Error(err, "Recording the voters' client URLs for the server's start condition")
 			}
 		}}
-	watcher := &tombstone.Watcher{State: state, Clock: clock.RealClock{}, Every: 5 * time.Second, Etcd: etcd}
+	watcher := &tombstone.Watcher{State: state, Clock: clock.RealClock{}, Every: 5 * time.Second, Etcd: etcd, Written: reporter.Kick}
 	if err := mgr.Add(watcher); err != nil {
 		closeSystemd()
 		return nil, err
 	}
 	if err := (&role.Reconciler{Client: mgr.GetClient(), Reader: reader, NodeName: o.NodeName,
-		Actuator: act, State: state, Removal: watcher.Check}).SetupWithManager(mgr); err != nil {
+		Actuator: act, State: state, Removal: watcher.Check, Done: reporter.Kick}).SetupWithManager(mgr); err != nil {
 		closeSystemd()
 		return nil, err
 	}

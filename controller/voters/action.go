@@ -120,6 +120,12 @@ type Decision struct {
 	Swap string
 	// Waiting says what the swap waits for (its Progressing condition).
 	Waiting, WaitReason string
+	// OnEtcd: the wait is for etcd's own state (a learner starting or
+	// catching up, the voters' health), which no watch reports: the next
+	// pass looks again after EtcdEvery, not RunningEvery. Every other wait
+	// is for a Node, pod, Lease or VoterSwap change, whose watch event
+	// runs the pass.
+	OnEtcd bool
 }
 
 func jsonUnmarshal(s string, v any) error { return json.Unmarshal([]byte(s), v) }

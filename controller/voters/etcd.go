@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
@@ -155,6 +156,12 @@ func (e *ClientEtcd) AddLearner(ctx context.Context, endpoints []string, peerURL
 		return err
 	})
 	return id, err
+}
+
+// learnerNotReady: the action is a promotion etcd refused because the
+// learner has not caught up with the leader yet.
+func learnerNotReady(a *Action, err error) bool {
+	return a.Kind == PromoteMember && errors.Is(err, rpctypes.ErrMemberLearnerNotReady)
 }
 
 // Promote implements Etcd.

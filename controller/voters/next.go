@@ -58,6 +58,13 @@ func wait(s *holdfastv1.VoterSwap, reason, msg string) Decision {
 	return d
 }
 
+// waitEtcd is wait for a state of etcd's own (Decision.OnEtcd).
+func waitEtcd(s *holdfastv1.VoterSwap, reason, msg string) Decision {
+	d := wait(s, reason, msg)
+	d.OnEtcd = true
+	return d
+}
+
 // runningSwap is the oldest swap in progress (one that has started and not
 // finished). The webhook keeps it to one.
 func runningSwap(swaps []holdfastv1.VoterSwap) *holdfastv1.VoterSwap {

@@ -69,6 +69,17 @@ func readyAfter(n *corev1.Node, t time.Time) bool {
 	return false
 }
 
+// readyHeartbeat is the Node's Ready condition's last heartbeat (zero
+// without one).
+func readyHeartbeat(n *corev1.Node) time.Time {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.LastHeartbeatTime.Time
+		}
+	}
+	return time.Time{}
+}
+
 // etcdAnnotationPrefix marks k3s's etcd annotations on a server's Node.
 const etcdAnnotationPrefix = "etcd.k3s.cattle.io/"
 

@@ -26,6 +26,10 @@ import (
 	"github.com/holdfast-io/holdfast/policy"
 )
 
+// DefaultEtcdEvery is Reconciler.EtcdEvery's default: a few etcd status
+// reads a second, and only while a swap waits on etcd.
+const DefaultEtcdEvery = 250 * time.Millisecond
+
 // Reconciler runs the passes of the voter controller.
 type Reconciler struct {
 	// Client writes, and reads Nodes (a cache is fine: every Node write is
@@ -57,6 +61,11 @@ type Reconciler struct {
 	// must stay well inside its duration). Neither is longer than
 	// rules.StatusHeartbeat in effect: the status's observedTime needs it.
 	RunningEvery, IdleEvery time.Duration
+	// EtcdEvery is the pass interval while a swap waits for etcd's own
+	// state (Decision.OnEtcd: a learner starting or catching up, the
+	// voters' health), which sends no event; it bounds how long such a
+	// wait outlasts its condition.
+	EtcdEvery time.Duration
 	// AfterAction, when set, runs after an action is carried out and before
 	// it is recorded; an error ends the pass there, as a crash would.
 	AfterAction func(Action) error
@@ -89,6 +98,9 @@ func (r *Reconciler) defaults() {
 	}
 	if r.IdleEvery == 0 {
 		r.IdleEvery = 15 * time.Second
+	}
+	if r.EtcdEvery == 0 {
+		r.EtcdEvery = DefaultEtcdEvery
 	}
 	if r.KeepSnapshots == 0 {
 		r.KeepSnapshots = 3
@@ -163,6 +175,7 @@ func (r *Reconciler) Pass(ctx context.Context) (time.Duration, error) {
 	// the idle interval: admission refuses swaps on a stale status.
 	every = min(every, policy.StatusHeartbeat)
 	if d.Action == nil {
+		every = r.nextPassIn(d, every)
 		if swap != nil && d.Waiting != "" {
 			return every, r.setProgressing(ctx, swap, metav1.ConditionTrue, d.WaitReason, d.Waiting)
 		}
@@ -173,6 +186,12 @@ func (r *Reconciler) Pass(ctx context.Context) (time.Duration, error) {
 	if err := r.carryOut(ctx, o, etcd, swap, a); err != nil {
 		actionsTotal.WithLabelValues(string(a.Kind), "error").Inc()
 		log.Info("Voter swap action failed; tried again on a later pass", "kind", a.Kind, "swap", a.Swap, "node", a.Node, "err", err.Error())
+		if learnerNotReady(a, err) && swap != nil {
+			// etcd refuses to promote a learner that has not caught up
+			// yet: a state of etcd's, looked at again after EtcdEvery,
+			// not an error backed off exponentially.
+			return min(every, r.EtcdEvery), r.recordRetry(ctx, o, swap, a, err)
+		}
 		if swap != nil && !swap.Status.Phase.Finished() {
 			return every, errors.Join(err, r.recordRetry(ctx, o, swap, a, err))
 		}
@@ -192,6 +211,17 @@ func (r *Reconciler) Pass(ctx context.Context) (time.Duration, error) {
 	}
 	// The next action follows at once.
 	return time.Millisecond, nil
+}
+
+// nextPassIn is when a pass that only waits is followed by the next, with
+// every the pass interval otherwise: a wait on etcd's own state is looked
+// at again after EtcdEvery; any other wait is met by a watch event, every
+// being the fallback.
+func (r *Reconciler) nextPassIn(d Decision, every time.Duration) time.Duration {
+	if d.OnEtcd {
+		return min(every, r.EtcdEvery)
+	}
+	return every
 }
 
 func findSwap(swaps []holdfastv1.VoterSwap, name string) *holdfastv1.VoterSwap {

@@ -70,11 +70,17 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Complete(r)
 }
 
-// nodeMatters: a Node change a pass acts on (not a bare heartbeat).
+// nodeMatters: a Node change a pass acts on. A bare heartbeat matters only
+// on a Node that holds a swap's role step: the swap waits for a Ready
+// heartbeat after its host's report (readyAfter), and goes on at that
+// heartbeat rather than on the next RunningEvery.
 func nodeMatters(e event.UpdateEvent) bool {
 	a, ok1 := e.ObjectOld.(*corev1.Node)
 	b, ok2 := e.ObjectNew.(*corev1.Node)
 	if !ok1 || !ok2 {
+		return true
+	}
+	if b.Annotations[holdfastv1.AnnotationRoleStep] != "" && !readyHeartbeat(a).Equal(readyHeartbeat(b)) {
 		return true
 	}
 	return !equality.Semantic.DeepEqual(a.Labels, b.Labels) || !equality.Semantic.DeepEqual(a.Annotations, b.Annotations) ||

@@ -20,7 +20,7 @@ func stepRegate(o *Observation, c *Cluster, s *holdfastv1.VoterSwap) Decision {
 		return memberGone(o, s, out+" is no member any more")
 	}
 	if problems := regate(o, c, out, t.target+1); len(problems) > 0 {
-		return wait(s, holdfastv1.SwapReasonRegateFailed, "gates with target+1 voters: "+strings.Join(problems, "; "))
+		return waitEtcd(s, holdfastv1.SwapReasonRegateFailed, "gates with target+1 voters: "+strings.Join(problems, "; "))
 	}
 	ch := advance(o, s, rec(holdfastv1.StepRegate, holdfastv1.SwapOutcomeDone, holdfastv1.SwapReasonGatesPassed, regatePassed(c, out)))
 	ch.OutgoingMember = HexID(m.ID)
@@ -180,7 +180,7 @@ func stepRemoveMember(o *Observation, c *Cluster, s *holdfastv1.VoterSwap) Decis
 		return memberGone(o, s, fmt.Sprintf("member %s of %s removed", HexID(mid), out))
 	}
 	if why := othersUnhealthy(c, out, t.target); why != "" {
-		return wait(s, holdfastv1.SwapReasonRemovalHeld, "removal of "+out+" held while the voters that stay are not all healthy: "+why)
+		return waitEtcd(s, holdfastv1.SwapReasonRemovalHeld, "removal of "+out+" held while the voters that stay are not all healthy: "+why)
 	}
 	if c.Leader == m.ID && m.Answered {
 		if d, ok := moveLeader(c, s, out, m); ok {

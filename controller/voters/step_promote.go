@@ -82,7 +82,7 @@ func stepPromote(o *Observation, c *Cluster, s *holdfastv1.VoterSwap) Decision {
 				fmt.Sprintf("node %s has no %s annotation and no InternalIP: its peer URL is unknown", in, holdfastv1.AnnotationEtcdPeerURL))
 		}
 		if !c.Healthy() {
-			return wait(s, holdfastv1.SwapReasonEtcdUnhealthy, "the learner is added to a healthy cluster only: "+strings.Join(c.Problems, "; "))
+			return waitEtcd(s, holdfastv1.SwapReasonEtcdUnhealthy, "the learner is added to a healthy cluster only: "+strings.Join(c.Problems, "; "))
 		}
 		return act(&Action{Kind: AddLearner, Swap: s.Name, Node: in, PeerURL: peer, Endpoints: answering(c, ""),
 			Reason: holdfastv1.SwapReasonLearnerAdded, Then: &Change{Deadline: at(o.Now.Add(t.learnerStall + t.opTimeout)),
@@ -113,7 +113,7 @@ func stepPromote(o *Observation, c *Cluster, s *holdfastv1.VoterSwap) Decision {
 			return wait(s, holdfastv1.SwapReasonWaitingForNodePlugin, fmt.Sprintf("waiting for the node plugin on %s to start the server: %s", in, describeReport(rep)))
 		}
 		if !learner.Started() {
-			return wait(s, holdfastv1.SwapReasonLearnerNotStarted, fmt.Sprintf("the server on %s is started; waiting for its member to join", in))
+			return waitEtcd(s, holdfastv1.SwapReasonLearnerNotStarted, fmt.Sprintf("the server on %s is started; waiting for its member to join", in))
 		}
 		return act(&Action{Kind: PromoteMember, Swap: s.Name, Node: in, Member: learner.ID, Endpoints: answering(c, in),
 			Reason: holdfastv1.SwapReasonPromoted, Then: &Change{Deadline: at(o.Now.Add(t.opTimeout)), History: []holdfastv1.SwapStepRecord{rec(holdfastv1.StepPromote,
@@ -199,7 +199,7 @@ func stepRollback(o *Observation, c *Cluster, s *holdfastv1.VoterSwap) Decision 
 			// Promoted after all (a promote answered late): it is a voter
 			// now, removed only while every other voter is healthy.
 			if why := othersUnhealthy(c, in, t.target); why != "" {
-				return wait(s, holdfastv1.SwapReasonRemovalHeld, "removal of "+in+" held: "+why)
+				return waitEtcd(s, holdfastv1.SwapReasonRemovalHeld, "removal of "+in+" held: "+why)
 			}
 		}
 		// A member that had started is recorded by its host, which then
@@ -242,7 +242,7 @@ func stepRollback(o *Observation, c *Cluster, s *holdfastv1.VoterSwap) Decision 
 		}
 	}
 	if len(c.Voters) != t.target || len(c.Learners) > 0 {
-		return wait(s, holdfastv1.SwapReasonMembershipNotRestored, fmt.Sprintf("waiting for the membership to be as before: %d voters (target %d), learners %v", len(c.Voters), t.target, c.Learners))
+		return waitEtcd(s, holdfastv1.SwapReasonMembershipNotRestored, fmt.Sprintf("waiting for the membership to be as before: %d voters (target %d), learners %v", len(c.Voters), t.target, c.Learners))
 	}
 	return toRelease(s, holdfastv1.SwapRolledBack, holdfastv1.StepRollback, holdfastv1.SwapOutcomeRolledBack, holdfastv1.SwapReasonMembershipRestored,
 		fmt.Sprintf("%s returned to an agent; the members are as before: %s", in, strings.Join(c.Voters, ", ")))

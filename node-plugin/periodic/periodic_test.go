@@ -47,3 +47,30 @@ func TestRunPassesAtOnceThenOnEveryTickOfTheInjectedClock(t *testing.T) {
 		t.Fatal("Run did not end with its context")
 	}
 }
+
+// TestRunKickedPassesOnAKickWithoutATick: a kick runs a pass at once, with
+// the injected clock standing still (no interval elapses), and kicks sent
+// while no pass waits are not lost: the next pass comes on the kick, not on
+// the tick.
+func TestRunKickedPassesOnAKickWithoutATick(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC))
+	passes := make(chan time.Time)
+	kick := make(chan struct{}, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() {
+		done <- periodic.RunKicked(ctx, clk, time.Hour, kick, func(context.Context) { passes <- clk.Now() })
+	}()
+	start := clk.Now()
+	if at := periodictest.Next(t, passes); !at.Equal(start) {
+		t.Fatalf("first pass at %v, want at once (%v)", at, start)
+	}
+	for i := 0; i < 3; i++ {
+		kick <- struct{}{}
+		if at := periodictest.Next(t, passes); !at.Equal(start) {
+			t.Fatalf("pass on kick %d at %v, want with the clock standing at %v", i+1, at, start)
+		}
+	}
+	cancel()
+	periodictest.Ended(t, done, "RunKicked")
+}

@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -74,6 +75,23 @@ type Reporter struct {
 	NoFitness bool
 
 	lastFitness *holdfastv1.Fitness
+	kickOnce    sync.Once
+	kick        chan struct{}
+}
+
+func (r *Reporter) kicks() chan struct{} {
+	r.kickOnce.Do(func() { r.kick = make(chan struct{}, 1) })
+	return r.kick
+}
+
+// Kick asks for a pass now: the host state changed (a tombstone written or
+// retired, a role switched), and a voter swap waits for the Node to say so.
+// It never blocks; kicks before a pending pass are one.
+func (r *Reporter) Kick() {
+	select {
+	case r.kicks() <- struct{}{}:
+	default:
+	}
 }
 
 // WALWriteSize is the size of one probe write: etcd's typical WAL entry
@@ -255,7 +273,7 @@ func (r *Reporter) Start(ctx context.Context) error {
 	if r.FitnessEvery == 0 {
 		r.FitnessEvery = 5 * time.Minute
 	}
-	return periodic.Run(ctx, r.Clock, r.Every, func(ctx context.Context) {
+	return periodic.RunKicked(ctx, r.Clock, r.Every, r.kicks(), func(ctx context.Context) {
 		if err := r.Pass(ctx); err != nil {
 			klog.FromContext(ctx).Error(err, "Node report failed")
 		}

@@ -22,7 +22,9 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/node-plugin/actuator"
@@ -56,9 +58,19 @@ type Reconciler struct {
 	GuardEvery time.Duration
 	// Removal asks the cluster's member list whether the local member is
 	// gone, writing the tombstone when it is (tombstone.Watcher.Check); nil
-	// without etcd access.
+	// without etcd access. It also runs as soon as a VoterSwap naming this
+	// node records a member's removal, so the tombstone (which the swap
+	// waits for) follows the removal instead of the watcher's next check.
 	Removal func(ctx context.Context) (bool, error)
+	// Done, when set, runs after a step is reported done (the reporter's
+	// Kick: the switched role, and the tombstone finish-demote and rollback
+	// retire, show on the Node at once; the swap waits for them).
+	Done func()
 }
+
+// removalKey is the request a VoterSwap's record of a removal maps to:
+// apart from the Node's own, so it runs the removal check only.
+const removalKey = "removal-recorded"
 
 // SetupWithManager watches the own Node.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
@@ -72,14 +84,50 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	// Kubelet status heartbeats change neither; the guard runs every
 	// GuardEvery regardless.
 	meta := predicate.Or(predicate.LabelChangedPredicate{}, predicate.AnnotationChangedPredicate{})
-	return ctrl.NewControllerManagedBy(mgr).Named("role").
-		For(&corev1.Node{}, builder.WithPredicates(own, meta)).
-		Complete(r)
+	b := ctrl.NewControllerManagedBy(mgr).Named("role").
+		For(&corev1.Node{}, builder.WithPredicates(own, meta))
+	if r.Removal != nil {
+		b = b.Watches(&holdfastv1.VoterSwap{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+			if s, ok := o.(*holdfastv1.VoterSwap); ok && RecordsRemovalOf(s, r.NodeName) {
+				return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: removalKey, Name: r.NodeName}}}
+			}
+			return nil
+		}))
+	}
+	return b.Complete(r)
 }
 
-// Reconcile carries out the Node's role step, once.
+// RecordsRemovalOf says whether the swap records the removal of a member
+// of node: its outgoing member removed, or its incoming learner removed by
+// a rollback. Only a hint to look: the removal check itself asks the
+// member list.
+func RecordsRemovalOf(s *holdfastv1.VoterSwap, node string) bool {
+	in := s.Status.Incoming
+	if in == "" {
+		in = s.Spec.Incoming
+	}
+	for _, h := range s.Status.History {
+		switch {
+		case s.Spec.Outgoing == node && h.Reason == holdfastv1.SwapReasonMemberRemoved && h.Outcome == holdfastv1.SwapOutcomeDone,
+			in == node && h.Step == holdfastv1.StepRollback && h.Outcome == holdfastv1.SwapReasonLearnerRemoved:
+			return true
+		}
+	}
+	return false
+}
+
+// Reconcile carries out the Node's role step, once; for a removal recorded
+// on a VoterSwap, it runs the removal check.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	log := klog.FromContext(ctx)
+	if req.Namespace == removalKey {
+		gone, err := r.Removal(ctx)
+		if err != nil {
+			return ctrl.Result{}, fmt.Errorf("checking the local member's removal: %w", err)
+		}
+		log.V(1).Info("Removal check on a swap's record of a removal", "gone", gone)
+		return ctrl.Result{}, nil
+	}
 	if _, why, err := r.Actuator.Guard(ctx); err != nil {
 		return ctrl.Result{}, fmt.Errorf("guarding the server unit: %w", err)
 	} else if why != "" {
@@ -142,7 +190,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	log.Info("Role step done", "node", klog.KObj(node), "swap", swap, "step", step)
-	return ctrl.Result{RequeueAfter: r.GuardEvery}, r.report(ctx, node, report, holdfastv1.ActuatorDone, "")
+	if err := r.report(ctx, node, report, holdfastv1.ActuatorDone, ""); err != nil {
+		return ctrl.Result{}, err
+	}
+	if r.Done != nil {
+		r.Done()
+	}
+	return ctrl.Result{RequeueAfter: r.GuardEvery}, nil
 }
 
 // refusal says why the step must not be carried out, "" when it may.

@@ -44,6 +44,9 @@ type Watcher struct {
 	Clock clock.WithTicker
 	// Every is the check interval.
 	Every time.Duration
+	// Written, when set, runs after a tombstone is written (the reporter's
+	// Kick: the Node says so at once).
+	Written func()
 }
 
 // FormatID prints a member or cluster ID as etcdctl does.
@@ -126,6 +129,9 @@ func (w *Watcher) write(ctx context.Context, m hoststate.Member, how string) (bo
 		return false, err
 	}
 	klog.FromContext(ctx).Info("Local etcd member was removed: tombstone written", "member", ts.MemberID, "cluster", ts.ClusterID, "how", how)
+	if w.Written != nil {
+		w.Written()
+	}
 	return true, nil
 }
 

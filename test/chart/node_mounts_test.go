@@ -147,6 +147,7 @@ func TestTheNodePluginsPrivilegesFollowItsFeatures(t *testing.T) {
 			"get nodes (ClusterRole/holdfast-node-voters)",
 			"get voterpolicies.holdfast.io (ClusterRole/holdfast-node-voters)",
 			"list voterswaps.holdfast.io (ClusterRole/holdfast-node-voters)",
+			"watch voterswaps.holdfast.io (ClusterRole/holdfast-node-voters)",
 			"get leases.coordination.k8s.io/holdfast-voter-swap in kube-system (Role/kube-system/holdfast-node-swap-lease)")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -82,6 +82,12 @@ func swap(ctx context.Context, w *scenario.World, out, in string, logf func(stri
 	for _, h := range s.Status.History {
 		fmt.Printf("  %+7.2fs  %-13s %-9s %s: %s\n", h.At.Sub(s.Status.StartedAt.Time).Seconds(), h.Step, h.Outcome, h.Reason, h.Message)
 	}
+	if ph, err := w.SwapPhases(ctx, s.Name); err != nil {
+		fmt.Printf("The swap's phases could not be read: %v\n", err)
+	} else {
+		fmt.Printf("Phases of the swap (each span: what the controller waited for before its record; whole seconds):\n%s\n", ph)
+		fmt.Printf("The swap took %.0fs; the writer's longest stall %v.\n", ph.Total.Seconds(), r.Longest.Round(time.Millisecond))
+	}
 	fmt.Printf("etcd voters now %v (learners %v), cluster %x (before: %x)\n", after, learners, id, clusterID)
 	fmt.Printf("writer: %s\n", r)
 	fmt.Printf("quorum: %d samples, %d without a voter leader\n", samples, len(bad))
