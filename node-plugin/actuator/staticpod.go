@@ -149,6 +149,12 @@ func (a *StaticPodActuator) Provisioned(context.Context) (bool, error) {
 	return why == "", err
 }
 
+// NotProvisioned says what the host lacks, "" when it is provisioned.
+func (a *StaticPodActuator) NotProvisioned() (string, error) {
+	_, why, err := a.provisioned()
+	return why, err
+}
+
 func (a *StaticPodActuator) provisioned() (bool, string, error) {
 	for _, p := range []string{a.cfg.ManifestsDir, filepath.Join(a.cfg.PKIDir, EtcdCACert), filepath.Join(a.cfg.PKIDir, EtcdCAKey), a.cfg.APIServerTemplate} {
 		if _, err := os.Stat(p); errors.Is(err, fs.ErrNotExist) {
@@ -203,7 +209,7 @@ func (a *StaticPodActuator) Promote(ctx context.Context, join string) (time.Time
 		}
 	}
 	now := a.cfg.Clock.Now()
-	if err := ensureMemberCerts(a.cfg.PKIDir, a.cfg.NodeName, self.ip, now); err != nil {
+	if err := EnsureMemberCertificates(a.cfg.PKIDir, a.cfg.NodeName, self.ip, now); err != nil {
 		return time.Time{}, err
 	}
 	etcd := a.etcdPod(join, self)

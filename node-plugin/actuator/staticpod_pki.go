@@ -186,8 +186,12 @@ func (ca *etcdCA) valid(certPath, keyPath string, c memberCert, now time.Time) (
 	return true, nil
 }
 
-// ensureMemberCerts issues what memberCerts lists and is missing or stale.
-func ensureMemberCerts(pkiDir, node string, ip net.IP, now time.Time) error {
+// EnsureMemberCertificates issues, from the etcd CA under pkiDir, the
+// certificates of the member named node on ip that are missing or stale:
+// its server and peer certificates and the local apiserver's client
+// certificate, kubeadm's layout. Promote runs it; a host bootstrapping the
+// first member runs it too.
+func EnsureMemberCertificates(pkiDir, node string, ip net.IP, now time.Time) error {
 	ca, err := loadEtcdCA(pkiDir)
 	if err != nil {
 		return err
