@@ -7,7 +7,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -234,7 +233,7 @@ func TestStaticPodMemberJoinsARealEtcdAsALearnerAndLeaves(t *testing.T) {
 		}
 		writeHostFile(t, filepath.Join(pki1, f), b)
 	}
-	if err := actuator.EnsureMemberCertificates(pki1, "sp-1", net.ParseIP("127.0.0.1"), time.Now()); err != nil {
+	if err := actuator.EnsureMemberCertificates(pki1, "sp-1", "127.0.0.1", time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	pki := func(f string) string { return filepath.Join(pki1, f) }

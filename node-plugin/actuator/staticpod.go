@@ -209,7 +209,7 @@ func (a *StaticPodActuator) Promote(ctx context.Context, join string) (time.Time
 		}
 	}
 	now := a.cfg.Clock.Now()
-	if err := EnsureMemberCertificates(a.cfg.PKIDir, a.cfg.NodeName, self.ip, now); err != nil {
+	if err := EnsureMemberCertificates(a.cfg.PKIDir, a.cfg.NodeName, self.peer.Hostname(), now); err != nil {
 		return time.Time{}, err
 	}
 	etcd := a.etcdPod(join, self)

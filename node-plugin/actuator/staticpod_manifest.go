@@ -72,9 +72,14 @@ func selfInJoin(join, node string, clientPort int) (*memberURLs, error) {
 func (a *StaticPodActuator) etcdPod(join string, m *memberURLs) *corev1.Pod {
 	c := a.cfg
 	pki := func(f string) string { return filepath.Join(c.PKIDir, f) }
-	listenPeer := m.peer.Scheme + "://" + net.JoinHostPort(m.peer.Hostname(), m.peer.Port())
-	clients := []string{m.client}
-	if local := m.peer.Scheme + "://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(c.ClientPort)); local != m.client {
+	// etcd listens on addresses: a peer URL by DNS name listens on all.
+	listenHost := m.peer.Hostname()
+	if m.ip == nil {
+		listenHost = "0.0.0.0"
+	}
+	listenPeer := m.peer.Scheme + "://" + net.JoinHostPort(listenHost, m.peer.Port())
+	clients := []string{m.peer.Scheme + "://" + net.JoinHostPort(listenHost, strconv.Itoa(c.ClientPort))}
+	if local := m.peer.Scheme + "://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(c.ClientPort)); m.ip != nil && local != clients[0] {
 		clients = append([]string{local}, clients...)
 	}
 	args := []string{

@@ -59,16 +59,18 @@ type memberCert struct {
 // client URLs are on ip: the server certificate (client URLs, on loopback
 // too for the local apiserver), the peer certificate, and the local
 // apiserver's client certificate, as kubeadm lays them out.
-func memberCerts(node string, ip net.IP) []memberCert {
+func memberCerts(node, host string) []memberCert {
 	both := []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
-	local := []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}
-	var ips []net.IP
-	if ip != nil {
-		ips = append(ips, ip)
+	ips := []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}
+	dns := []string{"localhost", node}
+	if ip := net.ParseIP(host); ip != nil {
+		ips = append([]net.IP{ip}, ips...)
+	} else if host != "" && host != node {
+		dns = append(dns, host)
 	}
 	return []memberCert{
-		{cert: EtcdServerCert, key: EtcdServerKey, cn: node, dns: []string{"localhost", node}, ips: append(slices.Clone(ips), local...), usages: both},
-		{cert: EtcdPeerCert, key: EtcdPeerKey, cn: node, dns: []string{"localhost", node}, ips: append(slices.Clone(ips), local...), usages: both},
+		{cert: EtcdServerCert, key: EtcdServerKey, cn: node, dns: dns, ips: ips, usages: both},
+		{cert: EtcdPeerCert, key: EtcdPeerKey, cn: node, dns: dns, ips: ips, usages: both},
 		{cert: APIServerEtcdClientCert, key: APIServerEtcdClientKey, cn: "kube-apiserver-etcd-client",
 			usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}},
 	}
@@ -187,16 +189,17 @@ func (ca *etcdCA) valid(certPath, keyPath string, c memberCert, now time.Time) (
 }
 
 // EnsureMemberCertificates issues, from the etcd CA under pkiDir, the
-// certificates of the member named node on ip that are missing or stale:
+// certificates of the member named node whose URLs are on host (an IP
+// address or a DNS name) that are missing or stale:
 // its server and peer certificates and the local apiserver's client
 // certificate, kubeadm's layout. Promote runs it; a host bootstrapping the
 // first member runs it too.
-func EnsureMemberCertificates(pkiDir, node string, ip net.IP, now time.Time) error {
+func EnsureMemberCertificates(pkiDir, node, host string, now time.Time) error {
 	ca, err := loadEtcdCA(pkiDir)
 	if err != nil {
 		return err
 	}
-	for _, c := range memberCerts(node, ip) {
+	for _, c := range memberCerts(node, host) {
 		if _, err := ca.ensure(pkiDir, c, now); err != nil {
 			return err
 		}
@@ -206,7 +209,7 @@ func EnsureMemberCertificates(pkiDir, node string, ip net.IP, now time.Time) err
 
 // removeMemberCerts removes the member's certificates and keys; the CA stays.
 func removeMemberCerts(pkiDir string) error {
-	for _, c := range memberCerts("", nil) {
+	for _, c := range memberCerts("", "") {
 		for _, p := range []string{c.cert, c.key} {
 			if err := removeFile(filepath.Join(pkiDir, p)); err != nil {
 				return err

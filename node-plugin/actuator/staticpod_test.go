@@ -572,3 +572,28 @@ func TestStaticPodMirrorPodOfAnotherManifestIsNotDone(t *testing.T) {
 	_, err = h.act.Promote(ctx, join)
 	wantWaiting(t, err, "not a mirror pod")
 }
+
+func TestStaticPodMemberByDNSNameIsCertifiedForItAndListensOnAllAddresses(t *testing.T) {
+	h := newSPHost(t)
+	join := "cp-1=https://10.0.0.1:2380,cp-4=https://cp-4.plant.example:2380"
+	_, err := h.act.Promote(context.Background(), join)
+	wantWaiting(t, err, "not published")
+	args := h.etcdArgs()
+	for _, want := range []string{"--initial-advertise-peer-urls=https://cp-4.plant.example:2380", "--listen-peer-urls=https://0.0.0.0:2380",
+		"--listen-client-urls=https://0.0.0.0:2379", "--advertise-client-urls=https://cp-4.plant.example:2379"} {
+		if !slices.Contains(args, want) {
+			t.Errorf("the etcd manifest's command lacks %s: %q", want, args)
+		}
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(h.ca)
+	for _, f := range [][2]string{{actuator.EtcdServerCert, actuator.EtcdServerKey}, {actuator.EtcdPeerCert, actuator.EtcdPeerKey}} {
+		pair, err := tls.LoadX509KeyPair(filepath.Join(h.cfg.PKIDir, f[0]), filepath.Join(h.cfg.PKIDir, f[1]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pair.Leaf.Verify(x509.VerifyOptions{Roots: pool, CurrentTime: h.clock.Now(), DNSName: "cp-4.plant.example"}); err != nil {
+			t.Errorf("%s is not valid for the peer URL's name: %v", f[0], err)
+		}
+	}
+}
