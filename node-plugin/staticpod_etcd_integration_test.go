@@ -329,9 +329,14 @@ func TestStaticPodMemberJoinsARealEtcdAsALearnerAndLeaves(t *testing.T) {
 	if !kubelet.running() {
 		t.Fatal("step-down stopped etcd before its member was removed")
 	}
-	if _, err := cli.MemberRemove(ctx, id); err != nil {
-		t.Fatal(err)
-	}
+	// etcd refuses a reconfiguration until its members have been connected
+	// for 5 s: retried until it takes.
+	poll.Until(t, waitTimeout, "the stepped-down member removed", func() (bool, string) {
+		c, cancel := context.WithTimeout(ctx, etcdCallTimeout)
+		defer cancel()
+		_, err := cli.MemberRemove(c, id)
+		return err == nil, fmt.Sprint(err)
+	})
 	setStep(t, node, holdfastv1.RoleAgent, swap, holdfastv1.RoleStepFinishDemote, "")
 	waitReport(t, node, holdfastv1.RoleStepFinishDemote, holdfastv1.ActuatorDone)
 	if kubelet.running() {
