@@ -194,10 +194,11 @@ func readPolicy(ctx context.Context, r client.Reader) (*holdfastv1.VoterPolicy, 
 // guard and report the wrong member directory. Its container restarts with
 // the new ones; every step it may have been in is safe to repeat.
 type policyWatch struct {
-	reader  client.Reader
-	flags   Options
-	running hostSettings
-	every   time.Duration
+	reader   client.Reader
+	flags    Options
+	running  hostSettings
+	actuator actuatorSettings
+	every    time.Duration
 }
 
 func (w *policyWatch) Start(ctx context.Context) error {
@@ -216,6 +217,9 @@ func (w *policyWatch) Start(ctx context.Context) error {
 		}
 		if now := resolveHost(w.flags, vp); now != w.running {
 			return fmt.Errorf("VoterPolicy %s changed the host settings from %+v to %+v: holdfast-node exits to start again with them", holdfastv1.VoterPolicyName, w.running, now)
+		}
+		if now := resolveActuator(vp); now != w.actuator {
+			return fmt.Errorf("VoterPolicy %s changed the actuator settings from %+v to %+v: holdfast-node exits to start again with them", holdfastv1.VoterPolicyName, w.actuator, now)
 		}
 	}
 }
@@ -282,9 +286,11 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	return mgr.Start(ctx)
 }
 
-// addVoterSwaps adds the role actuator over systemd, the role reconciler and
-// the tombstone watcher, and points the reporter at systemd, the member data
-// directory and the voters; the returned func closes the systemd connection.
+// addVoterSwaps adds the role actuator (over systemd, or the kubelet's static
+// pods when VoterPolicy spec.host.actuator is StaticPod), the role
+// reconciler and the tombstone watcher, and points the reporter at the
+// actuator, the member data directory and the voters; the returned func
+// closes the systemd connection.
 func addVoterSwaps(ctx context.Context, mgr ctrl.Manager, o *Options, reporter *report.Reporter) (func(), error) {
 	vp, err := readPolicy(ctx, mgr.GetAPIReader())
 	if err != nil {
@@ -297,13 +303,21 @@ func addVoterSwaps(ctx context.Context, mgr ctrl.Manager, o *Options, reporter *
 	if every <= 0 {
 		every = 10 * time.Second
 	}
-	if err := mgr.Add(&policyWatch{reader: mgr.GetAPIReader(), flags: flags, running: h, every: every}); err != nil {
+	acts := resolveActuator(vp)
+	if err := mgr.Add(&policyWatch{reader: mgr.GetAPIReader(), flags: flags, running: h, actuator: acts, every: every}); err != nil {
 		return nil, err
 	}
 	state := hoststate.State{Dir: o.HostDir, MemberDataDir: o.MemberDataDir, ServerTombstone: o.ServerTombstone}
 	tlsCfg, err := etcdTLS(*o)
 	if err != nil {
 		return nil, err
+	}
+	if acts.Actuator == holdfastv1.ActuatorStaticPod {
+		act, err := newStaticPodActuator(mgr, o, acts, state)
+		if err != nil {
+			return nil, err
+		}
+		return func() {}, addRoleParts(ctx, mgr, o, reporter, state, tlsCfg, act)
 	}
 	var sd *actuator.DBusSystemd
 	if o.SystemdBus != "" {
@@ -326,6 +340,22 @@ func addVoterSwaps(ctx context.Context, mgr ctrl.Manager, o *Options, reporter *
 		closeSystemd()
 		return nil, fmt.Errorf("installing the server's start condition: %w", err)
 	}
+	if err := addRoleParts(ctx, mgr, o, reporter, state, tlsCfg, act); err != nil {
+		closeSystemd()
+		return nil, err
+	}
+	return closeSystemd, nil
+}
+
+// roleActuator is what the role reconciler drives and the reporter reads.
+type roleActuator interface {
+	role.Actuator
+	report.Units
+}
+
+// addRoleParts adds the tombstone watcher and the role reconciler over act,
+// and points the reporter at act, the member data directory and the voters.
+func addRoleParts(ctx context.Context, mgr ctrl.Manager, o *Options, reporter *report.Reporter, state hoststate.State, tlsCfg *tls.Config, act roleActuator) error {
 	reader := mgr.GetAPIReader()
 	etcd := &tombstone.ClientEtcd{LocalEndpoint: o.EtcdLocal, TLS: tlsCfg, Cluster: PolicyEndpoints(reader),
 		Learned: func(urls []string) {
@@ -335,17 +365,15 @@ func addVoterSwaps(ctx context.Context, mgr ctrl.Manager, o *Options, reporter *
 		}}
 	watcher := &tombstone.Watcher{State: state, Clock: clock.RealClock{}, Every: 5 * time.Second, Etcd: etcd, Written: reporter.Kick}
 	if err := mgr.Add(watcher); err != nil {
-		closeSystemd()
-		return nil, err
+		return err
 	}
 	if err := (&role.Reconciler{Client: mgr.GetClient(), Reader: reader, NodeName: o.NodeName,
 		Actuator: act, State: state, Removal: watcher.Check, Done: reporter.Kick}).SetupWithManager(mgr); err != nil {
-		closeSystemd()
-		return nil, err
+		return err
 	}
 	reporter.Units, reporter.State, reporter.Peers = act, state, etcd.VoterPeerURLs
 	reporter.NoHostState, reporter.NoFitness = false, false
-	return closeSystemd, nil
+	return nil
 }
 
 // PolicyEndpoints reads the client URLs to reach etcd by from VoterPolicy

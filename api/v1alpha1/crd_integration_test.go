@@ -153,6 +153,9 @@ spec:
 		s.EligibleSelector == nil || s.EligibleSelector.MatchLabels[holdfastv1.LabelVoterEligible] != "true" {
 		t.Fatalf("VoterPolicy defaults not applied (dry run on, three voters, eligible by label): %+v", s)
 	}
+	if s.Host.Actuator != holdfastv1.ActuatorSystemd || s.Host.StaticPod != nil {
+		t.Fatalf("VoterPolicy spec.host.actuator defaults to Systemd with no staticPod settings: %+v", s.Host)
+	}
 	rows := columns(k.MustRun(t, "", "get", "voterpolicies").Stdout)
 	if want := []string{"NAME", "TARGET", "VOTERS", "LEADER", "DRYRUN", "AGE"}; !equality.Semantic.DeepEqual(rows[0], want) {
 		t.Fatalf("kubectl get voterpolicies header = %q, want %q", rows[0], want)
@@ -254,6 +257,38 @@ metadata: {name: default}
 spec: {targetVoters: 4, etcd: {endpoints: ["https://10.0.0.1:2379"]}}
 `,
 		wantErr: []string{"spec.targetVoters", "must be odd and between 1 and 9"},
+	}, {
+		name: "static pod actuator without its settings",
+		manifest: `apiVersion: holdfast.io/v1alpha1
+kind: VoterPolicy
+metadata: {name: default}
+spec: {etcd: {endpoints: ["https://10.0.0.1:2379"]}, host: {actuator: StaticPod, memberDataDir: /var/lib/etcd}}
+`,
+		wantErr: []string{"spec.host.staticPod", "staticPod is required when actuator is StaticPod"},
+	}, {
+		name: "static pod settings under the systemd actuator",
+		manifest: `apiVersion: holdfast.io/v1alpha1
+kind: VoterPolicy
+metadata: {name: default}
+spec: {etcd: {endpoints: ["https://10.0.0.1:2379"]}, host: {staticPod: {etcdImage: "registry.k8s.io/etcd:3.6.5-0"}}}
+`,
+		wantErr: []string{"spec.host.staticPod", "staticPod is set only when actuator is StaticPod"},
+	}, {
+		name: "unknown actuator",
+		manifest: `apiVersion: holdfast.io/v1alpha1
+kind: VoterPolicy
+metadata: {name: default}
+spec: {etcd: {endpoints: ["https://10.0.0.1:2379"]}, host: {actuator: Docker}}
+`,
+		wantErr: []string{"spec.host.actuator", `Unsupported value: "Docker"`},
+	}, {
+		name: "static pod without its etcd image",
+		manifest: `apiVersion: holdfast.io/v1alpha1
+kind: VoterPolicy
+metadata: {name: default}
+spec: {etcd: {endpoints: ["https://10.0.0.1:2379"]}, host: {actuator: StaticPod, staticPod: {manifestsDir: /etc/kubernetes/manifests}}}
+`,
+		wantErr: []string{"spec.host.staticPod.etcdImage", "Required value"},
 	}, {
 		name: "swap in and out the same node",
 		manifest: `apiVersion: holdfast.io/v1alpha1

@@ -111,8 +111,31 @@ type EtcdAccess struct {
 	ClientCertSecretRef *corev1.SecretReference `json:"clientCertSecretRef,omitempty"`
 }
 
+// Actuators the node plugin switches a host's role with.
+const (
+	// ActuatorSystemd starts and stops the server and agent units over
+	// D-Bus (k3s-style hosts).
+	ActuatorSystemd = "Systemd"
+	// ActuatorStaticPod writes and removes the etcd and kube-apiserver
+	// static pod manifests the kubelet runs (kubeadm's stacked etcd).
+	ActuatorStaticPod = "StaticPod"
+)
+
 // HostRoleSettings names what the node plugin switches on a host.
+// +kubebuilder:validation:XValidation:rule="!has(self.actuator) || self.actuator != 'StaticPod' || has(self.staticPod)",message="staticPod is required when actuator is StaticPod",fieldPath=".staticPod"
+// +kubebuilder:validation:XValidation:rule="!has(self.staticPod) || (has(self.actuator) && self.actuator == 'StaticPod')",message="staticPod is set only when actuator is StaticPod",fieldPath=".staticPod"
 type HostRoleSettings struct {
+	// actuator says how the node plugin switches the host's role: Systemd
+	// (the server and agent units) or StaticPod (the kubelet's etcd and
+	// kube-apiserver manifests, kubeadm's stacked etcd). One etcd cluster
+	// has one topology, so it is one setting for every node.
+	// +optional
+	// +kubebuilder:default=Systemd
+	// +kubebuilder:validation:Enum=Systemd;StaticPod
+	Actuator string `json:"actuator,omitempty"`
+	// staticPod configures the StaticPod actuator.
+	// +optional
+	StaticPod *StaticPodSettings `json:"staticPod,omitempty"`
 	// serverUnit is the systemd unit of the server (etcd member).
 	// +optional
 	// +kubebuilder:default="k3s.service"
@@ -134,6 +157,37 @@ type HostRoleSettings struct {
 	// +optional
 	// +kubebuilder:validation:Pattern=`^/`
 	ServerTombstone string `json:"serverTombstone,omitempty"`
+}
+
+// StaticPodSettings are the kubeadm layout the StaticPod actuator writes
+// into. The node plugin issues the member's certificates from the etcd CA
+// under pkiDir (etcd/ca.crt, etcd/ca.key) and writes the etcd manifest
+// itself; the kube-apiserver manifest is the operator's, copied from
+// apiServerTemplate.
+type StaticPodSettings struct {
+	// etcdImage is the image of the etcd static pod (registry.k8s.io/etcd
+	// of the cluster's kubeadm version).
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=512
+	EtcdImage string `json:"etcdImage"`
+	// manifestsDir is the kubelet's staticPodPath.
+	// +optional
+	// +kubebuilder:default="/etc/kubernetes/manifests"
+	// +kubebuilder:validation:Pattern=`^/`
+	ManifestsDir string `json:"manifestsDir,omitempty"`
+	// pkiDir is kubeadm's certificate directory (etcd/ca.crt and etcd/ca.key
+	// under it).
+	// +optional
+	// +kubebuilder:default="/etc/kubernetes/pki"
+	// +kubebuilder:validation:Pattern=`^/`
+	PKIDir string `json:"pkiDir,omitempty"`
+	// apiServerTemplate is the kube-apiserver manifest a promoted host runs,
+	// provisioned by the operator; a host without it is not provisioned.
+	// +optional
+	// +kubebuilder:default="/etc/kubernetes/holdfast/kube-apiserver.yaml"
+	// +kubebuilder:validation:Pattern=`^/`
+	APIServerTemplate string `json:"apiServerTemplate,omitempty"`
 }
 
 // ProposedSwap is an automatic swap the controller would carry out.

@@ -159,8 +159,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		log.Info("Role step refused", "node", klog.KObj(node), "swap", swap, "step", step, "reason", why)
 		return ctrl.Result{RequeueAfter: r.GuardEvery}, r.report(ctx, node, report, holdfastv1.ActuatorRefused, why)
 	}
-	if err := r.report(ctx, node, report, holdfastv1.ActuatorRunning, ""); err != nil {
-		return ctrl.Result{}, err
+	// A step already reported running (one that waits for the kubelet, or
+	// one cut short by a crash) is not reported again: the report is a Node
+	// change, which would run this again at once.
+	if prev == nil || prev.Swap != swap || prev.Step != step || prev.Phase != holdfastv1.ActuatorRunning {
+		if err := r.report(ctx, node, report, holdfastv1.ActuatorRunning, ""); err != nil {
+			return ctrl.Result{}, err
+		}
 	}
 	log.Info("Carrying out role step", "node", klog.KObj(node), "swap", swap, "step", step)
 	var err error
@@ -177,6 +182,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		err = r.Actuator.FinishDemote(ctx)
 	case holdfastv1.RoleStepRollback:
 		err = r.Actuator.Rollback(ctx)
+	}
+	if after, waiting := actuator.IsWaiting(err); waiting {
+		// Its part is done and the kubelet's is not: still running, looked
+		// at again after the actuator's recheck, reported only when what it
+		// waits for changes.
+		log.V(2).Info("Role step waiting", "node", klog.KObj(node), "swap", swap, "step", step, "reason", err.Error())
+		if !sameReport(prev, report, holdfastv1.ActuatorRunning, err.Error()) {
+			if rerr := r.report(ctx, node, report, holdfastv1.ActuatorRunning, err.Error()); rerr != nil {
+				return ctrl.Result{}, rerr
+			}
+		}
+		return ctrl.Result{RequeueAfter: after}, nil
 	}
 	switch {
 	case actuator.IsRefused(err):
@@ -210,6 +227,9 @@ func (r *Reconciler) refusal(ctx context.Context, node *corev1.Node, step, swap 
 			return "", err
 		}
 		if !ok {
+			if e, ok := r.Actuator.(interface{ NotProvisioned() (string, error) }); ok {
+				return e.NotProvisioned()
+			}
 			return "host not provisioned: the server unit is not installed", nil
 		}
 	}
@@ -316,6 +336,18 @@ func (r *Reconciler) leaseHeld(ctx context.Context, swap string) (bool, string, 
 		return false, fmt.Sprintf("no Lease held for swap %s: the Lease expired at %s", swap, expiry.UTC().Format(time.RFC3339)), nil
 	}
 	return true, "", nil
+}
+
+// sameReport says whether prev already says rep with phase and msg.
+func sameReport(prev *holdfastv1.ActuatorReport, rep holdfastv1.ActuatorReport, phase, msg string) bool {
+	if prev == nil || prev.Swap != rep.Swap || prev.Step != rep.Step || prev.Phase != phase || prev.Message != msg {
+		return false
+	}
+	if (prev.StartedAt == nil) != (rep.StartedAt == nil) {
+		return false
+	}
+	// The annotation keeps whole seconds.
+	return prev.StartedAt == nil || prev.StartedAt.Unix() == rep.StartedAt.Unix()
 }
 
 func current(node *corev1.Node) *holdfastv1.ActuatorReport {
