@@ -137,6 +137,10 @@ const (
 	LabelUnit = "holdfast.io/unit"
 	// LabelEpoch carries the binding epoch a runtime pod was created for.
 	LabelEpoch = "holdfast.io/epoch"
+	// LabelWarmStandby marks a warm standby's runtime pod and names the
+	// standby node it is kept on. A warm pod carries no LabelEpoch until a
+	// binding promotes it (docs/design.md §3, Warm standby).
+	LabelWarmStandby = "holdfast.io/warm-standby"
 	// SchedulerName is the profile of holdfast-scheduler that places runtime
 	// and voter-candidate pods.
 	SchedulerName = "holdfast-scheduler"
