@@ -253,6 +253,21 @@ const (
 	ReasonHandOverCancelled = "HandOverCancelled"
 )
 
+// Unit warm standby condition and reasons (docs/design.md §3, Warm standby).
+const (
+	// ConditionWarmStandby is True while every standby due a warm pod (an
+	// eligible target other than the bound node, of a unit with
+	// spec.availability.warmStandby) runs a ready one; its message counts
+	// them and says, standby by standby, why one is not ready. Absent when
+	// the unit keeps no warm standby.
+	ConditionWarmStandby = "WarmStandby"
+	// WarmStandby: AllReady, NotAllReady, NoStandby (no eligible standby
+	// other than the bound node).
+	ReasonWarmAllReady    = "AllReady"
+	ReasonWarmNotAllReady = "NotAllReady"
+	ReasonWarmNoStandby   = "NoStandby"
+)
+
 // FinalizerRuntimeStopped holds a Unit's deletion until the runtime of its
 // binding has provably stopped writing: fenced by its own lease, its pod
 // gone and its node's plugin listing no container of it after that
