@@ -12,6 +12,7 @@ import (
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/controller/grantor"
+	"github.com/holdfast-io/holdfast/policy"
 )
 
 // warmSim is sim with the unit's warm standbys in the test's hands.
@@ -241,5 +242,28 @@ func TestAWarmPodIsARuntimePodWithoutAnEpochOnItsStandby(t *testing.T) {
 	if p.Spec.Containers[0].Image != cold.Spec.Containers[0].Image || !slices.Equal(p.Spec.Containers[0].Ports, cold.Spec.Containers[0].Ports) ||
 		len(p.Spec.Containers[0].Env) != len(cold.Spec.Containers[0].Env)+1 {
 		t.Fatal("otherwise the runtime pod of a binding")
+	}
+}
+
+func TestGrantsGoOnlyToTheLabelledWarmPodTheBindingNames(t *testing.T) {
+	u := failoverUnit()
+	u.Spec.Availability.WarmStandby = true
+	pod := WarmRuntimePod(u, "standby-2")
+	pod.UID = "warm-uid"
+	pod.Status.PodIP = "10.0.0.9"
+	pr := policy.NewPromise(u)
+	u.Status.RuntimeBinding = &holdfastv1.RuntimeBinding{Epoch: 4, Node: "standby-2", Pod: pod.Name, PodUID: "warm-uid", Promise: &pr}
+	if _, ok := LeaseTargetFor(u, pod); ok {
+		t.Fatal("no grant before the pod carries the binding's epoch (step 2 before step 3)")
+	}
+	pod.Labels[holdfastv1.LabelEpoch] = "4"
+	tg, ok := LeaseTargetFor(u, pod)
+	if !ok || tg.Epoch != 4 || tg.Address != "10.0.0.9:9443" {
+		t.Fatalf("the labelled promoted pod is the target: %+v %v", tg, ok)
+	}
+	other := pod.DeepCopy()
+	other.UID = "another-pod-of-that-name"
+	if _, ok := LeaseTargetFor(u, other); ok {
+		t.Fatal("a pod of the promoted pod's name and another UID is granted nothing")
 	}
 }
