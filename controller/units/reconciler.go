@@ -411,6 +411,7 @@ func runtimeTarget(u *holdfastv1.Unit, pod *corev1.Pod) (grantor.Target, bool) {
 	return grantor.Target{
 		Unit:    types.NamespacedName{Namespace: u.Namespace, Name: u.Name},
 		Epoch:   b.Epoch,
+		PodUID:  b.PodUID,
 		Address: fmt.Sprintf("%s:%d", hostForURL(pod.Status.PodIP), podLeasePort(u, pod)),
 	}, true
 }

@@ -258,7 +258,7 @@ func TestGrantsGoOnlyToTheLabelledWarmPodTheBindingNames(t *testing.T) {
 	}
 	pod.Labels[holdfastv1.LabelEpoch] = "4"
 	tg, ok := LeaseTargetFor(u, pod)
-	if !ok || tg.Epoch != 4 || tg.Address != "10.0.0.9:9443" {
+	if !ok || tg.Epoch != 4 || tg.Address != "10.0.0.9:9443" || tg.PodUID != "warm-uid" {
 		t.Fatalf("the labelled promoted pod is the target: %+v %v", tg, ok)
 	}
 	other := pod.DeepCopy()
