@@ -22,7 +22,8 @@ func RuntimeUnit(pod *corev1.Pod) (types.NamespacedName, bool) {
 // HostsOtherRuntime reports whether pod makes its node a standby that
 // already hosts a runtime of a unit other than unit (colocation): a runtime
 // pod of another unit bound to the node, terminating or not, since a
-// terminating runtime may still write. The controller's free standbys and
+// terminating runtime may still write, and a warm standby pod of another
+// unit, which any grant may make a writer there. The controller's free standbys and
 // StandbyColocation's filter both judge by it, so the controller never
 // re-binds to a standby the scheduler refuses.
 func HostsOtherRuntime(pod *corev1.Pod, unit types.NamespacedName) bool {
