@@ -278,7 +278,7 @@ func TestAWarmPodCountsAsARuntimeOfItsUnit(t *testing.T) {
 			want := map[string]string{
 				"standby-1": "UnschedulableAndUnresolvable: hosts the runtime of unit mixer-2",
 				"standby-2": "UnschedulableAndUnresolvable: hosts the runtime of unit mixer-2", // its warm pod
-				"standby-3": "Success",                                                          // boiler-1's own warm pod
+				"standby-3": "Success",                                                         // boiler-1's own warm pod
 				"standby-4": "Success",
 				"standby-5": "Success",
 			}
