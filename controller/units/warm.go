@@ -67,26 +67,21 @@ func WarmRuntimePod(u *holdfastv1.Unit, node string) *corev1.Pod {
 	return pod
 }
 
-// warmDue are the standbys due a warm pod: with warmStandby set on a
-// Failover unit that is not being deleted and whose binding is placed,
-// every eligible target that exists, other than the binding's node (it
-// runs the runtime). While a binding waits for the scheduler none is due:
-// a warm pod holds the runtime's host ports, and the scheduler must be
-// free to place the binding's pod on any standby.
+// warmDue are the standbys due a warm pod: every node that admission and
+// the scheduler admit one on (policy.WarmStandbyRefusal: a designated
+// standby of a warmStandby Failover unit, not its bound node), while the
+// Unit is not being deleted and its binding is placed. While a binding
+// waits for the scheduler none is due: a warm pod holds the runtime's host
+// ports, and the scheduler must be free to place the binding's pod on any
+// standby.
 func warmDue(u *holdfastv1.Unit, nodes []corev1.Node) []string {
-	a := &u.Spec.Availability
-	b := u.Status.RuntimeBinding
-	if !a.WarmStandby || a.Mode != holdfastv1.Failover || !u.DeletionTimestamp.IsZero() || b == nil || b.Node == "" {
+	if b := u.Status.RuntimeBinding; !u.DeletionTimestamp.IsZero() || b == nil || b.Node == "" {
 		return nil
 	}
 	var due []string
 	for i := range nodes {
-		n := &nodes[i]
-		if n.Name == b.Node {
-			continue
-		}
-		if policy.EligibleTarget(u, n) {
-			due = append(due, n.Name)
+		if policy.WarmStandbyRefusal(u, &nodes[i]) == "" {
+			due = append(due, nodes[i].Name)
 		}
 	}
 	slices.Sort(due)
