@@ -101,8 +101,8 @@ func checkPromotion(o *Options, r requester, p *corev1.Pod, u *holdfastv1.Unit) 
 			"unit %s has no binding: a warm standby pod is labelled with an epoch only once the binding of that epoch records it", unit)))
 	case label != strconv.FormatInt(b.Epoch, 10) || b.Pod != p.Name || b.PodUID != string(p.UID):
 		v.forbid(field.Forbidden(path, fmt.Sprintf(
-			"may be set only to the epoch of unit %s's binding that records this pod (the binding is epoch %d, pod %q, podUID %q; this is %q, uid %s): record the binding first",
-			unit, b.Epoch, b.Pod, b.PodUID, label, p.UID)))
+			"may be set only to the epoch of unit %s's binding that records this pod by name and UID (the binding is epoch %d, pod %q, podUID %q; this label is %q): record the binding first",
+			unit, b.Epoch, b.Pod, b.PodUID, label)))
 	}
 	return v
 }

@@ -86,15 +86,15 @@ func TestAWarmPodIsLabelledOnceWithTheEpochOfTheBindingThatNamesIt(t *testing.T)
 	expect(t, checkPromotion(o, admin, labelled("4"), promoted),
 		"metadata.labels[holdfast.io/epoch]: Forbidden: only the holdfast controller (system:serviceaccount:holdfast-system:holdfast-controller) labels a warm standby pod with the epoch of the binding that promoted it")
 	expect(t, checkPromotion(o, ctrl, labelled("5"), promoted),
-		`metadata.labels[holdfast.io/epoch]: Forbidden: may be set only to the epoch of unit kiln-1's binding that records this pod (the binding is epoch 4, pod "`+
-			holdfastv1.WarmPodName("kiln-1", "edge-2")+`", podUID "warm-uid"; this is "5", uid warm-uid): record the binding first`)
+		`metadata.labels[holdfast.io/epoch]: Forbidden: may be set only to the epoch of unit kiln-1's binding that records this pod by name and UID (the binding is epoch 4, pod "`+
+			holdfastv1.WarmPodName("kiln-1", "edge-2")+`", podUID "warm-uid"; this label is "5"): record the binding first`)
 	other := promoted.DeepCopy()
 	other.Status.RuntimeBinding.PodUID = "an-earlier-uid"
 	expect(t, checkPromotion(o, ctrl, labelled("4"), other),
-		`metadata.labels[holdfast.io/epoch]: Forbidden: may be set only to the epoch of unit kiln-1's binding that records this pod (the binding is epoch 4, pod "`+
-			holdfastv1.WarmPodName("kiln-1", "edge-2")+`", podUID "an-earlier-uid"; this is "4", uid warm-uid): record the binding first`)
+		`metadata.labels[holdfast.io/epoch]: Forbidden: may be set only to the epoch of unit kiln-1's binding that records this pod by name and UID (the binding is epoch 4, pod "`+
+			holdfastv1.WarmPodName("kiln-1", "edge-2")+`", podUID "an-earlier-uid"; this label is "4"): record the binding first`)
 	expect(t, checkPromotion(o, ctrl, labelled("3"), warmUnit()),
-		`metadata.labels[holdfast.io/epoch]: Forbidden: may be set only to the epoch of unit kiln-1's binding that records this pod (the binding is epoch 3, pod "kiln-1-runtime-e3", podUID ""; this is "3", uid warm-uid): record the binding first`)
+		`metadata.labels[holdfast.io/epoch]: Forbidden: may be set only to the epoch of unit kiln-1's binding that records this pod by name and UID (the binding is epoch 3, pod "kiln-1-runtime-e3", podUID ""; this label is "3"): record the binding first`)
 	expect(t, checkPromotion(o, ctrl, labelled("4"), nil),
 		"metadata.labels[holdfast.io/epoch]: Forbidden: unit kiln-1 has no binding: a warm standby pod is labelled with an epoch only once the binding of that epoch records it")
 

@@ -40,11 +40,11 @@ func TestAWarmPodIsTheControllersAndTakesItsEpochOnceFromTheBinding(t *testing.T
 	name := holdfastv1.WarmPodName("kiln-1", "edge-2")
 	asCtl := "--as=" + controllerUser
 
-	refusal(t, "warm-pod-by-admin", k.Run(t, warmPodYAML(ns, "kiln-1", "edge-2", ""), "create", "-f", "-"),
+	refusal(t, "", k.Run(t, warmPodYAML(ns, "kiln-1", "edge-2", ""), "create", "-f", "-"),
 		"metadata.labels[holdfast.io/warm-standby]: Forbidden: only the holdfast controller")
-	refusal(t, "warm-pod-with-epoch", k.Run(t, warmPodYAML(ns, "kiln-1", "edge-2", `, holdfast.io/epoch: "4"`), asCtl, "create", "-f", "-"),
+	refusal(t, "", k.Run(t, warmPodYAML(ns, "kiln-1", "edge-2", `, holdfast.io/epoch: "4"`), asCtl, "create", "-f", "-"),
 		"metadata.labels[holdfast.io/epoch]: Forbidden: a warm standby pod is created without an epoch")
-	refusal(t, "warm-pod-not-a-standby", k.Run(t, warmPodYAML(ns, "kiln-1", "edge-9", ""), asCtl, "create", "-f", "-"),
+	refusal(t, "", k.Run(t, warmPodYAML(ns, "kiln-1", "edge-9", ""), asCtl, "create", "-f", "-"),
 		"metadata.labels[holdfast.io/warm-standby]: Forbidden: node edge-9 is not a designated standby of unit kiln-1")
 	allowed(t, k.Run(t, warmPodYAML(ns, "kiln-1", "edge-2", ""), asCtl, "create", "-f", "-"))
 
@@ -55,7 +55,7 @@ func TestAWarmPodIsTheControllersAndTakesItsEpochOnceFromTheBinding(t *testing.T
 
 	// Its epoch: not before the binding records it, then once, by the
 	// controller, to that epoch.
-	refusal(t, "warm-pod-epoch-before-binding", k.Run(t, "", asCtl, "label", "-n", ns, "pod", name, "holdfast.io/epoch=4"),
+	refusal(t, "", k.Run(t, "", asCtl, "label", "-n", ns, "pod", name, "holdfast.io/epoch=4"),
 		"metadata.labels[holdfast.io/epoch]: Forbidden: may be set only to the epoch of unit kiln-1's binding that records this pod")
 	var pod corev1.Pod
 	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &pod); err != nil {
@@ -69,7 +69,7 @@ func TestAWarmPodIsTheControllersAndTakesItsEpochOnceFromTheBinding(t *testing.T
 	if err := env.ClientAs(t, controllerUser, nil).Status().Update(ctx, &u); err != nil {
 		t.Fatalf("the controller recording the promotion: %v", err)
 	}
-	refusal(t, "warm-pod-epoch-by-admin", k.Run(t, "", "label", "-n", ns, "pod", name, "holdfast.io/epoch=4"),
+	refusal(t, "", k.Run(t, "", "label", "-n", ns, "pod", name, "holdfast.io/epoch=4"),
 		"metadata.labels[holdfast.io/epoch]: Forbidden: only the holdfast controller")
 	refusal(t, "", k.Run(t, "", asCtl, "label", "-n", ns, "pod", name, "holdfast.io/epoch=5"),
 		"may be set only to the epoch of unit kiln-1's binding that records this pod")
