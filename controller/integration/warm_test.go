@@ -78,14 +78,20 @@ func warmUp(t testing.TB, p corev1.Pod, ip string) {
 	kubeletReports(t, p.Namespace, p.Name, ip, true, 0)
 }
 
-// kubeletConfirmsDeletion plays a kubelet that stopped a deleted pod.
+// kubeletConfirmsDeletion plays a kubelet that stopped a deleted pod. A
+// pod of that name and another UID is a replacement: the one asked for is
+// gone.
 func kubeletConfirmsDeletion(t testing.TB, ns, name string) {
 	t.Helper()
+	var uid types.UID
 	poll.Until(t, 20*time.Second, "pod "+name+" deleted", func() (bool, string) {
 		var p corev1.Pod
 		err := env.Client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &p)
-		if apierrors.IsNotFound(err) {
+		if apierrors.IsNotFound(err) || (err == nil && uid != "" && p.UID != uid) {
 			return true, ""
+		}
+		if err == nil && uid == "" {
+			uid = p.UID
 		}
 		if err != nil || p.DeletionTimestamp.IsZero() {
 			return false, fmt.Sprint(err)
