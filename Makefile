@@ -32,6 +32,7 @@ CHART_DRILLS := $(CHART_DRILLS)|TestFieldPartitionKeepsTheLeaseAndShowsTheDevice
 CHART_DRILLS := $(CHART_DRILLS)|TestALeaseShortenedOnAHeldUnitThenCutKeepsOneWriter|TestAnAutonomyUnitSwitchedToFailoverThenCutKeepsOneWriter
 CHART_DRILLS := $(CHART_DRILLS)|TestBrokerAwayDuringRebindDoesNotDelayTheNewHolder|TestCouplerUnreachableAtStartupHoldsTheLeaseAndWritesLater
 CHART_DRILLS := $(CHART_DRILLS)|TestDeletedUnitsRuntimePodIsGarbageCollected|TestGrantorLeaderSIGKILLedNeverFences
+CHART_DRILLS := $(CHART_DRILLS)|TestAWarmStandbyNeverWritesBeforeItsEpoch|TestAWarmStandbyIsPromotedWithoutAPod
 # The voter swap drill make test-e2e runs against the chart-installed components.
 CHART_VOTER_DRILLS := TestRoleSwap$$
 GO_TEST_FLAGS ?=

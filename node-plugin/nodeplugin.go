@@ -20,7 +20,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -142,9 +144,21 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		Controller:             config.Controller{SkipNameValidation: &o.SkipNameValidation},
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
 			&corev1.Node{}: {Field: fields.OneTermEqualSelector("metadata.name", o.NodeName)},
+			// The fence agent reads the epoch label a promoted warm standby
+			// pod on this node is given after its sandbox was made.
+			&corev1.Pod{}: {Field: fields.OneTermEqualSelector("spec.nodeName", o.NodeName), Label: warmStandbyPods},
 		}},
 	})
 }
+
+// warmStandbyPods selects the warm standby pods (holdfast.io/warm-standby).
+var warmStandbyPods = func() labels.Selector {
+	r, err := labels.NewRequirement(holdfastv1.LabelWarmStandby, selection.Exists, nil)
+	if err != nil {
+		panic(err)
+	}
+	return labels.NewSelector().Add(*r)
+}()
 
 // hostSettings are the host's unit names and member paths: a flag wins,
 // then the VoterPolicy, then k3s's defaults.
@@ -255,7 +269,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	if err != nil {
 		return fmt.Errorf("connecting to CRI at %s: %w", o.CRIEndpoint, err)
 	}
-	agent := &fence.Agent{CRI: cri, Units: fence.CacheUnits{Client: mgr.GetClient()}, Lease: fence.HTTPLease{},
+	agent := &fence.Agent{CRI: cri, Units: fence.CacheUnits{Client: mgr.GetClient()}, Pods: fence.CachePods{Client: mgr.GetClient()}, Lease: fence.HTTPLease{},
 		Notifier: fence.EventNotifier{Client: mgr.GetClient(), NodeName: o.NodeName}, Clock: clock.RealClock{}, Node: o.NodeName,
 		AuditDir: filepath.Join(o.HostDir, hoststate.FenceAuditDir)}
 	// A fence done while the apiserver was away, by a plugin that restarted

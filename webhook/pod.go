@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/policy"
 )
 
 var podGVR = corev1.SchemeGroupVersion.WithResource("pods").GroupResource()
@@ -43,33 +44,33 @@ func checkRuntimePodCreate(o *Options, r requester, p *corev1.Pod) verdict {
 	} else if want := holdfastv1.RuntimePodName(unit, epoch); p.Name != want {
 		v.invalidf(field.Invalid(field.NewPath("metadata", "name"), p.Name, fmt.Sprintf("a runtime pod of unit %s at epoch %d is named %s", unit, epoch, want)))
 	}
-	if p.Spec.NodeName != "" {
-		v.forbid(field.Forbidden(field.NewPath("spec", "nodeName"), fmt.Sprintf(
-			"must be empty: %s places runtime pods, so a failover never lands on a node its rules refuse", holdfastv1.SchedulerName)))
-	}
-	if p.Spec.SchedulerName != holdfastv1.SchedulerName {
-		v.forbid(field.Forbidden(field.NewPath("spec", "schedulerName"), fmt.Sprintf(
-			"must be %s: another scheduler would bypass the unit's placement rules", holdfastv1.SchedulerName)))
-	}
+	checkPlacedByHoldfastScheduler(&v, p)
 	return v
 }
 
-// checkRuntimePodUpdate: the unit and epoch labels are set at creation only;
-// a runtime whose epoch label changed could escape the fence agent (L7).
+// checkRuntimePodUpdate: the unit, epoch and warm standby labels are set at
+// creation only; a runtime whose epoch label changed could escape the fence
+// agent (L7). The one exception, a warm pod's promotion, is checkPromotion's.
 func checkRuntimePodUpdate(old, p *corev1.Pod) verdict {
 	var v verdict
 	labelPath := field.NewPath("metadata", "labels")
+	promotion := isPromotion(old, p)
 	for _, k := range changedKeys(old.Labels, p.Labels, func(k string) bool {
-		return k == holdfastv1.LabelUnit || k == holdfastv1.LabelEpoch
+		return k == holdfastv1.LabelUnit || k == holdfastv1.LabelEpoch || k == holdfastv1.LabelWarmStandby
 	}) {
+		if promotion && k == holdfastv1.LabelEpoch {
+			continue
+		}
 		v.forbid(field.Forbidden(labelPath.Key(k), "is set when the runtime pod is created and never changes: the fence agent stops runtimes by it"))
 	}
 	return v
 }
 
-// PodValidator guards the runtime pods (labelled holdfast.io/unit).
+// PodValidator guards the runtime pods (labelled holdfast.io/unit), warm
+// standby pods among them.
 type PodValidator struct {
 	Options *Options
+	Reader  client.Reader
 }
 
 var _ admission.Validator[*corev1.Pod] = PodValidator{}
@@ -79,17 +80,57 @@ func (pv PodValidator) ValidateCreate(ctx context.Context, p *corev1.Pod) (admis
 	if err != nil {
 		return nil, err
 	}
-	v := checkRuntimePodCreate(pv.Options, r, p)
+	if _, warm := policy.WarmStandbyNode(p); !warm {
+		v := checkRuntimePodCreate(pv.Options, r, p)
+		return nil, v.err(podGVR, podGK, p.Name)
+	}
+	u, err := pv.unit(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	var n *corev1.Node
+	var node corev1.Node
+	if err := pv.Reader.Get(ctx, client.ObjectKey{Name: p.Labels[holdfastv1.LabelWarmStandby]}, &node); err == nil {
+		n = &node
+	} else if !apierrors.IsNotFound(err) {
+		return nil, readFailed("reading the warm standby pod's node", err)
+	}
+	v := checkWarmPodCreate(pv.Options, r, p, u, n)
 	return nil, v.err(podGVR, podGK, p.Name)
 }
 
-func (PodValidator) ValidateUpdate(_ context.Context, old, p *corev1.Pod) (admission.Warnings, error) {
+func (pv PodValidator) ValidateUpdate(ctx context.Context, old, p *corev1.Pod) (admission.Warnings, error) {
 	v := checkRuntimePodUpdate(old, p)
+	if isPromotion(old, p) {
+		r, err := requesterFrom(ctx)
+		if err != nil {
+			return nil, err
+		}
+		u, err := pv.unit(ctx, p)
+		if err != nil {
+			return nil, err
+		}
+		pv := checkPromotion(pv.Options, r, p, u)
+		v.forbidAll(pv.forbidden)
+	}
 	return nil, v.err(podGVR, podGK, p.Name)
 }
 
 func (PodValidator) ValidateDelete(context.Context, *corev1.Pod) (admission.Warnings, error) {
 	return nil, nil
+}
+
+// unit reads the Unit a runtime pod's label names; nil when absent.
+func (pv PodValidator) unit(ctx context.Context, p *corev1.Pod) (*holdfastv1.Unit, error) {
+	var u holdfastv1.Unit
+	err := pv.Reader.Get(ctx, client.ObjectKey{Namespace: p.Namespace, Name: p.Labels[holdfastv1.LabelUnit]}, &u)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, readFailed("reading the runtime pod's Unit", err)
+	}
+	return &u, nil
 }
 
 // checkBinding: only holdfast-scheduler binds a runtime pod.

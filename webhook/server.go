@@ -50,7 +50,7 @@ func Handlers(scheme *runtime.Scheme, reader client.Reader, opts *Options) map[s
 		PathLease:      admission.WithValidator[*coordinationv1.Lease](scheme, &LeaseValidator{Options: opts}),
 		PathUnit:       admission.WithValidator[*holdfastv1.Unit](scheme, &UnitValidator{Options: opts, Reader: reader, Audit: audit}),
 		PathVoterSwap:  admission.WithValidator[*holdfastv1.VoterSwap](scheme, &VoterSwapValidator{Options: opts, Reader: reader, Audit: audit}),
-		PathPod:        admission.WithValidator[*corev1.Pod](scheme, PodValidator{Options: opts}),
+		PathPod:        admission.WithValidator[*corev1.Pod](scheme, PodValidator{Options: opts, Reader: reader}),
 		PathPodBinding: admission.WithValidator[*corev1.Binding](scheme, &BindingValidator{Options: opts, Reader: reader}),
 	}
 }

@@ -47,3 +47,23 @@ const runtimeIdentityPrefix = "holdfast://runtime/"
 func RuntimeIdentity(unit string, epoch int64) string {
 	return runtimeIdentityPrefix + unit + "/e" + strconv.FormatInt(epoch, 10)
 }
+
+// WarmRuntimeIdentity is the URI SAN of the serving certificate of unit's
+// (namespace/name) warm standby pod of UID podUID:
+// holdfast://runtime/NAMESPACE/NAME/warm/UID. A warm pod has no epoch when
+// its certificate is made, so it proves which pod it is instead; the grantor
+// sends a binding that promoted a warm pod its grants only to an endpoint
+// proving the UID the binding recorded.
+func WarmRuntimeIdentity(unit, podUID string) string {
+	return runtimeIdentityPrefix + unit + "/warm/" + podUID
+}
+
+// BindingIdentity is the identity the runtime of a binding of unit at epoch
+// proves: the warm identity of podUID when the binding promoted a warm pod
+// (podUID set), the epoch's identity otherwise.
+func BindingIdentity(unit string, epoch int64, podUID string) string {
+	if podUID != "" {
+		return WarmRuntimeIdentity(unit, podUID)
+	}
+	return RuntimeIdentity(unit, epoch)
+}

@@ -232,6 +232,10 @@ func TestInvalidObjectsAreRefusedWithTheRulesMessage(t *testing.T) {
 		manifest: unitManifest("no-targets", ns, "    mode: Failover"),
 		wantErr:  []string{"spec.availability.targets", "must name at least one node or a selector when mode is Failover"},
 	}, {
+		name:     "warm standby without failover",
+		manifest: unitManifest("warm-autonomy", ns, "    mode: Autonomy\n    warmStandby: true"),
+		wantErr:  []string{"spec.availability.warmStandby", "needs mode Failover"},
+	}, {
 		name: "metrics port on the lease port",
 		manifest: fmt.Sprintf(`apiVersion: holdfast.io/v1alpha1
 kind: Unit
@@ -313,6 +317,38 @@ spec: {outgoing: cp-1, incoming: cp-1}
 				t.Errorf("the refused object exists:\n%s", got)
 			}
 		})
+	}
+}
+
+// A warm standby is promoted only by an automatic re-bind: the CRD takes
+// warmStandby on a Failover unit and refuses it, naming the field, on an
+// Autonomy one (including one that says nothing of its mode).
+func TestWarmStandbyNeedsModeFailover(t *testing.T) {
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	create := func(a holdfastv1.Availability) error {
+		u := &holdfastv1.Unit{
+			ObjectMeta: metav1.ObjectMeta{GenerateName: "warm-", Namespace: ns},
+			Spec: holdfastv1.UnitSpec{
+				Runtime:      holdfastv1.UnitRuntime{Image: "x"},
+				NodeSelector: map[string]string{"holdfast.io/device": "d"},
+				Availability: a,
+			},
+		}
+		return env.Client.Create(ctx, u, client.DryRunAll)
+	}
+	targets := &holdfastv1.FailoverTargets{Nodes: []string{"edge-2"}}
+	if err := create(holdfastv1.Availability{Mode: holdfastv1.Failover, Targets: targets, WarmStandby: true}); err != nil {
+		t.Fatalf("a Failover unit with a warm standby was refused: %v", err)
+	}
+	for _, mode := range []holdfastv1.AvailabilityMode{holdfastv1.Autonomy, ""} {
+		err := create(holdfastv1.Availability{Mode: mode, Targets: targets, WarmStandby: true})
+		if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "spec.availability.warmStandby") || !strings.Contains(err.Error(), "needs mode Failover") {
+			t.Errorf("mode %q with a warm standby: %v, want Invalid naming spec.availability.warmStandby", mode, err)
+		}
+	}
+	if err := create(holdfastv1.Availability{Mode: holdfastv1.Autonomy, WarmStandby: false}); err != nil {
+		t.Errorf("an Autonomy unit without a warm standby was refused: %v", err)
 	}
 }
 

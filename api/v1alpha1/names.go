@@ -137,6 +137,10 @@ const (
 	LabelUnit = "holdfast.io/unit"
 	// LabelEpoch carries the binding epoch a runtime pod was created for.
 	LabelEpoch = "holdfast.io/epoch"
+	// LabelWarmStandby marks a warm standby's runtime pod and names the
+	// standby node it is kept on. A warm pod carries no LabelEpoch until a
+	// binding promotes it (docs/design.md §3, Warm standby).
+	LabelWarmStandby = "holdfast.io/warm-standby"
 	// SchedulerName is the profile of holdfast-scheduler that places runtime
 	// and voter-candidate pods.
 	SchedulerName = "holdfast-scheduler"
@@ -247,6 +251,21 @@ const (
 	ReasonAwaitingPodGone   = "AwaitingPodGone"
 	ReasonHandedOver        = "HandedOver"
 	ReasonHandOverCancelled = "HandOverCancelled"
+)
+
+// Unit warm standby condition and reasons (docs/design.md §3, Warm standby).
+const (
+	// ConditionWarmStandby is True while every standby due a warm pod (an
+	// eligible target other than the bound node, of a unit with
+	// spec.availability.warmStandby) runs a ready one; its message counts
+	// them and says, standby by standby, why one is not ready. Absent when
+	// the unit keeps no warm standby.
+	ConditionWarmStandby = "WarmStandby"
+	// WarmStandby: AllReady, NotAllReady, NoStandby (no eligible standby
+	// other than the bound node).
+	ReasonWarmAllReady    = "AllReady"
+	ReasonWarmNotAllReady = "NotAllReady"
+	ReasonWarmNoStandby   = "NoStandby"
 )
 
 // FinalizerRuntimeStopped holds a Unit's deletion until the runtime of its

@@ -1,6 +1,8 @@
 package v1alpha1
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"strconv"
 )
@@ -32,3 +34,14 @@ const (
 func RuntimePodName(unit string, epoch int64) string {
 	return unit + runtimePodInfix + strconv.FormatInt(epoch, 10)
 }
+
+// WarmPodName is a unit's warm standby pod on node: <unit>-warm-<the first
+// ten hex digits of the node name's SHA-256>. A node name may be 253
+// characters, so it is hashed to keep the pod's name a DNS label; the
+// pod's LabelWarmStandby names the node in full.
+func WarmPodName(unit, node string) string {
+	sum := sha256.Sum256([]byte(node))
+	return unit + warmPodInfix + hex.EncodeToString(sum[:])[:10]
+}
+
+const warmPodInfix = "-warm-"

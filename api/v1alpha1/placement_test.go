@@ -1,6 +1,11 @@
 package v1alpha1
 
-import "testing"
+import (
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+)
 
 func TestParseEpoch(t *testing.T) {
 	for v, want := range map[string]int64{"1": 1, "12": 12} {
@@ -42,5 +47,19 @@ func TestParseIncarnation(t *testing.T) {
 		if err == nil && got != nil && got.String() != tc.in {
 			t.Errorf("%+v spells %q, read from %q", got, got.String(), tc.in)
 		}
+	}
+}
+
+func TestWarmPodNameIsADNSLabelForEveryNode(t *testing.T) {
+	unit := strings.Repeat("u", MaxUnitNameLength)
+	a, b := WarmPodName(unit, strings.Repeat("n", 253)), WarmPodName(unit, strings.Repeat("n", 252)+"m")
+	if errs := validation.IsDNS1123Label(a); len(errs) > 0 {
+		t.Errorf("WarmPodName = %q: %v", a, errs)
+	}
+	if a == b {
+		t.Errorf("two nodes share the warm pod name %q", a)
+	}
+	if strings.HasPrefix(a, RuntimePodName(unit, 1)[:len(unit)+len(runtimePodInfix)]) {
+		t.Errorf("warm pod %q reads as a runtime pod of an epoch", a)
 	}
 }

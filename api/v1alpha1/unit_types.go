@@ -168,6 +168,7 @@ type UnitRuntime struct {
 // Availability is the unit's availability policy (docs/design.md §3).
 // +kubebuilder:validation:XValidation:rule="self.runtimeStartupGraceSeconds >= self.leaseDurationSeconds",message="must be at least leaseDurationSeconds",fieldPath=".runtimeStartupGraceSeconds"
 // +kubebuilder:validation:XValidation:rule="!has(self.rebindMarginSeconds) || self.rebindMarginSeconds * 2 >= (self.leaseDurationSeconds < 10 ? 10 : (self.leaseDurationSeconds > 60 ? 60 : self.leaseDurationSeconds))",message="must be at least the hold bound (half the lease, clamped to 5s..30s)",fieldPath=".rebindMarginSeconds"
+// +kubebuilder:validation:XValidation:rule="!has(self.warmStandby) || !self.warmStandby || self.mode == 'Failover'",message="needs mode Failover: only an automatic re-bind promotes a warm standby",fieldPath=".warmStandby"
 // +kubebuilder:validation:XValidation:rule="self.mode != 'Failover' || (has(self.targets) && ((has(self.targets.nodes) && size(self.targets.nodes) > 0) || has(self.targets.selector)))",message="must name at least one node or a selector when mode is Failover",fieldPath=".targets"
 type Availability struct {
 	// mode is Autonomy (the default: never self-fences, failover by hand
@@ -207,6 +208,14 @@ type Availability struct {
 	// +optional
 	// +kubebuilder:default=Warn
 	Colocation ColocationPolicy `json:"colocation,omitempty"`
+
+	// warmStandby keeps a runtime pod ready on each designated standby
+	// before any failure (devices connected and read, no lease, no epoch),
+	// so a re-bind promotes it by the new epoch's grant instead of creating,
+	// scheduling and starting a pod. It writes nothing until it holds that
+	// lease, after the margin. Failover mode only.
+	// +optional
+	WarmStandby bool `json:"warmStandby,omitempty"`
 }
 
 // FailoverTargets names eligible standby nodes by name, by label, or both.
@@ -280,9 +289,15 @@ type RuntimeBinding struct {
 	// +required
 	// +kubebuilder:validation:Minimum=1
 	Epoch int64 `json:"epoch"`
-	// pod is the runtime pod's name, <unit>-runtime-e<epoch>.
+	// pod is the runtime pod's name: <unit>-runtime-e<epoch>, or the warm
+	// standby pod this binding promoted (<unit>-warm-<suffix>).
 	// +optional
 	Pod string `json:"pod,omitempty"`
+	// podUID is the UID of the warm standby pod this binding promoted; the
+	// grantor grants only to the runtime that proves to be that pod. Empty
+	// for a pod created for the binding, which proves its epoch instead.
+	// +optional
+	PodUID string `json:"podUID,omitempty"`
 	// boundAt is when the scheduler recorded the node.
 	// +optional
 	BoundAt *metav1.Time `json:"boundAt,omitempty"`

@@ -207,7 +207,7 @@ func (l *loop) notAuthenticated(t Target, err error) (Outcome, string, bool) {
 	)
 	switch {
 	case errors.As(err, &refusal):
-		reason, why = authRuntimeUnverified, fmt.Sprintf("the endpoint is not the runtime of %s at epoch %d: its %v", t.Unit, t.Epoch, refusal)
+		reason, why = authRuntimeUnverified, fmt.Sprintf("the endpoint is not the runtime of %s at epoch %d (%s): its %v", t.Unit, t.Epoch, t.identity(), refusal)
 	case errors.As(err, &header), errors.Is(err, http.ErrSchemeMismatch):
 		reason, why = authNotTLS, "the endpoint does not speak TLS (a runtime started with --insecure-plaintext-lease, or not a runtime)"
 	case errors.As(err, &alert):

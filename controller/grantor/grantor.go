@@ -39,10 +39,20 @@ import (
 // Target is one binding to renew: the unit, its epoch, where its runtime
 // listens and the lease duration.
 type Target struct {
-	Unit     types.NamespacedName
-	Epoch    int64
+	Unit  types.NamespacedName
+	Epoch int64
+	// PodUID is the binding's podUID: the warm standby pod it promoted.
+	// Grants then go only to an endpoint proving that pod's warm identity;
+	// when empty, only to one proving the epoch's (api/lease
+	// BindingIdentity).
+	PodUID   string
 	Address  string // host:port of the lease endpoint
 	Duration time.Duration
+}
+
+// identity is what t's runtime must prove before it is sent anything.
+func (t Target) identity() string {
+	return lease.BindingIdentity(t.Unit.String(), t.Epoch, t.PodUID)
 }
 
 // Outcome is what one renewal attempt got back.
@@ -163,11 +173,12 @@ func New(opts Options) *Grantor {
 
 // Ensure makes one loop renew t. A loop already renewing the unit at the
 // same epoch keeps its observation and takes the new address and duration; a
-// loop at another epoch is stopped first, and its observation dropped.
+// loop at another epoch, or for another pod (its transport proves only the
+// identity it was made for), is stopped first, and its observation dropped.
 func (g *Grantor) Ensure(t Target) {
 	g.mu.Lock()
 	l := g.loops[t.Unit]
-	if l != nil && l.target().Epoch != t.Epoch {
+	if l != nil && (l.target().Epoch != t.Epoch || l.target().PodUID != t.PodUID) {
 		delete(g.loops, t.Unit)
 		g.mu.Unlock()
 		l.stop()
@@ -284,7 +295,7 @@ func (g *Grantor) transport(t Target) *http.Transport {
 		IdleConnTimeout:     90 * time.Second,
 	}
 	if c := g.opts.TLS; c != nil {
-		tr.TLSClientConfig = leasetls.ClientConfig(c.ClientCertificate, c.RuntimeRoots, lease.RuntimeIdentity(t.Unit.String(), t.Epoch))
+		tr.TLSClientConfig = leasetls.ClientConfig(c.ClientCertificate, c.RuntimeRoots, t.identity())
 		tr.ForceAttemptHTTP2 = true
 	}
 	return tr

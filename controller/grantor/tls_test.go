@@ -153,3 +153,82 @@ func (c *swapCreds) set(cert *tls.Certificate) {
 	defer c.mu.Unlock()
 	c.s = &leasetlstest.Static{Cert: cert, Roots: c.s.Roots}
 }
+
+// L12 for a promoted warm pod: a binding that recorded a warm pod's UID is
+// granted only by an endpoint proving that pod's warm identity. The warm
+// identity of another UID, the epoch's identity (a pod created for the
+// binding) and a warm identity offered to a binding that recorded no pod
+// are each sent nothing. The real keeper of a warm runtime is bound by the
+// first grant and held by the next.
+func TestTheGrantorGrantsAPromotedWarmPodOnlyUnderTheRecordedUID(t *testing.T) {
+	const uid = "6f1c0f8e-warm-a"
+	t.Run("the recorded pod", func(t *testing.T) {
+		k, err := runtimelease.NewKeeper(runtimelease.Config{Unit: unit.String(), Warm: true, Mode: holdfastv1.Failover, LeaseDuration: 10 * time.Second}, klog.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := runtimelease.NewHandler(k, runtimelease.MutualTLS(func() *x509.CertPool { return testCA(t).Roots }, lease.GrantorIdentity), klog.Background())
+		srv := testCA(t).ServeWarmRuntime(t, h, unit.String(), uid)
+		g := New(Options{Name: "ctl-0", TLS: testGrantor(t)})
+		defer g.StopAll()
+		g.Ensure(Target{Unit: unit, Epoch: 3, PodUID: uid, Address: srv.Listener.Addr().String(), Duration: 10 * time.Second})
+		waitFor(t, "the lease held", func() bool { o, _ := g.Observe(unit); return o.Acks >= 2 })
+		if st := k.Status(); st.Epoch != 3 || st.State != lease.Held {
+			t.Fatalf("the promoted warm runtime is %+v, want Held at epoch 3", st)
+		}
+	})
+	for _, tc := range []struct {
+		name   string
+		podUID string // the binding's
+		serve  func(e *endpoint)
+		msg    string
+	}{
+		{name: "another warm pod of the unit", podUID: uid, msg: "does not name holdfast://runtime/plant/kiln-1/warm/" + uid,
+			serve: func(e *endpoint) { e.srv = testCA(t).ServeWarmRuntime(t, e.handler(), unit.String(), "another-uid") }},
+		{name: "the epoch's runtime", podUID: uid, msg: "does not name holdfast://runtime/plant/kiln-1/warm/" + uid,
+			serve: func(e *endpoint) { e.srv = testCA(t).ServeRuntime(t, e.handler(), unit.String(), 3) }},
+		{name: "a warm pod of another unit", podUID: uid, msg: "does not name holdfast://runtime/plant/kiln-1/warm/" + uid,
+			serve: func(e *endpoint) { e.srv = testCA(t).ServeWarmRuntime(t, e.handler(), "plant/kiln-2", uid) }},
+		{name: "a warm pod, for a binding that promoted none", podUID: "", msg: "does not name holdfast://runtime/plant/kiln-1/e3",
+			serve: func(e *endpoint) { e.srv = testCA(t).ServeWarmRuntime(t, e.handler(), unit.String(), uid) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := &endpoint{epoch: 3}
+			tc.serve(e)
+			g := New(Options{Name: "ctl-0", TLS: testGrantor(t)})
+			defer g.StopAll()
+			g.Ensure(Target{Unit: unit, Epoch: 3, PodUID: tc.podUID, Address: e.addr(), Duration: 30 * time.Second})
+			waitFor(t, "two attempts", func() bool { o, _ := g.Observe(unit); return o.Attempts >= 2 })
+			obs, _ := g.Observe(unit)
+			if obs.Acked() || obs.LastAttempt.Outcome != Unreachable || !strings.Contains(obs.LastAttempt.Message, tc.msg) {
+				t.Fatalf("attempt %+v, want Unreachable saying %q", obs.LastAttempt, tc.msg)
+			}
+			if n := len(e.received()); n != 0 {
+				t.Fatalf("%d grants reached an endpoint that is not the binding's runtime", n)
+			}
+		})
+	}
+}
+
+// A loop made for one pod never grants another: Ensure at the same epoch
+// naming another podUID replaces the loop, whose connection proved only the
+// identity it was made for.
+func TestALoopForAnotherPodAtTheSameEpochIsReplaced(t *testing.T) {
+	a := &endpoint{epoch: 3}
+	a.srv = testCA(t).ServeWarmRuntime(t, a.handler(), unit.String(), "uid-a")
+	g := New(Options{Name: "ctl-0", TLS: testGrantor(t)})
+	defer g.StopAll()
+	g.Ensure(Target{Unit: unit, Epoch: 3, PodUID: "uid-a", Address: a.addr(), Duration: 30 * time.Second})
+	waitFor(t, "an acknowledgement from pod a", func() bool { o, _ := g.Observe(unit); return o.Acks >= 1 })
+	g.Ensure(Target{Unit: unit, Epoch: 3, PodUID: "uid-b", Address: a.addr(), Duration: 30 * time.Second})
+	before := len(a.received())
+	waitFor(t, "two attempts of the new loop", func() bool { o, _ := g.Observe(unit); return o.Attempts >= 2 })
+	obs, _ := g.Observe(unit)
+	if obs.Target.PodUID != "uid-b" || obs.Acked() || obs.LastAttempt.Outcome != Unreachable {
+		t.Fatalf("observation %+v, want a new loop for uid-b that reached nobody", obs)
+	}
+	if n := len(a.received()) - before; n > 1 {
+		// One grant of the old loop may have been in flight at the swap.
+		t.Fatalf("%d grants reached pod a after the binding named pod b", n)
+	}
+}

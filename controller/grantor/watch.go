@@ -50,7 +50,7 @@ func (g *Grantor) Watch(t Target) {
 		g.watches = map[types.NamespacedName]*watch{}
 	}
 	w := g.watches[t.Unit]
-	if w != nil && w.target.Epoch == t.Epoch && w.target.Address == t.Address {
+	if w != nil && w.target.Epoch == t.Epoch && w.target.PodUID == t.PodUID && w.target.Address == t.Address {
 		g.mu.Unlock()
 		return
 	}

@@ -198,3 +198,97 @@ func TestRuntimePodsGetTheirLeaseCredentialsFromTheCluster(t *testing.T) {
 		t.Fatalf("ClusterTrustBundle %s: %+v %v", leasecerts.TrustBundleName, ctb.Spec, err)
 	}
 }
+
+// A warm standby pod on the real apiserver: its certificate names its UID
+// (it has no epoch), and still does once a binding promoted it and it
+// carries the epoch's label, so the grantor's check of the recorded UID
+// holds across its renewals; once the binding moves on it gets nothing.
+func TestAWarmPodGetsTheLeaseCertificateOfItsUID(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ns := env.Namespace(t)
+	ca := leasetlstest.NewCA(t, "lease-ca")
+	signer(t, ca.Dir(t))
+
+	_, bound := runtimePod(t, ns, "kiln-1", 3, "lcw-edge-1")
+	var u holdfastv1.Unit
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "kiln-1"}, &u); err != nil {
+		t.Fatal(err)
+	}
+	u.Spec.Availability = holdfastv1.Availability{Mode: holdfastv1.Failover, WarmStandby: true,
+		Targets: &holdfastv1.FailoverTargets{Nodes: []string{"lcw-edge-2"}}}
+	if err := env.Client.Update(ctx, &u); err != nil {
+		t.Fatal(err)
+	}
+	standby := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "lcw-edge-2"}}
+	if err := env.Client.Create(ctx, standby); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), standby) })
+	warm := units.RuntimePod(&u, 3, units.Placement{})
+	warm.Name = holdfastv1.WarmPodName("kiln-1", standby.Name)
+	delete(warm.Labels, holdfastv1.LabelEpoch)
+	warm.Labels[holdfastv1.LabelWarmStandby] = standby.Name
+	warm.Spec.NodeName = standby.Name
+	if err := env.Client.Create(ctx, warm); err != nil {
+		t.Fatal(err)
+	}
+	pcSrc, _ := podCertificateSource(warm)
+	certify := func() ([]byte, error) {
+		req, key, err := leasetlstest.RequestPodCertificate(ctx, env.Client, warm, pcSrc, standby.UID, "sa-uid")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return leasetlstest.AwaitPodCertificate(ctx, env.Client, req, key)
+	}
+	want := leaseapi.WarmRuntimeIdentity(ns+"/kiln-1", string(warm.UID))
+	holds := func(what string, creds []byte) {
+		t.Helper()
+		rc, err := leasetls.ParseRuntime(creds, ca.CertPEM)
+		if err != nil {
+			t.Fatalf("%s: the credentials do not load: %v", what, err)
+		}
+		if r := leasetls.VerifyPeer([]*x509.Certificate{rc.Cert.Leaf}, ca.Roots, x509.ExtKeyUsageServerAuth, want); r != nil {
+			t.Fatalf("%s: %v", what, r)
+		}
+		for _, e := range []int64{3, 4} {
+			if r := leasetls.VerifyPeer([]*x509.Certificate{rc.Cert.Leaf}, ca.Roots, x509.ExtKeyUsageServerAuth, leaseapi.RuntimeIdentity(ns+"/kiln-1", e)); r == nil {
+				t.Fatalf("%s: the warm pod's certificate names epoch %d", what, e)
+			}
+		}
+	}
+	creds, err := certify()
+	if err != nil {
+		t.Fatalf("the warm pod's request: %v", err)
+	}
+	holds("the warm pod", creds)
+
+	// Promotion: the binding records the pod, then the pod its epoch.
+	u.Status.RuntimeBinding = &holdfastv1.RuntimeBinding{Epoch: 4, Node: standby.Name, Pod: warm.Name, PodUID: string(warm.UID)}
+	if err := env.Client.Status().Update(ctx, &u); err != nil {
+		t.Fatal(err)
+	}
+	warm.Labels[holdfastv1.LabelEpoch] = "4"
+	if err := env.Client.Update(ctx, warm); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, time.Minute, "a renewal of the promoted pod issued", func() (bool, string) {
+		creds, err = certify()
+		return err == nil, fmt.Sprint(err)
+	})
+	holds("the promoted pod", creds)
+
+	// The binding moves on to epoch 5 elsewhere: nothing more for it.
+	u.Status.RuntimeBinding = &holdfastv1.RuntimeBinding{Epoch: 5, Node: bound.Name, Pod: units.PodName("kiln-1", 5)}
+	if err := env.Client.Status().Update(ctx, &u); err != nil {
+		t.Fatal(err)
+	}
+	var answer error
+	poll.Until(t, time.Minute, "a renewal of the left-behind pod refused", func() (bool, string) {
+		_, answer = certify()
+		return answer != nil, "issued"
+	})
+	if !strings.Contains(answer.Error(), "Denied: StaleEpoch") {
+		t.Fatalf("a renewal of a warm pod left behind: %v, want Denied: StaleEpoch", answer)
+	}
+}

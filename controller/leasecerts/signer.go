@@ -29,7 +29,9 @@ import (
 // Signer answers the PodCertificateRequests addressed to api/lease
 // SignerName: a runtime pod's kubelet asks for the pod's lease serving
 // certificate, and the signer issues it, naming the pod's unit and epoch,
-// only to the pod of its Unit's current binding on the node it runs on.
+// only to the pod of its Unit's current binding on the node it runs on; a
+// warm standby pod's names its unit and its UID (api/lease
+// WarmRuntimeIdentity).
 type Signer struct {
 	// Client reads pods and Units from the cache and writes the requests'
 	// status.
@@ -76,16 +78,19 @@ const (
 type verdict struct {
 	// wait: the cache cannot tell yet; look again.
 	wait bool
-	// deny: with reason and message; otherwise issue for unit at epoch.
+	// deny: with reason and message; otherwise issue for unit at epoch, or,
+	// when warmUID is set, for unit's warm standby pod of that UID.
 	deny            bool
 	reason, message string
 	unit            string
 	epoch           int64
+	warmUID         string
 }
 
 // judge decides a request from what the cache shows: the pod it names (nil
 // if absent) and its Unit (nil if absent). It issues only to the live pod
-// of the Unit's current binding, on the node the request came from.
+// of the Unit's current binding, or to a warm standby pod of the Unit, on
+// the node the request came from.
 func judge(req *certificatesv1.PodCertificateRequest, pod *corev1.Pod, u *holdfastv1.Unit, now time.Time) verdict {
 	young := now.Sub(req.CreationTimestamp.Time) < cacheGrace
 	pending := func(why string) verdict {
@@ -100,11 +105,17 @@ func judge(req *certificatesv1.PodCertificateRequest, pod *corev1.Pod, u *holdfa
 			name, req.Spec.PodUID, leaseapi.SignerName))
 	}
 	unit, hasUnit := pod.Labels[holdfastv1.LabelUnit]
-	epoch, err := holdfastv1.ParseEpoch(pod.Labels[holdfastv1.LabelEpoch])
+	standby, warm := pod.Labels[holdfastv1.LabelWarmStandby]
+	label, labelled := pod.Labels[holdfastv1.LabelEpoch]
+	epoch, err := holdfastv1.ParseEpoch(label)
+	if warm && !labelled {
+		err = nil
+	}
 	owner := metav1.GetControllerOf(pod)
 	if !hasUnit || err != nil || owner == nil || owner.Kind != "Unit" || owner.APIVersion != holdfastv1.GroupVersion.String() || owner.Name != unit {
 		return verdict{deny: true, reason: "NotARuntimePod", message: fmt.Sprintf(
-			"pod %s is not a runtime pod: it needs the %s and %s labels and its Unit as its controller", name, holdfastv1.LabelUnit, holdfastv1.LabelEpoch)}
+			"pod %s is not a runtime pod: it needs the %s label, the %s label (or, on a warm standby, %s) and its Unit as its controller",
+			name, holdfastv1.LabelUnit, holdfastv1.LabelEpoch, holdfastv1.LabelWarmStandby)}
 	}
 	if !pod.DeletionTimestamp.IsZero() {
 		return verdict{deny: true, reason: "NotTheCurrentBinding", message: fmt.Sprintf("pod %s is being deleted", name)}
@@ -121,6 +132,9 @@ func judge(req *certificatesv1.PodCertificateRequest, pod *corev1.Pod, u *holdfa
 	if u.UID != owner.UID {
 		return verdict{deny: true, reason: "NotARuntimePod", message: fmt.Sprintf("pod %s is owned by another unit %s/%s (uid %s, not %s)", name, pod.Namespace, unit, owner.UID, u.UID)}
 	}
+	if warm {
+		return judgeWarm(pod, u, standby, labelled, epoch, pending)
+	}
 	b := u.Status.RuntimeBinding
 	switch {
 	case b == nil || b.Epoch < epoch:
@@ -132,6 +146,39 @@ func judge(req *certificatesv1.PodCertificateRequest, pod *corev1.Pod, u *holdfa
 		return verdict{deny: true, reason: "NotTheCurrentBinding", message: fmt.Sprintf("unit %s/%s at epoch %d runs pod %s, not %s", u.Namespace, u.Name, epoch, b.Pod, pod.Name)}
 	}
 	return verdict{unit: u.Namespace + "/" + u.Name, epoch: epoch}
+}
+
+// judgeWarm decides for a warm standby pod (docs/design.md §3, Warm
+// standby) on standby: its certificate names its UID, never an epoch, and
+// the grantor grants it only once a binding records that UID. It is issued
+// one while its Unit keeps warm standbys, on the node its label names and
+// not beside the binding's runtime, or once a binding promoted it; a warm
+// pod labelled with an epoch is that binding's, as any runtime pod.
+func judgeWarm(pod *corev1.Pod, u *holdfastv1.Unit, standby string, labelled bool, epoch int64, pending func(string) verdict) verdict {
+	name, unit := pod.Namespace+"/"+pod.Name, u.Namespace+"/"+u.Name
+	b := u.Status.RuntimeBinding
+	promoted := b != nil && b.PodUID == string(pod.UID) && b.Pod == pod.Name
+	switch {
+	case labelled && (b == nil || b.Epoch < epoch):
+		return pending(fmt.Sprintf("unit %s has no binding at epoch %d", unit, epoch))
+	case labelled && b.Epoch > epoch:
+		return verdict{deny: true, reason: "StaleEpoch", message: fmt.Sprintf(
+			"unit %s is bound at epoch %d; warm pod %s was promoted at epoch %d, which is never granted again", unit, b.Epoch, name, epoch)}
+	case labelled && !promoted:
+		return verdict{deny: true, reason: "NotTheCurrentBinding", message: fmt.Sprintf(
+			"unit %s at epoch %d runs pod %s (uid %s), not warm pod %s (uid %s)", unit, b.Epoch, b.Pod, b.PodUID, name, pod.UID)}
+	case promoted:
+	case !u.Spec.Availability.WarmStandby:
+		return verdict{deny: true, reason: "NotAWarmStandby", message: fmt.Sprintf(
+			"unit %s keeps no warm standby (spec.availability.warmStandby is false) and no binding promoted warm pod %s", unit, name)}
+	case pod.Spec.NodeName != standby:
+		return verdict{deny: true, reason: "WrongNode", message: fmt.Sprintf(
+			"warm pod %s is the standby of node %s (%s) but runs on node %s", name, standby, holdfastv1.LabelWarmStandby, pod.Spec.NodeName)}
+	case b != nil && b.Node == standby:
+		return verdict{deny: true, reason: "NotAWarmStandby", message: fmt.Sprintf(
+			"warm pod %s runs on node %s, unit %s's bound node, where no warm standby is kept", name, standby, unit)}
+	}
+	return verdict{unit: unit, warmUID: string(pod.UID)}
 }
 
 // Reconcile answers one request.
@@ -176,7 +223,10 @@ func (s *Signer) Reconcile(ctx context.Context, r reconcile.Request) (reconcile.
 		} else {
 			cond.Type, cond.Reason = certificatesv1.PodCertificateRequestConditionTypeIssued, "Issued"
 			cond.Message = fmt.Sprintf("lease serving certificate of unit %s at epoch %d", v.unit, v.epoch)
-			log.V(2).Info("Issued a lease certificate", "request", klog.KObj(&req), "unit", v.unit, "epoch", v.epoch, "notAfter", req.Status.NotAfter)
+			if v.warmUID != "" {
+				cond.Message = fmt.Sprintf("lease serving certificate of unit %s's warm standby pod %s", v.unit, v.warmUID)
+			}
+			log.V(2).Info("Issued a lease certificate", "request", klog.KObj(&req), "unit", v.unit, "epoch", v.epoch, "warmPodUID", v.warmUID, "notAfter", req.Status.NotAfter)
 		}
 	}
 	req.Status.Conditions = append(req.Status.Conditions, cond)
@@ -210,7 +260,11 @@ func (s *Signer) issue(req *certificatesv1.PodCertificateRequest, v verdict, now
 	if notAfter.Sub(notBefore) < minLifetime {
 		return fmt.Errorf("the lease CA %q expires at %s, within the hour: rotate it (docs/operations.md)", a.Cert.Subject, a.Cert.NotAfter.Format(time.RFC3339))
 	}
-	chain, leaf, err := a.Issue(leasetls.RuntimeTemplate(v.unit, v.epoch, notBefore, notAfter), csr.PublicKey)
+	tmpl := leasetls.RuntimeTemplate(v.unit, v.epoch, notBefore, notAfter)
+	if v.warmUID != "" {
+		tmpl = leasetls.WarmRuntimeTemplate(v.unit, v.warmUID, notBefore, notAfter)
+	}
+	chain, leaf, err := a.Issue(tmpl, csr.PublicKey)
 	if err != nil {
 		return err
 	}

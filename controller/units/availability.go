@@ -65,6 +65,9 @@ type Inputs struct {
 	// Timings are this grantor's; a Failover unit's lease below their floor
 	// is reported (L14).
 	Timings policy.GrantorTimings
+	// Warm are the unit's warm standbys: an automatic re-bind promotes a
+	// ready one instead of creating a pod.
+	Warm WarmStandbys
 }
 
 // nextEpoch is the epoch a new binding of the unit takes now. A person's
@@ -90,6 +93,9 @@ type Rebind struct {
 	// scheduler chooses among the untried standbys.
 	Node      string
 	RequestID string
+	// Warm is the ready warm pod an automatic re-bind promotes: the
+	// binding names it, its UID and its node at once.
+	Warm *WarmPod
 }
 
 // Plan is what one pass does: write Status (when it changed), with at most
@@ -166,6 +172,7 @@ func Decide(in Inputs) Plan {
 	staleConfirmation(&p, &in)
 	noteDevices(&p, &in)
 	noteLeaseFloor(&p, &in)
+	noteWarm(&p, &in)
 	// LeadershipHoldOff is a wait, not an outcome: it is removed on the
 	// first pass that no longer waits on it.
 	if c := meta.FindStatusCondition(p.Status.Conditions, holdfastv1.ConditionFailoverRequest); c != nil &&
@@ -311,14 +318,24 @@ func automaticFailover(p *Plan, in *Inputs) bool {
 	left := len(untried) - len(b.UnplacedRebinds)
 	switch {
 	case left > 0:
-		p.Rebind = &Rebind{Origin: holdfastv1.OriginAutomatic}
+		p.Rebind = &Rebind{Origin: holdfastv1.OriginAutomatic, Warm: warmFor(in, untried)}
 		r := warning(EventRebound)
 		r.Message = fmt.Sprintf("Re-bound from node %s (epoch %d, lease expired at %s, %s) to epoch %d after the margin of %v; the scheduler places it on an untried standby: %s",
 			nodeOrUnknown(b.Node), b.Epoch, exp.UTC().Format(time.RFC3339), b.Expiry.Verdict, in.nextEpoch(holdfastv1.OriginAutomatic), t.margin, strings.Join(untried, ", "))
+		if w := p.Rebind.Warm; w != nil {
+			r.Message = fmt.Sprintf("Re-bound from node %s (epoch %d, lease expired at %s, %s) to epoch %d after the margin of %v by promoting warm pod %s on standby %s: no pod is created",
+				nodeOrUnknown(b.Node), b.Epoch, exp.UTC().Format(time.RFC3339), b.Expiry.Verdict, in.nextEpoch(holdfastv1.OriginAutomatic), t.margin, w.Name, w.Node)
+		}
 		if n := len(b.UnplacedRebinds); n > 0 {
 			r.Message += fmt.Sprintf(" (%d attempt(s) left: %d re-bind(s) never placed count against the budget)", left, n)
 		}
-		r.count = func() { rebinds.WithLabelValues(u.Namespace, u.Name, "automatic").Inc() }
+		warm := p.Rebind.Warm != nil
+		r.count = func() {
+			rebinds.WithLabelValues(u.Namespace, u.Name, "automatic").Inc()
+			if warm {
+				warmPromotions.WithLabelValues(u.Namespace, u.Name).Inc()
+			}
+		}
 		p.Record = r
 		applyRebind(p, in, p.Rebind)
 		return true
@@ -463,6 +480,13 @@ func applyRebind(p *Plan, in *Inputs, rb *Rebind) {
 		PreviousNode: old.Node,
 		RequestID:    rb.RequestID,
 		Promise:      &pr,
+	}
+	if w := rb.Warm; w != nil {
+		// The promotion's one write: the node is recorded with the pod,
+		// as the scheduler's Bind records it for a cold re-bind, and the
+		// start-up grace runs from here (L4).
+		now := metav1.NewTime(in.Now)
+		nb.Node, nb.Pod, nb.PodUID, nb.BoundAt, nb.FirstAddressAt = w.Node, w.Name, string(w.UID), &now, &now
 	}
 	handOver := rb.Origin == holdfastv1.OriginHandOver
 	switch {

@@ -169,6 +169,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	var nodes corev1.NodeList
+	if err := r.Client.List(ctx, &nodes); err != nil {
+		return reconcile.Result{}, err
+	}
+	warm, err := r.ensureWarmPods(ctx, &u, pods.Items, nodes.Items)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
 	r.ensureLoop(&u, pod, false)
 	r.ensureWatch(&u, pod)
 
@@ -176,6 +184,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	in.Warm = warm
 	plan := Decide(in)
 	stops := func(p Plan) bool { return p.StopGranting || p.Rebind != nil }
 	if stops(plan) {
@@ -275,7 +284,19 @@ func (r *Reconciler) ensurePods(ctx context.Context, u *holdfastv1.Unit, pods []
 	for i := range pods {
 		p := &pods[i]
 		e, ok := PodEpoch(p)
-		if b != nil && ok && e == b.Epoch && p.Name == b.Pod {
+		if !ok && promotedWarm(b, p) && p.DeletionTimestamp.IsZero() {
+			// A promotion recorded, its label not yet (a crash between
+			// the two steps): label it now.
+			lp, err := r.promoteWarm(ctx, u, p)
+			if err != nil {
+				return nil, err
+			}
+			if lp != nil {
+				cur = lp
+			}
+			continue
+		}
+		if b != nil && ok && e == b.Epoch && p.Name == b.Pod && (b.PodUID == "" || string(p.UID) == b.PodUID) {
 			cur = p
 			continue
 		}
@@ -302,6 +323,12 @@ func (r *Reconciler) ensurePods(ctx context.Context, u *holdfastv1.Unit, pods []
 	if b.HandOver != nil || (b.Promise != nil && len(policy.HandOverReasons(u, b.Promise)) > 0) {
 		// The binding is handed over to a new process at a new epoch; its
 		// own pod is not made again.
+		return nil, nil
+	}
+	if b.PodUID != "" {
+		// A promoted warm pod that is gone is not made again: the
+		// binding names that pod alone, and it is a replacement that
+		// never came up (L4).
 		return nil, nil
 	}
 	pod := r.runtimePod(u, b)
@@ -377,9 +404,14 @@ func runtimeTarget(u *holdfastv1.Unit, pod *corev1.Pod) (grantor.Target, bool) {
 	if e, ok := PodEpoch(pod); !ok || e != b.Epoch {
 		return grantor.Target{}, false
 	}
+	if b.PodUID != "" && string(pod.UID) != b.PodUID {
+		// A promoted warm pod is the pod of that UID alone.
+		return grantor.Target{}, false
+	}
 	return grantor.Target{
 		Unit:    types.NamespacedName{Namespace: u.Namespace, Name: u.Name},
 		Epoch:   b.Epoch,
+		PodUID:  b.PodUID,
 		Address: fmt.Sprintf("%s:%d", hostForURL(pod.Status.PodIP), podLeasePort(u, pod)),
 	}, true
 }
@@ -637,12 +669,17 @@ func (r *Reconciler) execute(ctx context.Context, u *holdfastv1.Unit, pod *corev
 				log.Error(err, "Deleting the runtime pod of the previous epoch", "pod", klog.KObj(pod))
 			}
 		}
-		b := u.Status.RuntimeBinding
-		np := r.runtimePod(u, b)
-		if err := r.Client.Create(ctx, np); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("creating runtime pod %s: %w", np.Name, err)
+		if b := u.Status.RuntimeBinding; b.PodUID != "" {
+			if err := r.labelPromoted(ctx, u); err != nil {
+				return err
+			}
+		} else {
+			np := r.runtimePod(u, b)
+			if err := r.Client.Create(ctx, np); err != nil && !apierrors.IsAlreadyExists(err) {
+				return fmt.Errorf("creating runtime pod %s: %w", np.Name, err)
+			}
+			log.Info("Created runtime pod", "pod", klog.KObj(np), "epoch", b.Epoch, "origin", b.Origin)
 		}
-		log.Info("Created runtime pod", "pod", klog.KObj(np), "epoch", b.Epoch, "origin", b.Origin)
 	}
 	if plan.ConsumeRequest || plan.ConsumeConfirm {
 		patch := client.MergeFrom(u.DeepCopy())

@@ -169,9 +169,19 @@ func (a *Authority) GrantorCertificate(now time.Time, lifetime time.Duration) (*
 // RuntimeTemplate is the serving certificate of unit's runtime at epoch:
 // api/lease RuntimeIdentity, server authentication only.
 func RuntimeTemplate(unit string, epoch int64, notBefore, notAfter time.Time) *x509.Certificate {
-	id, _ := url.Parse(leaseapi.RuntimeIdentity(unit, epoch))
+	return runtimeTemplate(leaseapi.RuntimeIdentity(unit, epoch), fmt.Sprintf("holdfast runtime %s e%d", unit, epoch), notBefore, notAfter)
+}
+
+// WarmRuntimeTemplate is the serving certificate of unit's warm standby pod
+// of UID podUID: api/lease WarmRuntimeIdentity, server authentication only.
+func WarmRuntimeTemplate(unit, podUID string, notBefore, notAfter time.Time) *x509.Certificate {
+	return runtimeTemplate(leaseapi.WarmRuntimeIdentity(unit, podUID), fmt.Sprintf("holdfast warm runtime %s %s", unit, podUID), notBefore, notAfter)
+}
+
+func runtimeTemplate(identity, commonName string, notBefore, notAfter time.Time) *x509.Certificate {
+	id, _ := url.Parse(identity)
 	return &x509.Certificate{
-		Subject:     pkix.Name{CommonName: fmt.Sprintf("holdfast runtime %s e%d", unit, epoch)},
+		Subject:     pkix.Name{CommonName: commonName},
 		URIs:        []*url.URL{id},
 		NotBefore:   notBefore,
 		NotAfter:    notAfter,

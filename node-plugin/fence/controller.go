@@ -35,6 +35,19 @@ func (c CacheUnits) Unit(ctx context.Context, namespace, name string) (*holdfast
 	return u, true
 }
 
+// CachePods reads runtime pods from the manager's cache, which holds the
+// warm standby pods on this node (NewManager).
+type CachePods struct{ Client client.Reader }
+
+// PodLabels returns the cached pod's labels when it is the pod of uid.
+func (c CachePods) PodLabels(ctx context.Context, namespace, name, uid string) (map[string]string, bool) {
+	p := &corev1.Pod{}
+	if err := c.Client.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, p); err != nil || string(p.UID) != uid {
+		return nil, false
+	}
+	return p.Labels, true
+}
+
 // HTTPLease reads GET /v1/lease over plain HTTP.
 type HTTPLease struct{ Client *http.Client }
 

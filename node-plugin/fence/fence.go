@@ -43,6 +43,13 @@ type Units interface {
 	Unit(ctx context.Context, namespace, name string) (*holdfastv1.Unit, bool)
 }
 
+// Pods reads a runtime pod's current labels as last seen from the
+// apiserver: the epoch label a promoted warm standby pod is given after its
+// sandbox was made. A pod not seen (or of another UID) is not found.
+type Pods interface {
+	PodLabels(ctx context.Context, namespace, name, uid string) (map[string]string, bool)
+}
+
 // LeaseStatus reads a local runtime's GET /v1/lease.
 type LeaseStatus interface {
 	Status(ctx context.Context, host string, port int32) (*lease.Status, error)
@@ -105,8 +112,11 @@ func (o observation) answersNow() bool {
 
 // Agent is the fence agent.
 type Agent struct {
-	CRI      Runtime
-	Units    Units
+	CRI   Runtime
+	Units Units
+	// Pods gives a warm standby pod's epoch label (nil: its runtime's
+	// lease status alone tells).
+	Pods     Pods
 	Lease    LeaseStatus
 	Notifier Notifier
 	Clock    clock.PassiveClock
@@ -150,6 +160,36 @@ type runtimeSandbox struct {
 	namespace string
 	unit      string
 	epoch     int64
+	// warm: a warm standby pod's sandbox (docs/design.md §3, Warm standby),
+	// made before its pod had an epoch; epoch is then warmEpoch's, 0 while
+	// it is bound to none.
+	warm bool
+}
+
+// warmEpoch is a warm standby sandbox's epoch. CRI sandbox labels are fixed
+// when the sandbox is made, so a promoted warm pod's never shows its epoch:
+// it is the higher of its pod's current epoch label (written before the
+// grant) and the epoch its runtime last reported on GET /v1/lease (bound by
+// the first grant). 0: bound to no epoch, so it writes nothing.
+func (a *Agent) warmEpoch(ctx context.Context, sb *runtimeapi.PodSandbox, namespace string) int64 {
+	var epoch int64
+	if a.Pods != nil {
+		name, uid := sb.Labels[labelPodName], sb.Labels[labelPodUID]
+		if m := sb.Metadata; m != nil {
+			name, uid = m.Name, m.Uid
+		}
+		if labels, ok := a.Pods.PodLabels(ctx, namespace, name, uid); ok {
+			if e, err := holdfastv1.ParseEpoch(labels[holdfastv1.LabelEpoch]); err == nil {
+				epoch = e
+			}
+		}
+	}
+	a.mu.Lock()
+	if o := a.seen[sb.Id]; o != nil && o.answered && o.status.Epoch > epoch {
+		epoch = o.status.Epoch
+	}
+	a.mu.Unlock()
+	return epoch
 }
 
 func (a *Agent) runtimeSandboxes(ctx context.Context, namespace, unit string) ([]runtimeSandbox, error) {
@@ -171,7 +211,12 @@ func (a *Agent) runtimeSandboxes(ctx context.Context, namespace, unit string) ([
 		if ns == "" && sb.Metadata != nil {
 			ns = sb.Metadata.Namespace
 		}
-		e, err := holdfastv1.ParseEpoch(sb.Labels[holdfastv1.LabelEpoch])
+		label, labelled := sb.Labels[holdfastv1.LabelEpoch]
+		if _, warm := sb.Labels[holdfastv1.LabelWarmStandby]; warm && !labelled {
+			out = append(out, runtimeSandbox{sb: sb, namespace: ns, unit: u, epoch: a.warmEpoch(ctx, sb, ns), warm: true})
+			continue
+		}
+		e, err := holdfastv1.ParseEpoch(label)
 		if err != nil {
 			// No epoch: not a runtime pod holdfast made; never guess.
 			klog.FromContext(ctx).Info("Runtime sandbox without a valid epoch label left alone", "sandbox", sb.Id, "unit", klog.KRef(ns, u))
@@ -198,7 +243,9 @@ func (a *Agent) FenceStale(ctx context.Context, namespace, unit string) ([]Actio
 			continue
 		}
 		bound := u.Status.RuntimeBinding.Epoch
-		if r.epoch >= bound {
+		if r.epoch >= bound || r.epoch == 0 {
+			// Epoch 0: a warm standby bound to no epoch writes nothing and
+			// may still be promoted.
 			continue
 		}
 		act, err := a.stop(ctx, r, ReasonStaleEpoch, bound,
@@ -288,7 +335,8 @@ func (a *Agent) Observe(ctx context.Context) error {
 			a.seen[r.sb.Id] = o
 		}
 		o.polled = now
-		if err == nil && st.Epoch == r.epoch {
+		// A warm standby's answer is what tells its epoch (warmEpoch).
+		if err == nil && (st.Epoch == r.epoch || r.warm) {
 			o.at, o.status, o.answered = now, *st, true
 		}
 		a.mu.Unlock()

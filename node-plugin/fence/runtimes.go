@@ -30,6 +30,10 @@ func (a *Agent) Runtimes(ctx context.Context) ([]holdfastv1.NodeRuntime, error) 
 	}
 	out := []holdfastv1.NodeRuntime{}
 	for _, r := range sbs {
+		if r.epoch == 0 {
+			// A warm standby bound to no epoch is no epoch's writer.
+			continue
+		}
 		live := r.sb.State == runtimeapi.PodSandboxState_SANDBOX_READY
 		if !live {
 			cs, err := a.CRI.ListContainers(ctx, &runtimeapi.ContainerFilter{PodSandboxId: r.sb.Id})

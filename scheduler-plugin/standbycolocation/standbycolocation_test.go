@@ -241,3 +241,50 @@ func TestSignPodBatchesOnlyPodsThatAreNotRuntimes(t *testing.T) {
 		t.Errorf("SignPod(runtime pod) = %v, want Unschedulable", status)
 	}
 }
+
+// A warm standby pod occupies its node as a runtime of its unit: under
+// Refuse, no unit's re-bind lands beside another unit's warm pod, and no
+// warm pod lands beside another unit's runtime (warm or not); a unit's own
+// warm pod is no obstacle to it.
+func TestAWarmPodCountsAsARuntimeOfItsUnit(t *testing.T) {
+	placed := []*corev1.Pod{
+		plugintest.RuntimePod(ns, "mixer-2", 3).Node("standby-1").Obj(),
+		plugintest.WarmPod(ns, "mixer-2", "standby-2").Node("standby-2").Obj(),
+		plugintest.WarmPod(ns, "boiler-1", "standby-3").Node("standby-3").Obj(),
+	}
+	args, err := getArgs(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		pod  *corev1.Pod
+	}{
+		{name: "boiler-1's re-bind", pod: plugintest.RuntimePod(ns, "boiler-1", 3).Obj()},
+		{name: "boiler-1's warm pod", pod: plugintest.WarmPod(ns, "boiler-1", "standby-4").Obj()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fh, _ := plugintest.Handle(t, nodes(), placed)
+			pl := newPlugin(fh, args, plugintest.Client(interceptor.Funcs{}, plugintest.MakeUnit(ns, "boiler-1").WarmStandby().
+				Colocation(holdfastv1.ColocationRefuse).Authorised(holdfastv1.RuntimeBinding{Epoch: 3, PreviousNode: "primary-1"}).Obj()))
+			state := framework.NewCycleState()
+			if _, status := pl.PreFilter(context.Background(), state, tc.pod, nil); !status.IsSuccess() {
+				t.Fatal(status)
+			}
+			got := map[string]string{}
+			for _, n := range nodes() {
+				got[n.Name] = statusString(pl.Filter(context.Background(), state, tc.pod, plugintest.NodeInfo(t, fh, n.Name)))
+			}
+			want := map[string]string{
+				"standby-1": "UnschedulableAndUnresolvable: hosts the runtime of unit mixer-2",
+				"standby-2": "UnschedulableAndUnresolvable: hosts the runtime of unit mixer-2", // its warm pod
+				"standby-3": "Success",                                                         // boiler-1's own warm pod
+				"standby-4": "Success",
+				"standby-5": "Success",
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("Filter per node (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

@@ -28,6 +28,12 @@ func (pl *UnitPlacement) Bind(ctx context.Context, state fwk.CycleState, pod *co
 	if _, ok := policy.RuntimeUnit(pod); !ok {
 		return fwk.NewStatus(fwk.Skip)
 	}
+	if _, warm := policy.WarmStandbyNode(pod); warm {
+		if status := pl.confirmWarm(ctx, pod, nodeName); !status.IsSuccess() {
+			return status
+		}
+		return pl.binder.Bind(ctx, state, pod, nodeName)
+	}
 	if status := pl.record(ctx, pod, nodeName); !status.IsSuccess() {
 		return status
 	}
@@ -120,5 +126,33 @@ func (pl *UnitPlacement) record(ctx context.Context, pod *corev1.Pod, nodeName s
 		pluginmetrics.BindingRecords.WithLabelValues(pluginmetrics.Recorded).Inc()
 	}
 	logger.V(2).Info("Recorded the runtime binding", "pod", klog.KObj(pod), "unit", key, "node", nodeName)
+	return nil
+}
+
+// confirmWarm decides a warm standby pod's node again on the apiserver's
+// copy of its Unit before it is bound (the unit may have been re-bound to
+// that very node since PreFilter). A warm pod holds no epoch: nothing is
+// written to the binding.
+func (pl *UnitPlacement) confirmWarm(ctx context.Context, pod *corev1.Pod, nodeName string) *fwk.Status {
+	key, _ := policy.RuntimeUnit(pod)
+	node, err := pl.handle.SharedInformerFactory().Core().V1().Nodes().Lister().Get(nodeName)
+	if err != nil {
+		return fwk.AsStatus(fmt.Errorf("reading node %s: %w", nodeName, err))
+	}
+	var u holdfastv1.Unit
+	if err := pl.live.Get(ctx, key, &u); err != nil {
+		if apierrors.IsNotFound(err) {
+			return unschedulable("unit %s not found", runtimepod.Display(key, pod.Namespace))
+		}
+		return fwk.AsStatus(err)
+	}
+	p, status := authorise(&u, pod)
+	if !status.IsSuccess() {
+		return status
+	}
+	if reason, _ := p.unitRefusal(node); reason != "" {
+		klog.FromContext(ctx).V(2).Info("Warm standby pod refused at Bind", "pod", klog.KObj(pod), "unit", key, "node", nodeName, "reason", reason)
+		return unschedulable("node %s: %s", nodeName, reason)
+	}
 	return nil
 }

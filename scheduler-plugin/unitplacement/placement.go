@@ -32,6 +32,9 @@ const (
 	// manualRebind: a person named the node (the pod's node affinity);
 	// targets only, the ledger does not bind a person.
 	manualRebind
+	// warmStandby: a warm standby pod, which holds no epoch; it goes to the
+	// standby its label names, when policy.WarmStandbyRefusal allows.
+	warmStandby
 )
 
 // placement is what PreFilter learnt about the pod's unit and epoch; Filter,
@@ -55,6 +58,10 @@ type placement struct {
 	boundNode string
 	// The unit's refusals, worded once per cycle rather than once per node.
 	notPrimary, notTarget, boundElsewhere string
+	// warmNode is the standby a warm standby pod is kept on, and unit its
+	// Unit (mode warmStandby only).
+	warmNode, notWarmNode string
+	warmUnit              *holdfastv1.Unit
 }
 
 // Clone shares the placement: nothing changes it after PreFilter.
@@ -72,6 +79,11 @@ func unschedulable(format string, args ...any) *fwk.Status {
 func authorise(u *holdfastv1.Unit, pod *corev1.Pod) (*placement, *fwk.Status) {
 	key := client.ObjectKeyFromObject(u)
 	display := runtimepod.Display(key, pod.Namespace)
+	if node, warm := policy.WarmStandbyNode(pod); warm {
+		// No epoch and no binding to claim: Bind records nothing.
+		return &placement{unit: key, display: display, mode: warmStandby, warmNode: node, warmUnit: u,
+			notWarmNode: fmt.Sprintf("the warm standby of unit %s is kept on node %s", display, node)}, nil
+	}
 	epoch, err := holdfastv1.ParseEpoch(pod.Labels[holdfastv1.LabelEpoch])
 	if err != nil {
 		return nil, unschedulable("no valid %s label", holdfastv1.LabelEpoch)
@@ -129,6 +141,8 @@ func authorise(u *holdfastv1.Unit, pod *corev1.Pod) (*placement, *fwk.Status) {
 // outsideReason is unitRefusal's reason for every node outside the rules.
 func (p *placement) outsideReason() string {
 	switch {
+	case p.mode == warmStandby:
+		return p.notWarmNode
 	case p.boundNode != "":
 		return p.boundElsewhere
 	case p.mode == firstBinding:
@@ -143,6 +157,9 @@ func (p *placement) outsideReason() string {
 // node must be judged: no index, one that has not yet seen every node, or a
 // target selector the index cannot serve (only NotIn or DoesNotExist).
 func (p *placement) candidates(index *nodeindex.Index) (names sets.Set[string], all bool) {
+	if p.mode == warmStandby {
+		return sets.New(p.warmNode), false
+	}
 	if index == nil || !index.Synced() {
 		return nil, true
 	}
@@ -176,6 +193,12 @@ func (p *placement) candidates(index *nodeindex.Index) (names sets.Set[string], 
 // elsewhere. In a
 // large cluster that is nearly every node, and the least interesting reason.
 func (p *placement) unitRefusal(node *corev1.Node) (reason string, outside bool) {
+	if p.mode == warmStandby {
+		if node.Name != p.warmNode {
+			return p.notWarmNode, true
+		}
+		return policy.WarmStandbyRefusal(p.warmUnit, node), false
+	}
 	if p.boundNode != "" {
 		// The binding is recorded and never undone (a bind reported as
 		// failed may have landed): only that node, whatever the ledger

@@ -6,6 +6,8 @@ package unitplacement
 // refusalClass is the metric's reason code of a unitRefusal.
 func (p *placement) refusalClass(reason string) string {
 	switch {
+	case p.mode == warmStandby:
+		return "not_warm_standby"
 	case reason == ReasonNodeBeingLeft:
 		return "node_being_left"
 	case reason == ReasonTried:

@@ -117,7 +117,8 @@ func median(ds []time.Duration) time.Duration {
 	return s[(len(s)-1)/2]
 }
 
-// BenchmarkFailoverPhases accounts for every second of a cold failover on
+// BenchmarkFailoverPhases accounts for every second of a failover, cold and
+// warm (a warm pod promoted, no pod scheduled or started), on
 // real kubelets (issue 26): per iteration a fresh unit at the installed
 // grantor's lease floor (margin = hold bound) holds on the first node, its
 // link is cut, and the phases are read from what the cluster recorded
@@ -129,6 +130,13 @@ func median(ds []time.Duration) time.Duration {
 // inside it (the b.N = 1 run straight after the cluster's start), the wait
 // is its own phase, "holdoff", read from the LeadershipHoldOff Event.
 func BenchmarkFailoverPhases(b *testing.B) {
+	b.Run("cold", func(b *testing.B) { benchFailoverPhases(b, false) })
+	// A warm pod on each standby, promoted by the new epoch's grant: no
+	// schedule or start phase (docs/design.md §3, Warm standby).
+	b.Run("warm", func(b *testing.B) { benchFailoverPhases(b, true) })
+}
+
+func benchFailoverPhases(b *testing.B, warm bool) {
 	benchRuns++
 	leaseSeconds := world.LeaseFloor()
 	by := map[string][]time.Duration{}
@@ -137,7 +145,7 @@ func BenchmarkFailoverPhases(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		u, err := world.CreateUnit(ctx, scenario.UnitOptions{Namespace: fmt.Sprintf("bench-phases-%d-%d", benchRuns, i), Name: "kiln",
-			LeaseSeconds: leaseSeconds, Primary: world.NodeNames[0], Targets: world.NodeNames[1:]})
+			LeaseSeconds: leaseSeconds, Primary: world.NodeNames[0], Targets: world.NodeNames[1:], WarmStandby: warm})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -147,6 +155,11 @@ func BenchmarkFailoverPhases(b *testing.B) {
 		}
 		if err := u.WaitWrites(ctx, b1.Epoch, 3, time.Minute); err != nil {
 			b.Fatal(err)
+		}
+		if warm {
+			if _, err := u.WaitWarmReady(ctx, 3*time.Minute); err != nil {
+				b.Fatal(err)
+			}
 		}
 		node := world.Nodes[b1.Node]
 		if err := node.Cut(); err != nil {
@@ -171,13 +184,18 @@ func BenchmarkFailoverPhases(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		if ph.Warm != warm {
+			b.Fatalf("failover %d: warm %v, want %v: %s", i, ph.Warm, warm, ph)
+		}
 		b.Logf("lease %ds, failover %d: %s", leaseSeconds, i, ph)
 		names = names[:0]
 		for _, p := range ph.List() {
 			names = append(names, p.Name)
 			by[p.Name] = append(by[p.Name], p.D)
 		}
-		by["ready"] = append(by["ready"], ph.ReadyAfterStart())
+		if !warm {
+			by["ready"] = append(by["ready"], ph.ReadyAfterStart())
+		}
 		total = append(total, ph.Total())
 		if err := u.Delete(ctx); err != nil {
 			b.Fatal(err)
@@ -187,7 +205,9 @@ func BenchmarkFailoverPhases(b *testing.B) {
 	for _, n := range names {
 		b.ReportMetric(median(by[n]).Seconds(), "s-"+n)
 	}
-	b.ReportMetric(median(by["ready"]).Seconds(), "s-ready")
+	if !warm {
+		b.ReportMetric(median(by["ready"]).Seconds(), "s-ready")
+	}
 	b.ReportMetric(median(total).Seconds(), "s-median-total")
 	b.ReportMetric(slices.Max(total).Seconds(), "s-max-total")
 }

@@ -328,7 +328,23 @@ func (c *CA) Grantor(t testing.TB) *Static {
 // HTTP/2, client certificates asked for and left to h to judge.
 func (c *CA) ServeRuntime(t testing.TB, h http.Handler, unit string, epoch int64) *httptest.Server {
 	t.Helper()
-	cert := c.RuntimeCertificate(t, unit, epoch)
+	return serve(t, h, c.RuntimeCertificate(t, unit, epoch))
+}
+
+// ServeWarmRuntime serves h as ServeRuntime does, as the lease endpoint of
+// unit's warm standby pod of UID podUID.
+func (c *CA) ServeWarmRuntime(t testing.TB, h http.Handler, unit, podUID string) *httptest.Server {
+	t.Helper()
+	now := time.Now()
+	cert, err := tls.X509KeyPair(splitCredentials(t, c.Credentials(t, leasetls.WarmRuntimeTemplate(unit, podUID, now.Add(-time.Minute), now.Add(24*time.Hour)))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return serve(t, h, &cert)
+}
+
+func serve(t testing.TB, h http.Handler, cert *tls.Certificate) *httptest.Server {
+	t.Helper()
 	srv := httptest.NewUnstartedServer(h)
 	srv.TLS = leasetls.ServerConfig(func() *tls.Certificate { return cert })
 	// httptest puts its own certificate first when none is set, and with

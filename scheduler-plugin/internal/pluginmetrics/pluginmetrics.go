@@ -16,7 +16,7 @@ var (
 	// class.
 	FilterRefusals = metrics.NewCounterVec(&metrics.CounterOpts{
 		Name:           "holdfast_scheduler_filter_refusals_total",
-		Help:           "Nodes a holdfast plugin's Filter refused for a pod, by plugin and reason class. UnitPlacement: not_primary, not_target, bound_elsewhere (the binding records another node), node_being_left, tried (already tried in this failover), not_ready, cordoned, untolerated_taint. StandbyColocation: hosts_other_runtime. VoterEligibility: not_voter_eligible, pinned, not_provisioned, not_ready, etcd_member (a voter or learner already), tombstone (carries a tombstone of this cluster). UnitPlacement narrows a cycle to the nodes its rules consider, so nodes outside them are not counted here.",
+		Help:           "Nodes a holdfast plugin's Filter refused for a pod, by plugin and reason class. UnitPlacement: not_primary, not_target, bound_elsewhere (the binding records another node), node_being_left, tried (already tried in this failover), not_warm_standby (a warm standby pod off the standby it names, or a standby that may not keep it), not_ready, cordoned, untolerated_taint. StandbyColocation: hosts_other_runtime. VoterEligibility: not_voter_eligible, pinned, not_provisioned, not_ready, etcd_member (a voter or learner already), tombstone (carries a tombstone of this cluster). UnitPlacement narrows a cycle to the nodes its rules consider, so nodes outside them are not counted here.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"plugin", "reason"})
 	// BindingRecords counts UnitPlacement's writes of a runtime's node into

@@ -53,6 +53,23 @@ func RuntimePod(namespace, unit string, epoch int64) *st.PodWrapper {
 		Container("holdfast.local/unit-runtime:dev")
 }
 
+// WarmPod is unit's warm standby pod on node, as the controller creates
+// it: named WarmPodName, labelled with its unit and standby, no epoch.
+func WarmPod(namespace, unit, node string) *st.PodWrapper {
+	name := holdfastv1.WarmPodName(unit, node)
+	return st.MakePod().Namespace(namespace).Name(name).UID(name).
+		SchedulerName(holdfastv1.SchedulerName).
+		Label(holdfastv1.LabelUnit, unit).
+		Label(holdfastv1.LabelWarmStandby, node).
+		Container("holdfast.local/unit-runtime:dev")
+}
+
+// WarmStandby keeps warm standbys of the unit.
+func (u *UnitWrapper) WarmStandby() *UnitWrapper {
+	u.Spec.Availability.WarmStandby = true
+	return u
+}
+
 // VoterCandidatePod is the voter controller's placement pod.
 func VoterCandidatePod(namespace, name string) *st.PodWrapper {
 	return st.MakePod().Namespace(namespace).Name(name).UID(name).

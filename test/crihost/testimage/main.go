@@ -62,10 +62,16 @@ func serveLease(args []string) {
 	deadlineIn := fs.Duration("deadline-in", time.Hour, "lease deadline, from start")
 	holdBound := fs.Duration("hold-bound", 5*time.Second, "hold bound")
 	fenceOnTime := fs.Bool("fence-on-time", false, "fence at deadline + hold bound, as a healthy runtime does")
+	warm := fs.Bool("warm", false, "answer as a warm standby bound to no epoch: Warm, epoch 0, fenced, no deadline")
 	_ = fs.Parse(args)
 	start := time.Now()
 	deadline := start.Add(*deadlineIn)
 	http.HandleFunc(lease.Path, func(w http.ResponseWriter, r *http.Request) {
+		if *warm {
+			w.Header().Set("Content-Type", "application/json")
+			_ = json.NewEncoder(w).Encode(lease.Status{Unit: *unit, Mode: holdfastv1.Failover, State: lease.Warm, Fenced: true})
+			return
+		}
 		now := time.Now()
 		remaining := time.Until(deadline).Milliseconds()
 		st := lease.Status{Unit: *unit, Mode: holdfastv1.AvailabilityMode(*mode), Epoch: *epoch,

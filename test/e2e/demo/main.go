@@ -90,8 +90,11 @@ func failover(ctx context.Context, w *scenario.World, logf func(string, ...any))
 	// The least lease the installed grantor keeps through a leader change
 	// (the webhook refuses a shorter one).
 	lease := w.LeaseFloor()
+	// HOLDFAST_DEMO_WARM_STANDBY=true keeps a warm pod on each standby: the
+	// failover then promotes one and the phases show no schedule or start.
+	warm := os.Getenv("HOLDFAST_DEMO_WARM_STANDBY") == "true"
 	u, err := w.CreateUnit(ctx, scenario.UnitOptions{Namespace: "demo", Name: "kiln", LeaseSeconds: lease,
-		Primary: w.NodeNames[0], Targets: demoStandbys})
+		Primary: w.NodeNames[0], Targets: demoStandbys, WarmStandby: warm})
 	if err != nil {
 		return err
 	}
@@ -104,6 +107,15 @@ func failover(ctx context.Context, w *scenario.World, logf func(string, ...any))
 		return err
 	}
 	logf("epoch %d holds its lease on %s and drives the device", b1.Epoch, b1.Node)
+	if warm {
+		pods, err := u.WaitWarmReady(ctx, 3*time.Minute)
+		if err != nil {
+			return err
+		}
+		for n, p := range pods {
+			logf("warm pod %s ready on standby %s: devices read, no epoch, nothing written", p.Name, n)
+		}
+	}
 	// The lease channel is mutual TLS: the runtime took its
 	// certificate from the holdfast.io/lease signer, and takes grants only
 	// from the grantor's.
@@ -195,7 +207,9 @@ func failover(ctx context.Context, w *scenario.World, logf func(string, ...any))
 		for _, p := range ph.List() {
 			fmt.Printf("  %-9s %6.2fs  %s\n", p.Name, p.D.Seconds(), p.What)
 		}
-		fmt.Printf("  (the pod turned Ready %.2fs after its container started, on its probe's period)\n", ph.ReadyAfterStart().Seconds())
+		if !ph.Warm {
+			fmt.Printf("  (the pod turned Ready %.2fs after its container started, on its probe's period)\n", ph.ReadyAfterStart().Seconds())
+		}
 	}
 	if turnsErr != nil {
 		return fmt.Errorf("two writers on the device: %w", turnsErr)

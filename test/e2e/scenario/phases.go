@@ -41,6 +41,9 @@ type Phases struct {
 	Granted time.Time
 	// FirstWrite is the new epoch's first accepted write in the device log.
 	FirstWrite time.Time
+	// Warm: the re-bind promoted a warm pod, so nothing was scheduled or
+	// started; the grant follows the decision.
+	Warm bool
 }
 
 // Phase is one named span of a failover.
@@ -62,6 +65,16 @@ func (p Phases) List() []Phase {
 	if p.HoldOffUntil.After(decideFrom) {
 		holdOff, decideFrom = p.HoldOffUntil.Sub(decideFrom), p.HoldOffUntil
 	}
+	if p.Warm {
+		return []Phase{
+			{"detect", "cut -> the controller's LeaseExpired", p.Expired.Sub(p.Cut)},
+			{"margin", "the re-bind margin", p.Margin},
+			{"holdoff", "margin end -> the leader's hold-off end (L6)", holdOff},
+			{"decide", "margin (or hold-off) end -> Rebound, the warm pod named by the binding", p.Rebound.Sub(decideFrom)},
+			{"grant", "Rebound -> the epoch label, then the first acknowledged grant (LeaseReestablished)", p.Granted.Sub(p.Rebound)},
+			{"write", "first grant -> first accepted device write", p.FirstWrite.Sub(p.Granted)},
+		}
+	}
 	return []Phase{
 		{"detect", "cut -> the controller's LeaseExpired", p.Expired.Sub(p.Cut)},
 		{"margin", "the re-bind margin", p.Margin},
@@ -77,7 +90,13 @@ func (p Phases) List() []Phase {
 // ReadyAfterStart is the container's start -> the pod's Ready (whole
 // seconds). Not a link of the chain: the grantor grants as soon as the pod
 // has an address, and readiness comes on its own probe's period.
-func (p Phases) ReadyAfterStart() time.Duration { return p.Ready.Sub(p.Started) }
+// Zero for a warm pod, ready before the failover.
+func (p Phases) ReadyAfterStart() time.Duration {
+	if p.Warm {
+		return 0
+	}
+	return p.Ready.Sub(p.Started)
+}
 
 // Total is cut -> the new epoch's first accepted device write.
 func (p Phases) Total() time.Duration { return p.FirstWrite.Sub(p.Cut) }
@@ -87,6 +106,9 @@ func (p Phases) String() string {
 	var b strings.Builder
 	for _, ph := range p.List() {
 		fmt.Fprintf(&b, "%s %.2fs, ", ph.Name, ph.D.Seconds())
+	}
+	if p.Warm {
+		b.WriteString("warm (no pod scheduled or started), ")
 	}
 	fmt.Fprintf(&b, "total %.2fs; aside: ready %.2fs after the start, expiry recorded %.2fs after the Expired", p.Total().Seconds(),
 		p.ReadyAfterStart().Seconds(), p.ExpiryAt.Sub(p.Expired).Seconds())
@@ -108,6 +130,7 @@ func (u *Unit) FailoverPhases(ctx context.Context, cut time.Time, old, next int6
 		return p, fmt.Errorf("the binding at epoch %d does not carry epoch %d's expiry: %+v", next, old, b)
 	}
 	p.ExpiryAt = b.Expiry.At.Time
+	p.Warm = b.PodUID != ""
 	evs, err := u.Events(ctx)
 	if err != nil {
 		return p, err
@@ -137,28 +160,9 @@ func (u *Unit) FailoverPhases(ctx context.Context, cut time.Time, old, next int6
 			}
 		}
 	}
-	podName := units.PodName(u.Key.Name, next)
-	pevs, err := u.PodEvents(ctx)
-	if err != nil {
-		return p, err
-	}
-	for _, e := range pevs {
-		if e.Regarding.Name == podName && e.Reason == "Scheduled" && p.Scheduled.IsZero() {
-			p.Scheduled = eventTime(e)
-		}
-	}
-	pod, err := u.RuntimePod(ctx, next)
-	if err != nil || pod == nil {
-		return p, fmt.Errorf("the runtime pod of epoch %d: %v", next, err)
-	}
-	for _, cs := range pod.Status.ContainerStatuses {
-		if cs.Name == holdfastv1.RuntimeContainer && cs.State.Running != nil {
-			p.Started = cs.State.Running.StartedAt.Time
-		}
-	}
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-			p.Ready = c.LastTransitionTime.Time
+	if !p.Warm {
+		if err := u.podPhases(ctx, &p, next); err != nil {
+			return p, err
 		}
 	}
 	log, err := u.Writes(ctx)
@@ -173,9 +177,39 @@ func (u *Unit) FailoverPhases(ctx context.Context, cut time.Time, old, next int6
 	}
 	for name, t := range map[string]time.Time{"LeaseExpired": p.Expired, "Rebound": p.Rebound, "Scheduled": p.Scheduled,
 		"the container's start": p.Started, "Ready": p.Ready, "LeaseReestablished": p.Granted, "the first write": p.FirstWrite} {
-		if t.IsZero() {
+		if t.IsZero() && !(p.Warm && (name == "Scheduled" || name == "the container's start" || name == "Ready")) {
 			return p, fmt.Errorf("no record of %s for the failover from epoch %d to %d", name, old, next)
 		}
 	}
 	return p, nil
+}
+
+// podPhases reads the scheduling and start of a runtime pod created for
+// epoch next.
+func (u *Unit) podPhases(ctx context.Context, p *Phases, next int64) error {
+	podName := units.PodName(u.Key.Name, next)
+	pevs, err := u.PodEvents(ctx)
+	if err != nil {
+		return err
+	}
+	for _, e := range pevs {
+		if e.Regarding.Name == podName && e.Reason == "Scheduled" && p.Scheduled.IsZero() {
+			p.Scheduled = eventTime(e)
+		}
+	}
+	pod, err := u.RuntimePod(ctx, next)
+	if err != nil || pod == nil {
+		return fmt.Errorf("the runtime pod of epoch %d: %v", next, err)
+	}
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name == holdfastv1.RuntimeContainer && cs.State.Running != nil {
+			p.Started = cs.State.Running.StartedAt.Time
+		}
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+			p.Ready = c.LastTransitionTime.Time
+		}
+	}
+	return nil
 }

@@ -25,6 +25,7 @@ import (
 
 	"github.com/holdfast-io/holdfast/api/lease"
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/controller/units"
 	"github.com/holdfast-io/holdfast/test/cluster"
 	"github.com/holdfast-io/holdfast/test/devicesim"
 )
@@ -86,6 +87,8 @@ type UnitOptions struct {
 	RuntimeArgs []string
 	// Mode is its availability mode (default Failover).
 	Mode holdfastv1.AvailabilityMode
+	// WarmStandby keeps a warm pod on each standby (Failover only).
+	WarmStandby bool
 }
 
 // startupGraceSeconds is the least start-up grace a unit gets: a container
@@ -157,6 +160,7 @@ func (w *World) CreateUnit(ctx context.Context, o UnitOptions) (*Unit, error) {
 				RebindMarginSeconds:        ptr.To(int32(hold / time.Second)),
 				Targets:                    &holdfastv1.FailoverTargets{Nodes: o.Targets},
 				Colocation:                 holdfastv1.ColocationWarn,
+				WarmStandby:                o.WarmStandby,
 			},
 		},
 	}
@@ -499,6 +503,31 @@ func (u *Unit) RuntimePod(ctx context.Context, epoch int64) (*corev1.Pod, error)
 		return nil, client.IgnoreNotFound(err)
 	}
 	return &pod, nil
+}
+
+// WarmPods are the unit's warm pods not yet promoted, by the standby each
+// stands by.
+func (u *Unit) WarmPods(ctx context.Context) (map[string]corev1.Pod, error) {
+	var pods corev1.PodList
+	if err := u.w.Client.List(ctx, &pods, client.InNamespace(u.Key.Namespace), client.MatchingLabels{holdfastv1.LabelUnit: u.Key.Name}); err != nil {
+		return nil, err
+	}
+	out := map[string]corev1.Pod{}
+	for _, p := range pods.Items {
+		if units.IsWarmPod(&p) && p.DeletionTimestamp.IsZero() {
+			out[p.Labels[holdfastv1.LabelWarmStandby]] = p
+		}
+	}
+	return out, nil
+}
+
+// WaitWarmReady waits until every standby due a warm pod runs a ready one
+// (the WarmStandby condition True) and returns the warm pods.
+func (u *Unit) WaitWarmReady(ctx context.Context, timeout time.Duration) (map[string]corev1.Pod, error) {
+	if _, err := u.WaitConditionStatus(ctx, holdfastv1.ConditionWarmStandby, metav1.ConditionTrue, timeout); err != nil {
+		return nil, err
+	}
+	return u.WarmPods(ctx)
 }
 
 // Delete removes the Unit and waits until kube-controller-manager's garbage
