@@ -307,6 +307,17 @@ func TestWedgedRuntimeStoppedWhileApiserverAway(t *testing.T) {
 		t.Fatalf("SIGSTOP of pid %d: %v; container %v; audit %v", pid, err, st.GetStatus(), auditLines(t, agent.AuditDir))
 	}
 	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
+	// Frozen for certain before the clock moves: an answer at a later pass
+	// would date its deadline anew.
+	poll.Until(t, 30*time.Second, "the wedged runtime's lease endpoint to stop answering", func() (bool, string) {
+		c, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancel()
+		st, err := fence.HTTPLease{}.Status(c, "127.0.0.1", pw)
+		if err == nil {
+			return false, fmt.Sprintf("it answered %+v", *st)
+		}
+		return true, ""
+	})
 
 	// The silent runtime is judged from the outage's start: a whole lease
 	// and hold bound (15s).
