@@ -272,6 +272,11 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	agent := &fence.Agent{CRI: cri, Units: fence.CacheUnits{Client: mgr.GetClient()}, Pods: fence.CachePods{Client: mgr.GetClient()}, Lease: fence.HTTPLease{},
 		Notifier: fence.EventNotifier{Client: mgr.GetClient(), NodeName: o.NodeName}, Clock: clock.RealClock{}, Node: o.NodeName,
 		AuditDir: filepath.Join(o.HostDir, hoststate.FenceAuditDir)}
+	// The warm standby pods of this node are cached from the start, so a
+	// fence decision never waits for the cache to fill.
+	if _, err := mgr.GetCache().GetInformer(ctx, &corev1.Pod{}); err != nil {
+		return fmt.Errorf("caching the pods of node %s: %w", o.NodeName, err)
+	}
 	// A fence done while the apiserver was away, by a plugin that restarted
 	// before it came back, still gets its Event.
 	if n, err := agent.Recover(ctx); err != nil {

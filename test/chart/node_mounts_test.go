@@ -135,6 +135,8 @@ func TestTheNodePluginsPrivilegesFollowItsFeatures(t *testing.T) {
 	common := []string{
 		"watch nodes (ClusterRole/holdfast-node)", "patch nodes (ClusterRole/holdfast-node)",
 		"watch units.holdfast.io (ClusterRole/holdfast-node)", "create events (ClusterRole/holdfast-node)",
+		// The fence agent's cache of the warm standby pods on its node.
+		"watch pods (ClusterRole/holdfast-node)",
 	}
 	for _, tc := range []struct {
 		name   string

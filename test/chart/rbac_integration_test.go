@@ -441,6 +441,17 @@ func webhookScenario(t *testing.T, bin, kubeconfig string, chartArgs []string) {
 		Spec: corev1.PodSpec{SchedulerName: holdfastv1.SchedulerName, Containers: []corev1.Container{{Name: "runtime", Image: "x",
 			Ports: []corev1.ContainerPort{{ContainerPort: 9443}}, ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(9443)}}}}}},
 	}
+	// A warm standby pod: its Unit and its standby Node are read (P7).
+	warm := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: holdfastv1.WarmPodName("kiln-1", "rb-standby-1"),
+			Labels: map[string]string{holdfastv1.LabelUnit: "kiln-1", holdfastv1.LabelWarmStandby: "rb-standby-1"}},
+		Spec: corev1.PodSpec{SchedulerName: holdfastv1.SchedulerName, Containers: []corev1.Container{{Name: "runtime", Image: "x"}}},
+	}
+	if err := env.Client.Create(ctx, warm); err == nil {
+		t.Cleanup(func() { _ = env.Client.Delete(ctx, warm) })
+	} else {
+		t.Logf("creating a warm standby pod: %v", err)
+	}
 	if err := env.Client.Create(ctx, pod); err != nil {
 		t.Fatalf("creating a runtime pod through the webhook: %v", err) // no rule of it reads the cluster
 	}
