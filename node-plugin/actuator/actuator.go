@@ -257,15 +257,7 @@ func (a *Actuator) FinishDemote(ctx context.Context) error {
 	if err := a.sd.Disable(ctx, a.cfg.ServerUnit); err != nil {
 		return err
 	}
-	if err := st.MoveMemberDataAside(); err != nil {
-		return fmt.Errorf("moving member data aside: %w", err)
-	}
-	// The moved-aside data now guards the server (no join target, no
-	// start): the tombstone has done its job.
-	if err := st.RetireTombstone(); err != nil {
-		return err
-	}
-	if err := st.ClearMember(); err != nil {
+	if err := retireMember(st); err != nil {
 		return err
 	}
 	if err := a.removeDropIn(JoinDropIn); err != nil {
@@ -386,4 +378,18 @@ func (a *Actuator) ActiveRole(ctx context.Context) (string, error) {
 		}
 	}
 	return "", nil
+}
+
+// retireMember is the host's record of a stopped, removed member put away,
+// whichever actuator stopped it: its data moved aside keeping one copy,
+// then its tombstone retired (the moved-aside data now guards the server:
+// no join target, no start), then the member forgotten.
+func retireMember(st hoststate.State) error {
+	if err := st.MoveMemberDataAside(); err != nil {
+		return fmt.Errorf("moving member data aside: %w", err)
+	}
+	if err := st.RetireTombstone(); err != nil {
+		return err
+	}
+	return st.ClearMember()
 }

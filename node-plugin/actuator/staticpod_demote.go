@@ -64,13 +64,7 @@ func (a *StaticPodActuator) FinishDemote(ctx context.Context) error {
 	if err := a.waitGone(ctx, a.etcdRef(), since); err != nil {
 		return err
 	}
-	if err := st.MoveMemberDataAside(); err != nil {
-		return fmt.Errorf("moving member data aside: %w", err)
-	}
-	if err := st.RetireTombstone(); err != nil {
-		return err
-	}
-	if err := st.ClearMember(); err != nil {
+	if err := retireMember(st); err != nil {
 		return err
 	}
 	if err := removeMemberCerts(a.cfg.PKIDir); err != nil {
