@@ -65,13 +65,9 @@ func ParseAuthority(certPEM, keyPEM, bundlePEM []byte) (*Authority, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s, %s: %w", CACertFile, CAKeyFile, err)
 	}
-	key, ok := pair.PrivateKey.(crypto.Signer)
-	if !ok {
-		return nil, fmt.Errorf("%s: a %T cannot sign", CAKeyFile, pair.PrivateKey)
-	}
-	ca := pair.Leaf
-	if !ca.IsCA || (ca.KeyUsage != 0 && ca.KeyUsage&x509.KeyUsageCertSign == 0) {
-		return nil, fmt.Errorf("%s: %q is not a CA that may sign certificates (basic constraints CA and key usage certSign)", CACertFile, ca.Subject)
+	ca, key, err := SigningCA(pair)
+	if err != nil {
+		return nil, fmt.Errorf("%s, %s: %w", CACertFile, CAKeyFile, err)
 	}
 	roots, bundle, err := parseBundle(bundlePEM)
 	if err != nil {
@@ -188,4 +184,18 @@ func runtimeTemplate(identity, commonName string, notBefore, notAfter time.Time)
 		KeyUsage:    x509.KeyUsageDigitalSignature,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}
+}
+
+// SigningCA is the certificate and signer of a CA's key pair, checked to be
+// a CA that may sign certificates.
+func SigningCA(pair tls.Certificate) (*x509.Certificate, crypto.Signer, error) {
+	key, ok := pair.PrivateKey.(crypto.Signer)
+	if !ok {
+		return nil, nil, fmt.Errorf("its key, a %T, cannot sign", pair.PrivateKey)
+	}
+	ca := pair.Leaf
+	if !ca.IsCA || (ca.KeyUsage != 0 && ca.KeyUsage&x509.KeyUsageCertSign == 0) {
+		return nil, nil, fmt.Errorf("%q is not a CA that may sign certificates (basic constraints CA and key usage certSign)", ca.Subject)
+	}
+	return ca, key, nil
 }

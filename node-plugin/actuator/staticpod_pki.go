@@ -19,6 +19,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/holdfast-io/holdfast/internal/leasetls"
+
 	"github.com/holdfast-io/holdfast/internal/atomicfile"
 )
 
@@ -90,13 +92,9 @@ func loadEtcdCA(pkiDir string) (*etcdCA, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the etcd CA %s, %s: %w", certPath, keyPath, err)
 	}
-	key, ok := pair.PrivateKey.(crypto.Signer)
-	if !ok {
-		return nil, fmt.Errorf("the etcd CA key %s: a %T cannot sign", keyPath, pair.PrivateKey)
-	}
-	ca := pair.Leaf
-	if !ca.IsCA || (ca.KeyUsage != 0 && ca.KeyUsage&x509.KeyUsageCertSign == 0) {
-		return nil, fmt.Errorf("the etcd CA %s: %q is not a CA that may sign certificates", certPath, ca.Subject)
+	ca, key, err := leasetls.SigningCA(pair)
+	if err != nil {
+		return nil, fmt.Errorf("the etcd CA %s, %s: %w", certPath, keyPath, err)
 	}
 	pool := x509.NewCertPool()
 	pool.AddCert(ca)
