@@ -119,6 +119,17 @@ func catalogue(plant, other string) []attack {
 			return cs.CoreV1().RESTClient().Post().Namespace(plant).Resource("pods").Name(holdfastv1.RuntimePodName(catUnit, 1)).
 				SubResource("portforward").Param("ports", "502").Do(ctx).Error()
 		}},
+		// A warm standby pod reads its devices: a shell in it writes to them
+		// as surely as one in the bound runtime. It need not exist for the
+		// apiserver to judge the request.
+		{"exec into a warm standby pod", func(ctx context.Context, cs *kubernetes.Clientset, _ client.Client) error {
+			return cs.CoreV1().RESTClient().Post().Namespace(plant).Resource("pods").Name(holdfastv1.WarmPodName(catUnit, catNodeB)).
+				SubResource("exec").Param("container", "runtime").Param("command", "sh").Param("stdout", "true").Do(ctx).Error()
+		}},
+		{"port-forward to a warm standby pod", func(ctx context.Context, cs *kubernetes.Clientset, _ client.Client) error {
+			return cs.CoreV1().RESTClient().Post().Namespace(plant).Resource("pods").Name(holdfastv1.WarmPodName(catUnit, catNodeB)).
+				SubResource("portforward").Param("ports", "502").Do(ctx).Error()
+		}},
 		{"add an ephemeral container to a runtime pod", func(ctx context.Context, cs *kubernetes.Clientset, _ client.Client) error {
 			p, err := cs.CoreV1().Pods(plant).Get(ctx, holdfastv1.RuntimePodName(catUnit, 1), metav1.GetOptions{})
 			if err != nil {
