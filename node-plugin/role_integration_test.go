@@ -562,6 +562,43 @@ func TestRoleStepRefusals(t *testing.T) {
 	}
 }
 
+// TestARefusalIsWrittenOnceWhileItStands: a step refused for the same
+// reason is judged again (on its guard period) but its report is written
+// once: rewriting it is a Node change that would judge it again at once,
+// a write to the Node every second for as long as the refusal stands.
+func TestARefusalIsWrittenOnceWhileItStands(t *testing.T) {
+	createNode(t, "r5")
+	p := startPlugin(t, "r5", plainUnits(false), nil)
+	holdLease(t, "swap-e")
+	setStep(t, "r5", holdfastv1.RoleServer, "swap-e", holdfastv1.RoleStepPromote, "a=http://127.0.0.1:1")
+	wantRefused(t, p, holdfastv1.RoleStepPromote, "host not provisioned")
+	ctx := context.Background()
+	n := &corev1.Node{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Name: "r5"}, n); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := holdfastv1.ParseActuatorReport(n.Annotations[holdfastv1.AnnotationActuator])
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Judged again after its guard period (2s), in a later second than the
+	// report's: a rewrite would carry another time and change the Node.
+	judged := func() float64 {
+		return counter(t, "holdfast_node_actuator_steps_total", map[string]string{"step": holdfastv1.RoleStepPromote, "phase": holdfastv1.ActuatorRefused})
+	}
+	before := judged()
+	eventually(t, "the refusal judged twice more, two seconds after its report", func() (bool, error) {
+		return judged() >= before+2 && time.Now().Unix() > rep.At.Unix()+2, nil
+	})
+	m := &corev1.Node{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Name: "r5"}, m); err != nil {
+		t.Fatal(err)
+	}
+	if m.ResourceVersion != n.ResourceVersion {
+		t.Fatalf("the standing refusal was written again: Node r5 at %s, then %s (%s)", n.ResourceVersion, m.ResourceVersion, m.Annotations[holdfastv1.AnnotationActuator])
+	}
+}
+
 // stepCounts reads holdfast_node_actuator_steps_total by step/phase.
 func stepCounts(t *testing.T) map[string]float64 {
 	t.Helper()

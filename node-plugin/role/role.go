@@ -157,7 +157,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	} else if why != "" {
 		log.Info("Role step refused", "node", klog.KObj(node), "swap", swap, "step", step, "reason", why)
-		return ctrl.Result{RequeueAfter: r.GuardEvery}, r.report(ctx, node, report, holdfastv1.ActuatorRefused, why)
+		return ctrl.Result{RequeueAfter: r.GuardEvery}, r.reportRefused(ctx, node, prev, report, why)
 	}
 	// A step already reported running (one that waits for the kubelet, or
 	// one cut short by a crash) is not reported again: the report is a Node
@@ -197,7 +197,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	switch {
 	case actuator.IsRefused(err):
-		return ctrl.Result{RequeueAfter: r.GuardEvery}, r.report(ctx, node, report, holdfastv1.ActuatorRefused, err.Error())
+		return ctrl.Result{RequeueAfter: r.GuardEvery}, r.reportRefused(ctx, node, prev, report, err.Error())
 	case err != nil:
 		log.Error(err, "Role step failed", "node", klog.KObj(node), "swap", swap, "step", step)
 		if rerr := r.report(ctx, node, report, holdfastv1.ActuatorFailed, err.Error()); rerr != nil {
@@ -352,6 +352,18 @@ func sameReport(prev *holdfastv1.ActuatorReport, rep holdfastv1.ActuatorReport, 
 
 func current(node *corev1.Node) *holdfastv1.ActuatorReport {
 	return holdfastv1.ActuatorReportOf(node.Annotations)
+}
+
+// reportRefused reports a refused step, counted each time it is judged but
+// written only when the report says something new: the write is a Node
+// change, which would judge the step again at once, a loop that rewrites
+// the Node every second while the refusal stands.
+func (r *Reconciler) reportRefused(ctx context.Context, node *corev1.Node, prev *holdfastv1.ActuatorReport, rep holdfastv1.ActuatorReport, why string) error {
+	if sameReport(prev, rep, holdfastv1.ActuatorRefused, why) {
+		steps.WithLabelValues(stepLabel(rep.Step), holdfastv1.ActuatorRefused).Inc()
+		return nil
+	}
+	return r.report(ctx, node, rep, holdfastv1.ActuatorRefused, why)
 }
 
 // report writes the actuator annotation on the own Node.
