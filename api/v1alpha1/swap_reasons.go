@@ -30,7 +30,8 @@ const (
 	SwapReasonSnapshotFailed = "SnapshotFailed"
 	// SwapReasonCordoned: a swap node was cordoned and tainted holdfast.io/voter-swap.
 	SwapReasonCordoned = "Cordoned"
-	// SwapReasonDraining: pods are being evicted from a swap node.
+	// SwapReasonDraining: pods are being evicted from a swap node, or the
+	// swap waits for the evicted ones to terminate.
 	SwapReasonDraining = "Draining"
 	// SwapReasonUncordoned: a node a swap cordoned is schedulable again.
 	SwapReasonUncordoned = "Uncordoned"

@@ -120,12 +120,13 @@ type Decision struct {
 	Swap string
 	// Waiting says what the swap waits for (its Progressing condition).
 	Waiting, WaitReason string
-	// OnEtcd: the wait is for etcd's own state (a learner starting or
-	// catching up, the voters' health), which no watch reports: the next
-	// pass looks again after EtcdEvery, not RunningEvery. Every other wait
-	// is for a Node, pod, Lease or VoterSwap change, whose watch event
-	// runs the pass.
-	OnEtcd bool
+	// Polled: the wait is for a state no watch reports: etcd's own (a
+	// learner starting or catching up, the voters' health) or evicted pods
+	// terminating (the cache holds voter candidates only): the next pass
+	// looks again after EtcdEvery, not RunningEvery. Every other wait is
+	// for a Node, candidate pod, Lease or VoterSwap change, whose watch
+	// event runs the pass.
+	Polled bool
 }
 
 func jsonUnmarshal(s string, v any) error { return json.Unmarshal([]byte(s), v) }

@@ -58,10 +58,10 @@ func wait(s *holdfastv1.VoterSwap, reason, msg string) Decision {
 	return d
 }
 
-// waitEtcd is wait for a state of etcd's own (Decision.OnEtcd).
+// waitEtcd is wait for a state of etcd's own (Decision.Polled).
 func waitEtcd(s *holdfastv1.VoterSwap, reason, msg string) Decision {
 	d := wait(s, reason, msg)
-	d.OnEtcd = true
+	d.Polled = true
 	return d
 }
 

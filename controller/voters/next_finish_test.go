@@ -56,6 +56,11 @@ func TestNextRegateAndStepDown(t *testing.T) {
 			cordon(o.Nodes["n1"], swapID)
 			o.Pods["n1"] = []corev1.Pod{pod("web-2", nil)}
 		}, want{kind: Evict, node: "n1"}},
+		{"the outgoing voter's evicted pods are waited for, not evicted again", func(o *Observation) {
+			stepDown(o)
+			cordon(o.Nodes["n1"], swapID)
+			o.Pods["n1"] = []corev1.Pod{pod("web-2", func(p *corev1.Pod) { p.DeletionTimestamp = &metav1.Time{Time: t0} })}
+		}, want{waitFor: holdfastv1.SwapReasonDraining, says: []string{"apps/web-2"}}},
 		{"the outgoing voter gets its step-down", func(o *Observation) {
 			stepDown(o)
 			cordon(o.Nodes["n1"], swapID)

@@ -71,6 +71,24 @@ func TestNextPromote(t *testing.T) {
 				t.Errorf("evicts %v, want only apps/web-1", d.Action.Pods)
 			}
 		}}},
+		{"evicted pods are waited for until they are gone, polled, never evicted again", func(o *Observation) {
+			running(o, holdfastv1.StepPromote)
+			cordon(o.Nodes["n4"], swapID)
+			o.Pods["n4"] = []corev1.Pod{pod("web-1", func(p *corev1.Pod) { p.DeletionTimestamp = &metav1.Time{Time: t0} })}
+		}, want{waitFor: holdfastv1.SwapReasonDraining, says: []string{"terminate", "apps/web-1"}, check: func(t *testing.T, d Decision) {
+			if !d.Polled {
+				t.Error("the wait for terminating pods is left to a watch that does not see them")
+			}
+		}}},
+		{"a pod not yet evicted is, beside one terminating", func(o *Observation) {
+			running(o, holdfastv1.StepPromote)
+			cordon(o.Nodes["n4"], swapID)
+			o.Pods["n4"] = []corev1.Pod{pod("web-1", func(p *corev1.Pod) { p.DeletionTimestamp = &metav1.Time{Time: t0} }), pod("web-2", nil)}
+		}, want{kind: Evict, node: "n4", check: func(t *testing.T, d Decision) {
+			if len(d.Action.Pods) != 1 || d.Action.Pods[0].Name != "web-2" {
+				t.Errorf("evicts %v, want only apps/web-2", d.Action.Pods)
+			}
+		}}},
 		{"drained: added as a learner at its peer URL", func(o *Observation) {
 			running(o, holdfastv1.StepPromote)
 			cordon(o.Nodes["n4"], swapID)

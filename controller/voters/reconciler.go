@@ -61,10 +61,10 @@ type Reconciler struct {
 	// must stay well inside its duration). Neither is longer than
 	// rules.StatusHeartbeat in effect: the status's observedTime needs it.
 	RunningEvery, IdleEvery time.Duration
-	// EtcdEvery is the pass interval while a swap waits for etcd's own
-	// state (Decision.OnEtcd: a learner starting or catching up, the
-	// voters' health), which sends no event; it bounds how long such a
-	// wait outlasts its condition.
+	// EtcdEvery is the pass interval while a swap waits for a state that
+	// sends no event (Decision.Polled: etcd's own, a learner starting or
+	// catching up, the voters' health; evicted pods terminating); it
+	// bounds how long such a wait outlasts its condition.
 	EtcdEvery time.Duration
 	// AfterAction, when set, runs after an action is carried out and before
 	// it is recorded; an error ends the pass there, as a crash would.
@@ -214,11 +214,12 @@ func (r *Reconciler) Pass(ctx context.Context) (time.Duration, error) {
 }
 
 // nextPassIn is when a pass that only waits is followed by the next, with
-// every the pass interval otherwise: a wait on etcd's own state is looked
-// at again after EtcdEvery; any other wait is met by a watch event, every
+// every the pass interval otherwise: a wait on a state no watch reports
+// (etcd's own, evicted pods terminating) is looked at again after
+// EtcdEvery; any other wait is met by a watch event, every
 // being the fallback.
 func (r *Reconciler) nextPassIn(d Decision, every time.Duration) time.Duration {
-	if d.OnEtcd {
+	if d.Polled {
 		return min(every, r.EtcdEvery)
 	}
 	return every

@@ -127,7 +127,7 @@ func stepStepDown(o *Observation, c *Cluster, s *holdfastv1.VoterSwap) Decision 
 	}
 	if n != nil && !down && !pastDeadline(o, s) {
 		if _, evictable := classifyPods(o.Pods[out], nil); len(evictable) > 0 {
-			return evict(s, out, podKeys(evictable), podNames(evictable))
+			return drain(s, out, evictable)
 		}
 	}
 	if n != nil && !roleStepIs(n, id, holdfastv1.RoleStepStepDown) &&

@@ -74,7 +74,7 @@ func stepPromote(o *Observation, c *Cluster, s *holdfastv1.VoterSwap) Decision {
 				return toRelease(s, holdfastv1.SwapAbandoned, holdfastv1.StepPromote, holdfastv1.SwapOutcomeAbandoned, holdfastv1.SwapReasonDrainTimeout,
 					fmt.Sprintf("pods on %s were not evicted within the operation timeout: %s", in, podNames(evictable)))
 			}
-			return evict(s, in, podKeys(evictable), podNames(evictable))
+			return drain(s, in, evictable)
 		}
 		peer := o.Settings.PeerURL(n)
 		if peer == "" {

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"k8s.io/apimachinery/pkg/types"
+	corev1 "k8s.io/api/core/v1"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/policy"
@@ -92,9 +92,26 @@ func cordonNode(s *holdfastv1.VoterSwap, node string) Decision {
 }
 
 // evict drains a swap node's evictable pods.
-func evict(s *holdfastv1.VoterSwap, node string, pods []types.NamespacedName, names string) Decision {
-	return act(&Action{Kind: Evict, Swap: s.Name, Node: node, Pods: pods, Reason: holdfastv1.SwapReasonDraining,
-		Message: fmt.Sprintf("evicting from %s: %s", node, names)})
+// drain evicts the pods of node not yet evicted, then waits for the
+// evicted ones to be gone: evicting a terminating pod again changes
+// nothing, and as an action it would run the next pass at once, a loop of
+// evictions for as long as the pod's grace period.
+func drain(s *holdfastv1.VoterSwap, node string, evictable []corev1.Pod) Decision {
+	var fresh, leaving []corev1.Pod
+	for _, p := range evictable {
+		if p.DeletionTimestamp.IsZero() {
+			fresh = append(fresh, p)
+		} else {
+			leaving = append(leaving, p)
+		}
+	}
+	if len(fresh) > 0 {
+		return act(&Action{Kind: Evict, Swap: s.Name, Node: node, Pods: podKeys(fresh), Reason: holdfastv1.SwapReasonDraining,
+			Message: fmt.Sprintf("evicting from %s: %s", node, podNames(fresh))})
+	}
+	d := wait(s, holdfastv1.SwapReasonDraining, fmt.Sprintf("waiting for the pods evicted from %s to terminate: %s", node, podNames(leaving)))
+	d.Polled = true
+	return d
 }
 
 // moveLeader moves etcd's leadership off the outgoing voter m, when a

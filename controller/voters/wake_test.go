@@ -101,7 +101,7 @@ func TestASwapStepGoesOnAtTheEventOfItsCondition(t *testing.T) {
 			if d.Action != nil || d.WaitReason != tc.waitFor {
 				t.Fatalf("before its condition: %s, want a wait for %s", describeDecision(d), tc.waitFor)
 			}
-			if d.OnEtcd {
+			if d.Polled {
 				t.Fatalf("a wait for %s is polled as one on etcd: %s", node, d.Waiting)
 			}
 			old := o.Nodes[node].DeepCopy()
@@ -142,7 +142,7 @@ func TestAWaitOnEtcdIsLookedAtAgainAfterEtcdEvery(t *testing.T) {
 	setStep(n, holdfastv1.RoleServer, swapID, holdfastv1.RoleStepPromote)
 	setReport(n, swapID, holdfastv1.RoleStepPromote, holdfastv1.ActuatorDone, &started, started)
 	d := Next(o)
-	if d.Action != nil || d.WaitReason != holdfastv1.SwapReasonLearnerNotStarted || !d.OnEtcd {
+	if d.Action != nil || d.WaitReason != holdfastv1.SwapReasonLearnerNotStarted || !d.Polled {
 		t.Fatalf("a started server whose learner has not joined: %s, want a wait on etcd for %s", describeDecision(d), holdfastv1.SwapReasonLearnerNotStarted)
 	}
 	if got := r.nextPassIn(d, r.RunningEvery); got != r.EtcdEvery {
