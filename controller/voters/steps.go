@@ -91,7 +91,6 @@ func cordonNode(s *holdfastv1.VoterSwap, node string) Decision {
 			node+" cordoned and tainted "+holdfastv1.TaintVoterSwap)}}})
 }
 
-// evict drains a swap node's evictable pods.
 // drain evicts the pods of node not yet evicted, then waits for the
 // evicted ones to be gone: evicting a terminating pod again changes
 // nothing, and as an action it would run the next pass at once, a loop of
