@@ -16,6 +16,15 @@ if [[ -n "${unformatted}" ]]; then
 	fail=1
 fi
 
+# A file past 700 lines holds more than one concern; split it by concern
+# (generated files are exempt).
+long=$(grep -E '\.(go|sh)$' <<<"${files}" | grep -v 'zz_generated' | xargs -r wc -l | awk '$2 != "total" && $1 > 700 {print $2 " (" $1 " lines)"}')
+if [[ -n "${long}" ]]; then
+	echo "verify: over 700 lines (split by concern):" >&2
+	echo "${long}" >&2
+	fail=1
+fi
+
 if ! go vet -tags integration ./...; then
 	echo "verify: go vet found problems" >&2
 	fail=1
