@@ -1,9 +1,9 @@
 //go:build integration
 
 // Package integration runs the units role against the real kube-apiserver
-// and etcd (test/testenv). There is no kubelet and, until the scheduler
-// lands, no holdfast-scheduler here, so the tests play both parts the way
-// the real ones do: the scheduler records the node in the binding with an
+// and etcd (test/testenv). It runs no kubelet and no holdfast-scheduler
+// (test/e2e runs both), so the tests play both parts the way the real ones
+// do: the scheduler records the node in the binding with an
 // optimistic-concurrency write and binds the pod through the binding
 // subresource; the kubelet reports the pod's IP and readiness.
 package integration

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -18,6 +19,20 @@ import (
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/policy"
 )
+
+// ErrBudgetRefused: a disruption budget allows no eviction now (another
+// replica not ready yet, or its status not computed). It is the cluster's
+// state, looked at again on a later pass, not a fault.
+var ErrBudgetRefused = errors.New("a disruption budget refuses it now")
+
+// EvictTimeout bounds one Evict action, all its pods.
+const EvictTimeout = 5 * time.Second
+
+// budgetRefused: the eviction a failed because a disruption budget allows
+// none now.
+func budgetRefused(a *Action, err error) bool {
+	return a.Kind == Evict && errors.Is(err, ErrBudgetRefused)
+}
 
 // Nodes writes what the voter controller changes on Nodes and pods.
 type Nodes struct {
@@ -150,6 +165,11 @@ func (w *Nodes) PodsOn(ctx context.Context, node string) ([]corev1.Pod, error) {
 // Evict evicts pods through the Eviction API, so PodDisruptionBudgets hold;
 // a budget that refuses now is tried again on a later pass.
 func (w *Nodes) Evict(ctx context.Context, pods []types.NamespacedName) error {
+	// A budget the server has not processed yet answers "try again in
+	// 10 s", which the client obeys up to ten times: bounded, so a pass
+	// never holds off the next one (and the swap Lease's renewal) for long.
+	ctx, cancel := context.WithTimeout(ctx, EvictTimeout)
+	defer cancel()
 	var errs []error
 	for _, p := range pods {
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name}}
@@ -158,7 +178,7 @@ func (w *Nodes) Evict(ctx context.Context, pods []types.NamespacedName) error {
 		switch {
 		case err == nil, apierrors.IsNotFound(err):
 		case apierrors.IsTooManyRequests(err):
-			errs = append(errs, fmt.Errorf("evicting %s: a disruption budget refuses it now: %w", p, err))
+			errs = append(errs, fmt.Errorf("evicting %s: %w: %w", p, ErrBudgetRefused, err))
 		default:
 			errs = append(errs, fmt.Errorf("evicting %s: %w", p, err))
 		}

@@ -191,6 +191,13 @@ func (r *Reconciler) Pass(ctx context.Context) (time.Duration, error) {
 			// not an error backed off exponentially.
 			return min(every, r.EtcdEvery), r.recordRetry(ctx, o, swap, a, err)
 		}
+		if budgetRefused(a, err) && swap != nil {
+			// A disruption budget allowing no eviction now is the
+			// cluster's state too: tried again on the next pass, which
+			// renews the swap Lease (a backoff could outlast it). No watch
+			// reports a budget's change, so the pass interval bounds it.
+			return every, r.recordRetry(ctx, o, swap, a, err)
+		}
 		if swap != nil && !swap.Status.Phase.Finished() {
 			return every, errors.Join(err, r.recordRetry(ctx, o, swap, a, err))
 		}

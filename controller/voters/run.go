@@ -2,6 +2,7 @@ package voters
 
 import (
 	"context"
+	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -11,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -61,13 +63,21 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	})
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("voters").
-		WithOptions(controller.Options{MaxConcurrentReconciles: 1, SkipNameValidation: new(true)}).
+		WithOptions(r.controllerOptions()).
 		Watches(&holdfastv1.VoterSwap{}, toPass).
 		Watches(&holdfastv1.VoterPolicy{}, toPass, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&corev1.Node{}, toPass, builder.WithPredicates(predicate.Funcs{UpdateFunc: nodeMatters})).
 		Watches(&corev1.Pod{}, toPass).
 		Watches(&coordinationv1.Lease{}, toPass, builder.WithPredicates(predicate.Funcs{UpdateFunc: leaseMatters})).
 		Complete(r)
+}
+
+// controllerOptions: one pass at a time; a failed pass is tried again with
+// a backoff that never exceeds RunningEvery, since passes renew the swap
+// Lease and a backoff past its duration would let it lapse mid-swap.
+func (r *Reconciler) controllerOptions() controller.Options {
+	return controller.Options{MaxConcurrentReconciles: 1, SkipNameValidation: new(true),
+		RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](5*time.Millisecond, r.RunningEvery)}
 }
 
 // nodeMatters: a Node change a pass acts on. A bare heartbeat matters only

@@ -177,3 +177,47 @@ func describeDecision(d Decision) string {
 	}
 	return fmt.Sprintf("action %s on %s", d.Action.Kind, d.Action.Node)
 }
+
+// TestABudgetRefusalAndAFailedPassComeBackWithinRunningEvery: passes renew
+// the swap Lease, so nothing may put the next pass past RunningEvery while a
+// swap runs. An eviction a disruption budget refuses is the cluster's state,
+// not an error (Pass retries it on the next pass); any other failed pass is
+// backed off, but never beyond RunningEvery (controller-runtime's default
+// backoff reaches 1000 s, past the Lease's 30 s).
+func TestABudgetRefusalAndAFailedPassComeBackWithinRunningEvery(t *testing.T) {
+	evict := &Action{Kind: Evict, Node: "n4"}
+	refused := fmt.Errorf("evicting holdfast-system/holdfast-scheduler-1: %w: %w", ErrBudgetRefused,
+		errors.New("Cannot evict pod as it would violate the pod's disruption budget."))
+	if !budgetRefused(evict, errors.Join(refused)) {
+		t.Errorf("%v is not read as a disruption budget's refusal", refused)
+	}
+	for _, tc := range []struct {
+		a   *Action
+		err error
+	}{
+		{evict, errors.New("evicting holdfast-system/x: connection refused")},
+		{&Action{Kind: Cordon}, refused},
+	} {
+		if budgetRefused(tc.a, tc.err) {
+			t.Errorf("%s failing with %v is read as a disruption budget's refusal", tc.a.Kind, tc.err)
+		}
+	}
+
+	r := &Reconciler{}
+	r.defaults()
+	o := r.controllerOptions()
+	if o.MaxConcurrentReconciles != 1 {
+		t.Errorf("MaxConcurrentReconciles %d, want 1: one pass at a time", o.MaxConcurrentReconciles)
+	}
+	if o.RateLimiter == nil {
+		t.Fatal("no rate limiter of the controller's own: controller-runtime's default backs a failing pass off to 1000 s, past the swap Lease")
+	}
+	var last time.Duration
+	for i := 0; i < 40; i++ {
+		last = o.RateLimiter.When(passKey)
+	}
+	if last > r.RunningEvery || r.RunningEvery >= r.Settings.LeaseDuration {
+		t.Errorf("the 40th failed pass in a row comes back after %v, want at most RunningEvery %v, itself below the swap Lease's %v",
+			last, r.RunningEvery, r.Settings.LeaseDuration)
+	}
+}
