@@ -99,7 +99,7 @@ func TestStaticPodPromoteStepDownFinishDemote(t *testing.T) {
 	defer cli.Close()
 	voters, learners, clusterID := members(t, cli)
 	if !slices.Equal(voters, []string{voter}) || len(learners) > 0 {
-		t.Fatalf("start: voters %v learners %v, want %s alone", voters, learners, voter)
+		t.Fatalf("start: voters %q learners %q, want %s alone", voters, learners, voter)
 	}
 	x := etcdwatch.Watch(cli, "/holdfast-writer/static-pod/")
 
@@ -151,7 +151,8 @@ func TestStaticPodPromoteStepDownFinishDemote(t *testing.T) {
 	}
 	voters, learners, got := members(t, cli)
 	if got != clusterID || !slices.Equal(voters, []string{voter}) || !slices.Equal(learners, []string{node}) {
-		t.Fatalf("after promote: cluster %x voters %v learners %v, want cluster %x, %s a learner", got, voters, learners, clusterID, node)
+		// A learner that never joined has no name yet ("").
+		t.Fatalf("after promote: cluster %x voters %q learners %q, want cluster %x, %s a learner", got, voters, learners, clusterID, node)
 	}
 	if got := memberCluster(); got != clusterID {
 		t.Fatalf("the new member is of cluster %x, want %x: it bootstrapped a cluster of its own", got, clusterID)
@@ -164,7 +165,7 @@ func TestStaticPodPromoteStepDownFinishDemote(t *testing.T) {
 		return err == nil, fmt.Sprint(err)
 	})
 	if voters, learners, got := members(t, cli); got != clusterID || !slices.Equal(voters, []string{voter, node}) || len(learners) > 0 {
-		t.Fatalf("after the learner's promotion: cluster %x voters %v learners %v", got, voters, learners)
+		t.Fatalf("after the learner's promotion: cluster %x voters %q learners %q", got, voters, learners)
 	}
 	readThroughMember(t, ctx, c, clientURL)
 
@@ -225,7 +226,7 @@ func TestStaticPodPromoteStepDownFinishDemote(t *testing.T) {
 		return err == nil, fmt.Sprint(err)
 	})
 	if voters, learners, got := members(t, cli); got != clusterID || !slices.Equal(voters, []string{voter}) || len(learners) > 0 {
-		t.Fatalf("after the removal: cluster %x voters %v learners %v", got, voters, learners)
+		t.Fatalf("after the removal: cluster %x voters %q learners %q", got, voters, learners)
 	}
 
 	// Finish-demote: the pod stopped before its data is moved.
@@ -260,7 +261,7 @@ func TestStaticPodPromoteStepDownFinishDemote(t *testing.T) {
 		t.Errorf("join target after finish-demote: %q %v", j, err)
 	}
 	if voters, learners, got := members(t, cli); got != clusterID || !slices.Equal(voters, []string{voter}) || len(learners) > 0 {
-		t.Fatalf("after finish-demote: cluster %x voters %v learners %v", got, voters, learners)
+		t.Fatalf("after finish-demote: cluster %x voters %q learners %q", got, voters, learners)
 	}
 	x.Check(t)
 }
