@@ -355,7 +355,7 @@ func addVoterSwaps(ctx context.Context, mgr ctrl.Manager, o *Options, reporter *
 		closeSystemd()
 		return nil, fmt.Errorf("copying holdfast-node to the host for the server's start condition: %w", err)
 	}
-	if err := act.InstallStartCondition(ctx, startConditionArgs(o)); err != nil {
+	if err := act.InstallStartCondition(ctx, StartConditionArgs(o)); err != nil {
 		closeSystemd()
 		return nil, fmt.Errorf("installing the server's start condition: %w", err)
 	}

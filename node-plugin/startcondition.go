@@ -96,9 +96,10 @@ func judgeMember(state hoststate.State, o Options, wait time.Duration) (string, 
 	return "", err
 }
 
-// startConditionArgs is the server unit's ExecCondition: the host copy of
-// this binary judging with this node plugin's settings.
-func startConditionArgs(o *Options) []string {
+// StartConditionArgs is the server unit's ExecCondition (and the etcd
+// static pod's init container): the host copy of this binary (HostBinary
+// under o.HostDir) judging with the node plugin's settings o.
+func StartConditionArgs(o *Options) []string {
 	args := []string{filepath.Join(o.HostDir, HostBinary), StartConditionCommand, "--host-dir=" + o.HostDir,
 		"--member-data-dir=" + o.MemberDataDir, "--etcd-local-endpoint=" + o.EtcdLocal}
 	for _, f := range []struct{ name, v string }{{"server-tombstone", o.ServerTombstone}, {"etcd-ca", o.EtcdCA}, {"etcd-cert", o.EtcdCert}, {"etcd-key", o.EtcdKey}} {

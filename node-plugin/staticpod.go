@@ -48,6 +48,6 @@ func newStaticPodActuator(mgr ctrl.Manager, o *Options, s actuatorSettings, stat
 	}
 	return actuator.NewStaticPod(actuator.APIMirrorPods{Reader: mgr.GetAPIReader()}, actuator.StaticPodConfig{
 		NodeName: o.NodeName, ManifestsDir: s.ManifestsDir, PKIDir: s.PKIDir, APIServerTemplate: s.APIServerTemplate,
-		EtcdImage: s.EtcdImage, StartCondition: startConditionArgs(o), State: state, Clock: clock.RealClock{},
+		EtcdImage: s.EtcdImage, StartCondition: StartConditionArgs(o), State: state, Clock: clock.RealClock{},
 	}), nil
 }

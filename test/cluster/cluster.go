@@ -97,12 +97,16 @@ type NodeSpec struct {
 	// EtcdStandby (etcd_nodes.go). With any voter, the control plane's
 	// etcd runs on the nodes instead of the hub.
 	Etcd string
+	// StaticPods gives the kubelet kubeadm's static pod path: it runs the
+	// manifests in Node.KubernetesDir()/manifests (node.go).
+	StaticPods bool
 }
 
 // Config says what to start.
 type Config struct {
 	Nodes []NodeSpec
-	// Images are built from this module and imported into every node.
+	// Images are built from this module (or make k8s-bin's binaries) and
+	// imported into every node.
 	Images []Image
 	// EtcdMembers is the control plane's etcd member count (default 1).
 	EtcdMembers int
@@ -277,7 +281,7 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		n := &Node{Name: spec.Name, IP: fmt.Sprintf("198.18.0.%d", 11+i), FieldIP: fmt.Sprintf("%s%d", fieldPrefix, 11+i),
 			Netns: "hfe-" + c.ID + "-" + spec.Name,
 			Dir:   filepath.Join(dir, spec.Name), c: c, index: i + 1, hubLink: fmt.Sprintf("n%d", i+1), fieldLink: fieldLinkName(i + 1),
-			cgroupRoot: "/hfe-" + c.ID + "-" + spec.Name}
+			cgroupRoot: "/hfe-" + c.ID + "-" + spec.Name, staticPods: spec.StaticPods}
 		n.CRIEndpoint = n.containerdConfig().Endpoint()
 		c.Nodes[spec.Name] = n
 		c.NodeNames = append(c.NodeNames, spec.Name)
@@ -296,7 +300,7 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		return c, err
 	}
 	c.logf("building images")
-	c.images, err = buildImages(root, imgDir, cfg.Images)
+	c.images, err = buildImages(root, imgDir, bins.K8s, cfg.Images)
 	if err != nil {
 		return c, err
 	}
@@ -598,6 +602,21 @@ func (c *Cluster) restClient() (*rest.RESTClient, error) {
 	cfg.APIPath = "/api"
 	cfg.NegotiatedSerializer = clientgoscheme.Codecs.WithoutConversion()
 	return rest.RESTClientFor(cfg)
+}
+
+// LeftoversAfterExit is what is still left (Leftovers) once the stopped
+// processes have had up to bound to exit: a container's shim and the
+// processes of a node's mount namespace go on exiting after their kubelet
+// and containerd are stopped, and only what outlasts that is left behind.
+func (c *Cluster) LeftoversAfterExit(bound time.Duration) []string {
+	deadline := time.Now().Add(bound)
+	for {
+		left := c.Leftovers()
+		if len(left) == 0 || time.Now().After(deadline) {
+			return left
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 // Leftovers lists what a stopped cluster left on the machine: running

@@ -14,12 +14,18 @@ import (
 const PauseImage = "holdfast.test/pause:e2e"
 
 // Image is a locally built image: one static binary of this module at /app
-// (test/crihost's single-layer images; no registry, the nodes import it).
+// (test/crihost's single-layer images; no registry, the nodes import it),
+// or one of make k8s-bin's at /usr/local/bin as in registry.k8s.io's image.
 type Image struct {
 	// Ref is the image reference pods name.
 	Ref string
 	// Package is the main package, relative to the repository root.
 	Package string
+	// K8sBinary, instead of Package, names a binary of make k8s-bin (etcd,
+	// kube-apiserver: static, as built) for /usr/local/bin/<name>, on the
+	// image's PATH, with no entrypoint: a pod's command names it, as a
+	// kubeadm static pod's does.
+	K8sBinary string
 	// Entrypoint follows /app.
 	Entrypoint []string
 }
@@ -35,9 +41,9 @@ func buildBinary(root, out, pkg string) error {
 	return nil
 }
 
-// buildImages builds the pause image and every image into dir and returns
-// their tarballs.
-func buildImages(root, dir string, images []Image) ([]string, error) {
+// buildImages builds the pause image and every image into dir (k8s holds
+// make k8s-bin's binaries) and returns their tarballs.
+func buildImages(root, dir, k8s string, images []Image) ([]string, error) {
 	pause, err := crihost.TestImageBinary()
 	if err != nil {
 		return nil, err
@@ -47,6 +53,14 @@ func buildImages(root, dir string, images []Image) ([]string, error) {
 		return nil, err
 	}
 	for _, im := range images {
+		if im.K8sBinary != "" {
+			tarPath := filepath.Join(dir, im.K8sBinary+".tar")
+			if err := crihost.WriteImageAt(tarPath, im.Ref, filepath.Join(k8s, im.K8sBinary), "/usr/local/bin/"+im.K8sBinary, nil); err != nil {
+				return nil, fmt.Errorf("image %s: %w", im.Ref, err)
+			}
+			out = append(out, tarPath)
+			continue
+		}
 		base := filepath.Base(im.Package)
 		bin := filepath.Join(dir, base)
 		if err := buildBinary(root, bin, "./"+im.Package); err != nil {

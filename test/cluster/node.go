@@ -51,6 +51,8 @@ type Node struct {
 	containerd *proc
 	kubelet    *proc
 	networkUp  bool
+	// staticPods: NodeSpec.StaticPods.
+	staticPods bool
 	// Host is the node's host half for an etcd member (systemd double and
 	// member), nil on a node that never hosts one (etcd_nodes.go).
 	Host *Host
@@ -70,6 +72,14 @@ const (
 
 // HostDir is NodeHostDir of this node, as this process reaches it.
 func (n *Node) HostDir() string { return filepath.Join(n.Dir, NodeHostDir) }
+
+// KubernetesDir is the node's kubeadm directory (a kubeadm host's
+// /etc/kubernetes): with NodeSpec.StaticPods the kubelet runs the static
+// pods in its manifests/. The node's mount namespace shares the machine's
+// /etc (only /var/lib and /var/log are its own), so the directory lives in
+// Dir, at one path in this process and in the node: a manifest's host
+// paths under it, or under Dir, name the same files in both.
+func (n *Node) KubernetesDir() string { return filepath.Join(n.Dir, "etc", "kubernetes") }
 
 // The bridge network of pods that are not hostNetwork: it exists only inside
 // the node's network namespace. Its presence makes the node Ready. Each pod's
@@ -121,6 +131,12 @@ fileCheckFrequency: 10s
 serializeImagePulls: false
 `
 
+// staticPodConfig is the kubelet configuration's addition on a node with
+// NodeSpec.StaticPods: kubeadm's staticPodPath, in the node's own
+// KubernetesDir.
+const staticPodConfig = `staticPodPath: {{dir}}/etc/kubernetes/manifests
+`
+
 func (n *Node) replacer() *strings.Replacer {
 	return strings.NewReplacer("{{dir}}", n.Dir, "{{criendpoint}}", n.CRIEndpoint, "{{ip}}", n.IP, "{{name}}", n.Name, "{{pki}}", n.c.pki.dir,
 		"{{cgroupRoot}}", n.cgroupRoot, "{{podcidr}}", podCIDR(n.index))
@@ -129,8 +145,11 @@ func (n *Node) replacer() *strings.Replacer {
 // start brings the node up: namespaces, link, mounts, cgroups, containerd
 // with the images, and the kubelet.
 func (n *Node) start(ctx context.Context) error {
-	for _, d := range []string{"var/lib/kubelet", "var/lib/cni", "var/log/pods", "var/log/containers",
-		"cni/conf", "cni/ipam", "logs"} {
+	dirs := []string{"var/lib/kubelet", "var/lib/cni", "var/log/pods", "var/log/containers", "cni/conf", "cni/ipam", "logs"}
+	if n.staticPods {
+		dirs = append(dirs, "etc/kubernetes/manifests")
+	}
+	for _, d := range dirs {
 		if err := os.MkdirAll(filepath.Join(n.Dir, d), 0o755); err != nil {
 			return err
 		}
@@ -176,9 +195,13 @@ func (n *Node) start(ctx context.Context) error {
 		return err
 	}
 	r := n.replacer()
+	kubelet := kubeletConfig
+	if n.staticPods {
+		kubelet += staticPodConfig
+	}
 	for path, content := range map[string]string{
 		filepath.Join(n.Dir, "cni", "conf", "10-holdfast.conflist"): cniConfig,
-		filepath.Join(n.Dir, "kubelet.yaml"):                        kubeletConfig,
+		filepath.Join(n.Dir, "kubelet.yaml"):                        kubelet,
 	} {
 		if err := os.WriteFile(path, []byte(r.Replace(content)), 0o644); err != nil {
 			return err

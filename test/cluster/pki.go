@@ -116,6 +116,12 @@ func (p *pki) serviceAccountKeys() (pub, priv string, err error) {
 // serviceAccountKeyFiles are the files serviceAccountKeys wrote.
 func (p *pki) serviceAccountKeyFiles() (pub, priv string) { return p.saPub, p.saKey }
 
+// ServiceAccountKeyFiles are the key pair the apiserver signs and checks
+// service account tokens with: another apiserver of this cluster (a
+// control-plane node's static pod) is given the same, as kubeadm copies
+// sa.pub and sa.key to a joining control-plane node.
+func (c *Cluster) ServiceAccountKeyFiles() (pub, priv string) { return c.pki.serviceAccountKeyFiles() }
+
 // writeKey writes the CA's private key (kube-controller-manager signs
 // certificate requests with it) and returns its file.
 func (p *pki) writeKey() (string, error) {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -54,7 +55,23 @@ func TestImageBinary() (string, error) {
 // Image is a single-layer image holding one static binary at /app with
 // entrypoint [/app, entrypoint...].
 func Image(binary string, entrypoint []string) (v1.Image, error) {
-	data, err := singleFileTar(binary, "app")
+	return image(binary, "/app", append([]string{"/app"}, entrypoint...), nil)
+}
+
+// ImageAt is a single-layer image holding one static binary at path (an
+// absolute path) with entrypoint as given (none: the pod's command names
+// the binary) and PATH naming path's directory, as registry.k8s.io's etcd
+// and kube-apiserver images keep theirs in /usr/local/bin for a pod's
+// command to name it alone.
+func ImageAt(binary, path string, entrypoint []string) (v1.Image, error) {
+	return image(binary, path, entrypoint, []string{"PATH=" + filepath.Dir(path)})
+}
+
+func image(binary, path string, entrypoint, env []string) (v1.Image, error) {
+	if !filepath.IsAbs(path) {
+		return nil, fmt.Errorf("image binary path %q: must be absolute", path)
+	}
+	data, err := singleFileTar(binary, strings.TrimPrefix(path, "/"))
 	if err != nil {
 		return nil, err
 	}
@@ -74,7 +91,8 @@ func Image(binary string, entrypoint []string) (v1.Image, error) {
 	}
 	cfg = cfg.DeepCopy()
 	cfg.OS, cfg.Architecture = "linux", "amd64"
-	cfg.Config.Entrypoint = append([]string{"/app"}, entrypoint...)
+	cfg.Config.Entrypoint = entrypoint
+	cfg.Config.Env = env
 	return mutate.ConfigFile(img, cfg)
 }
 
@@ -87,12 +105,25 @@ func BuildTestImage(path, ref string, entrypoint []string) error {
 	return WriteImage(path, ref, bin, entrypoint)
 }
 
-// WriteImage writes binary as image ref to a tarball.
+// WriteImage writes binary as image ref to a tarball (Image).
 func WriteImage(path, ref, binary string, entrypoint []string) error {
 	img, err := Image(binary, entrypoint)
 	if err != nil {
 		return err
 	}
+	return writeTarball(path, ref, img)
+}
+
+// WriteImageAt writes binary at at as image ref to a tarball (ImageAt).
+func WriteImageAt(path, ref, binary, at string, entrypoint []string) error {
+	img, err := ImageAt(binary, at, entrypoint)
+	if err != nil {
+		return err
+	}
+	return writeTarball(path, ref, img)
+}
+
+func writeTarball(path, ref string, img v1.Image) error {
 	tag, err := name.NewTag(ref)
 	if err != nil {
 		return err
@@ -102,7 +133,8 @@ func WriteImage(path, ref, binary string, entrypoint []string) error {
 
 func jsonUnmarshal(s string, v any) error { return json.Unmarshal([]byte(s), v) }
 
-// singleFileTar is a tar stream with one executable file.
+// singleFileTar is a tar stream with one executable file at name (a
+// relative path) and the directories above it.
 func singleFileTar(src, name string) ([]byte, error) {
 	b, err := os.ReadFile(src)
 	if err != nil {
@@ -110,6 +142,15 @@ func singleFileTar(src, name string) ([]byte, error) {
 	}
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
+	var dirs []string
+	for d := filepath.Dir(name); d != "."; d = filepath.Dir(d) {
+		dirs = append([]string{d}, dirs...)
+	}
+	for _, d := range dirs {
+		if err := tw.WriteHeader(&tar.Header{Name: d + "/", Mode: 0o755, Typeflag: tar.TypeDir}); err != nil {
+			return nil, err
+		}
+	}
 	if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o755, Size: int64(len(b)), Typeflag: tar.TypeReg}); err != nil {
 		return nil, err
 	}

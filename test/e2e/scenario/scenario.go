@@ -228,25 +228,10 @@ func (w *World) Down() error {
 	w.stopSupervision()
 	err := w.Stop()
 	w.stopNodePlugins()
-	if left := w.leftoversAfterExit(time.Minute); len(left) > 0 {
+	if left := w.LeftoversAfterExit(time.Minute); len(left) > 0 {
 		err = errors.Join(err, fmt.Errorf("left behind: %v", left))
 	}
 	return err
-}
-
-// leftoversAfterExit is what is still left once the stopped processes have
-// had up to bound to exit: a container's shim and the processes of a
-// node's mount namespace go on exiting after their kubelet and containerd
-// are stopped, and only what outlasts that is left behind.
-func (w *World) leftoversAfterExit(bound time.Duration) []string {
-	deadline := time.Now().Add(bound)
-	for {
-		left := w.Leftovers()
-		if len(left) == 0 || time.Now().After(deadline) {
-			return left
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
 }
 
 // Device is the mode of the units' devices unless a unit says otherwise.

@@ -14,6 +14,7 @@ import (
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/test/e2e/scenario"
+	"github.com/holdfast-io/holdfast/test/etcdwatch"
 )
 
 // BenchmarkVoterSwapPhases accounts for every second of a voter swap on
@@ -53,7 +54,7 @@ func BenchmarkVoterSwapPhases(b *testing.B) {
 		if err := world.WaitProvisioned(ctx, in, 2*time.Minute); err != nil {
 			b.Fatal(err)
 		}
-		x := watch(cli, "/holdfast-writer/bench-swap/")
+		x := etcdwatch.Watch(cli, "/holdfast-writer/bench-swap/")
 		name, err := createSwapB(ctx, out, in)
 		if err != nil {
 			b.Fatal(err)
@@ -61,8 +62,8 @@ func BenchmarkVoterSwapPhases(b *testing.B) {
 		if err := waitSucceeded(ctx, name); err != nil {
 			b.Fatal(err)
 		}
-		n, bad := x.q.Stop()
-		r, err := x.w.Stop(ctx)
+		n, bad := x.Q.Stop()
+		r, err := x.W.Stop(ctx)
 		if err != nil {
 			b.Fatal(err)
 		}

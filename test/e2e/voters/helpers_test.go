@@ -62,49 +62,6 @@ func members(t *testing.T, cli *clientv3.Client) (voters, learners []string, id 
 	return v, l, id
 }
 
-// watched is a writer and a quorum sampler running beside a drill.
-type watched struct {
-	w *etcdwatch.Writer
-	q *etcdwatch.Quorum
-}
-
-func watch(cli *clientv3.Client, prefix string) *watched {
-	return &watched{w: etcdwatch.StartWriter(cli, prefix, 0), q: etcdwatch.StartQuorum(cli, 200*time.Millisecond)}
-}
-
-// check stops both and asserts: no write failed, no acknowledged write
-// lost, the writer's history linearizable, a voter leader at every sample.
-// It returns the writer's report.
-func (x *watched) check(t *testing.T) etcdwatch.Report {
-	t.Helper()
-	n, bad := x.q.Stop()
-	r, err := x.w.Stop(context.Background())
-	if err != nil {
-		t.Fatalf("reading the writer's keys back: %v", err)
-	}
-	t.Logf("writer: %s", r)
-	t.Logf("quorum: %d samples, %d without a voter leader", n, len(bad))
-	if len(r.Lost) > 0 {
-		t.Errorf("acknowledged writes lost: %v", r.Lost)
-	}
-	if len(r.Failed) > 0 {
-		t.Errorf("writes never acknowledged within 10s: %v; failed attempts:\n%s", r.Failed, strings.Join(r.FailedAttempts, "\n"))
-	}
-	if r.NotLinearizable != nil {
-		t.Errorf("the writer's history: %v", r.NotLinearizable)
-	}
-	if r.Acked < 20 {
-		t.Errorf("only %d writes acknowledged", r.Acked)
-	}
-	if len(bad) > 0 {
-		t.Errorf("quorum: %d of %d samples without a voter leader:\n%s", len(bad), n, strings.Join(bad, "\n"))
-	}
-	if n < 5 {
-		t.Errorf("only %d quorum samples", n)
-	}
-	return r
-}
-
 func createSwap(t *testing.T, out, in string) (string, error) {
 	t.Helper()
 	s := &holdfastv1.VoterSwap{ObjectMeta: metav1.ObjectMeta{GenerateName: "swap-" + out + "-"},

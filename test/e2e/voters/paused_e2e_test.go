@@ -9,6 +9,7 @@ import (
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/test/cluster"
+	"github.com/holdfast-io/holdfast/test/etcdwatch"
 	"github.com/holdfast-io/holdfast/test/poll"
 )
 
@@ -24,7 +25,7 @@ import (
 func TestRoleSwapPaused(t *testing.T) {
 	ctx, cli, before, clusterID := openDrill(t)
 	out, in := before[0], nonVoter(t, before)
-	x := watch(cli, "/holdfast-writer/role-swap-paused/")
+	x := etcdwatch.Watch(cli, "/holdfast-writer/role-swap-paused/")
 	var resume func()
 	var pausedAt time.Time
 	s := swapSucceeds(t, out, in, 8*time.Minute, func(step string) {
@@ -58,7 +59,7 @@ func TestRoleSwapPaused(t *testing.T) {
 	})
 	t.Logf("%s paused %v before the swap succeeded; finished as an agent %v after its resume", out,
 		finished.Sub(pausedAt).Round(time.Second), time.Since(resumedAt).Round(time.Second))
-	x.check(t)
+	x.Check(t)
 	t.Logf("history:\n%s", history(s))
 	// Its member never returns.
 	now, learners, id := members(t, cli)

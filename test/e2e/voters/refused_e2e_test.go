@@ -22,6 +22,7 @@ import (
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/policy"
 	"github.com/holdfast-io/holdfast/test/cluster"
+	"github.com/holdfast-io/holdfast/test/etcdwatch"
 	"github.com/holdfast-io/holdfast/test/poll"
 )
 
@@ -54,7 +55,7 @@ func TestRoleSwapRefused(t *testing.T) {
 	// the other two hold quorum and take writes. The sampler still asks the
 	// paused member too.
 	live := etcdClientOn(t, except(before, paused)...)
-	x := watch(live, "/holdfast-writer/refused-paused/")
+	x := etcdwatch.Watch(live, "/holdfast-writer/refused-paused/")
 
 	resume, err := world.Nodes[paused].Host.PauseMember()
 	if err != nil {
@@ -159,13 +160,13 @@ func TestRoleSwapRefused(t *testing.T) {
 	resume()
 	resumed = true
 	t.Logf("%s %s resumed after %v", time.Now().UTC().Format("15:04:05.000"), paused, time.Since(pausedAt).Round(time.Second))
-	x.check(t)
+	x.Check(t)
 	if err := world.WaitVotersHealthy(ctx, 4*time.Minute, before...); err != nil {
 		t.Fatal(err)
 	}
 
 	// Afterwards the same swap goes through.
-	y := watch(cli, "/holdfast-writer/refused-paused-after/")
+	y := etcdwatch.Watch(cli, "/holdfast-writer/refused-paused-after/")
 	var n2 string
 	poll.Until(t, 2*time.Minute, "the swap admitted after the resume", func() (bool, string) {
 		n, err := createSwap(t, out, in)
@@ -176,7 +177,7 @@ func TestRoleSwapRefused(t *testing.T) {
 		return true, ""
 	})
 	s := waitPhase(t, n2, holdfastv1.SwapSucceeded, 6*time.Minute, nil)
-	y.check(t)
+	y.Check(t)
 	after = wantSwapped(t, cli, before, out, in, clusterID, s)
 	if err := world.WaitVotersHealthy(ctx, 2*time.Minute, after...); err != nil {
 		t.Error(err)

@@ -19,6 +19,7 @@ import (
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/test/cluster"
+	"github.com/holdfast-io/holdfast/test/etcdwatch"
 	"github.com/holdfast-io/holdfast/test/poll"
 )
 
@@ -80,7 +81,7 @@ func TestAnUnfitVoterIsSwappedAutomatically(t *testing.T) {
 		"fitness": map[string]any{"windowSeconds": fitnessWindow, "maxFsyncMillis": maxFsyncMillis, "maxPeerRTTMillis": maxPeerRTTMillis}}); err != nil {
 		t.Fatal(err)
 	}
-	x := watch(cli, "/holdfast-writer/unfit-voter/")
+	x := etcdwatch.Watch(cli, "/holdfast-writer/unfit-voter/")
 	start := time.Now()
 
 	// 1. The slow voter swapped automatically, the standby placed by
@@ -149,7 +150,7 @@ func TestAnUnfitVoterIsSwappedAutomatically(t *testing.T) {
 		}
 		t.Errorf("automatic swaps within the cooldown: %v, want only %s", names, auto.Name)
 	}
-	r := x.check(t)
+	r := x.Check(t)
 	t.Logf("drill: %v, %d writes acknowledged, longest write stall %v; automatic swap decided %v after the slowdown",
 		time.Since(start).Round(time.Second), r.Acked, r.Longest.Round(time.Millisecond), decided.Round(time.Second))
 	if now, _, id := members(t, cli); !slices.Equal(now, after) || id != clusterID {

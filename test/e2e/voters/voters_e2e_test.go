@@ -14,6 +14,7 @@ import (
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/test/cluster"
+	"github.com/holdfast-io/holdfast/test/etcdwatch"
 	"github.com/holdfast-io/holdfast/test/poll"
 )
 
@@ -42,7 +43,7 @@ func TestRoleSwap(t *testing.T) {
 		t.Fatal(err)
 	}
 	uid := getNode(t, out).UID
-	x := watch(cli, "/holdfast-writer/role-swap/")
+	x := etcdwatch.Watch(cli, "/holdfast-writer/role-swap/")
 	var seen []string
 	s := swapSucceeds(t, out, in, 5*time.Minute, func(step string) {
 		logStep(t, step)
@@ -159,7 +160,7 @@ func TestRoleSwap(t *testing.T) {
 		}
 	}
 	s2 := swapSucceeds(t, out2, out, 6*time.Minute, func(step string) { logStep(t, step) })
-	r := x.check(t)
+	r := x.Check(t)
 	t.Logf("swap %s: %s -> %s in %v; history:\n%s", s2.Status.SwapID, out2, out, s2.Status.FinishedAt.Sub(s2.Status.StartedAt.Time).Round(time.Millisecond), history(s2))
 	t.Logf("both swaps: %d writes acknowledged, longest write stall %v", r.Acked, r.Longest.Round(time.Millisecond))
 	after := wantSwapped(t, cli, mid, out2, out, clusterID, s2)
@@ -238,7 +239,7 @@ func keys(m map[string]bool) []string {
 func TestOutgoingVoterPausedAfterPromotionIsStillRemoved(t *testing.T) {
 	ctx, cli, before, clusterID := openDrill(t)
 	out, in := before[0], nonVoter(t, before)
-	x := watch(cli, "/holdfast-writer/outgoing-paused/")
+	x := etcdwatch.Watch(cli, "/holdfast-writer/outgoing-paused/")
 	var resume func()
 	var pausedAt time.Time
 	s := swapSucceeds(t, out, in, 5*time.Minute, func(step string) {
@@ -265,7 +266,7 @@ func TestOutgoingVoterPausedAfterPromotionIsStillRemoved(t *testing.T) {
 		}
 	}
 	resume()
-	x.check(t)
+	x.Check(t)
 	t.Logf("history:\n%s", history(s))
 	after := wantSwapped(t, cli, before, out, in, clusterID, s)
 	h := world.Nodes[out].Host
@@ -296,13 +297,13 @@ func TestRoleSwapBlockedPeer(t *testing.T) {
 			_ = unblock()
 		}
 	})
-	x := watch(cli, "/holdfast-writer/learner-stalled/")
+	x := etcdwatch.Watch(cli, "/holdfast-writer/learner-stalled/")
 	name, err := createSwap(t, out, in)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := waitPhase(t, name, holdfastv1.SwapRolledBack, 6*time.Minute, func(step string) { logStep(t, step) })
-	r := x.check(t)
+	r := x.Check(t)
 	t.Logf("rolled back in %v, %d writes acknowledged, longest write stall %v; history:\n%s", s.Status.FinishedAt.Sub(s.Status.StartedAt.Time).Round(time.Millisecond),
 		r.Acked, r.Longest.Round(time.Millisecond), history(s))
 	if err := unblock(); err != nil {
@@ -361,7 +362,7 @@ func TestRoleSwapBlockedPeer(t *testing.T) {
 func TestVotersRoleSIGKILLedAtEveryStepCompletes(t *testing.T) {
 	ctx, cli, before, clusterID := openDrill(t)
 	out, in := before[0], nonVoter(t, before)
-	x := watch(cli, "/holdfast-writer/sigkill/")
+	x := etcdwatch.Watch(cli, "/holdfast-writer/sigkill/")
 	var killedAt []string
 	s := swapSucceeds(t, out, in, 8*time.Minute, func(step string) {
 		if step == "" {
@@ -373,7 +374,7 @@ func TestVotersRoleSIGKILLedAtEveryStepCompletes(t *testing.T) {
 		killedAt = append(killedAt, step)
 		t.Logf("%s step %s: voters role SIGKILLed and started again", time.Now().UTC().Format("15:04:05.000"), step)
 	})
-	x.check(t)
+	x.Check(t)
 	t.Logf("killed at %v; history:\n%s", killedAt, history(s))
 	if len(killedAt) < 5 {
 		t.Errorf("killed at only %v", killedAt)
