@@ -192,6 +192,13 @@ func (a *StaticPodActuator) Promote(ctx context.Context, join string) (time.Time
 	if removed != "" {
 		return time.Time{}, &RefusedError{Reason: removed + "; the host is not finished to an agent yet"}
 	}
+	// The etcd CA before any host file: a host whose CA cannot issue the
+	// member's certificates is refused with nothing changed.
+	now := a.cfg.Clock.Now()
+	ca, err := loadEtcdCA(a.cfg.PKIDir, now)
+	if err != nil {
+		return time.Time{}, &RefusedError{Reason: err.Error()}
+	}
 	// The join target first: the role file may then say server without the
 	// never-bootstrap guard ever seeing a former member with nowhere to join.
 	if cur, err := st.Join(); err != nil {
@@ -208,8 +215,7 @@ func (a *StaticPodActuator) Promote(ctx context.Context, join string) (time.Time
 			return time.Time{}, err
 		}
 	}
-	now := a.cfg.Clock.Now()
-	if err := EnsureMemberCertificates(a.cfg.PKIDir, a.cfg.NodeName, self.peer.Hostname(), now); err != nil {
+	if err := ca.ensureMember(a.cfg.PKIDir, a.cfg.NodeName, self.peer.Hostname(), now); err != nil {
 		return time.Time{}, err
 	}
 	etcd := a.etcdPod(join, self)

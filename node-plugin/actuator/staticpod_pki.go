@@ -86,7 +86,13 @@ type etcdCA struct {
 	pool *x509.CertPool
 }
 
-func loadEtcdCA(pkiDir string) (*etcdCA, error) {
+// loadEtcdCA reads the etcd CA under pkiDir and checks that it can issue a
+// member's certificates at now: a CA that may sign (basic constraints CA,
+// key usage certSign), already valid, and valid past now + CertRenewBefore
+// (an issued certificate ends no later than its CA). The other members
+// would refuse what a CA failing these issues, or soon stop accepting it,
+// so nothing is issued from one.
+func loadEtcdCA(pkiDir string, now time.Time) (*etcdCA, error) {
 	certPath, keyPath := filepath.Join(pkiDir, EtcdCACert), filepath.Join(pkiDir, EtcdCAKey)
 	pair, err := tls.LoadX509KeyPair(certPath, keyPath)
 	if err != nil {
@@ -94,7 +100,18 @@ func loadEtcdCA(pkiDir string) (*etcdCA, error) {
 	}
 	ca, key, err := leasetls.SigningCA(pair)
 	if err != nil {
-		return nil, fmt.Errorf("the etcd CA %s, %s: %w", certPath, keyPath, err)
+		return nil, fmt.Errorf("the etcd CA %s: %w; put the cluster's etcd CA and its key there (kubeadm's %s, %s)", certPath, err, EtcdCACert, EtcdCAKey)
+	}
+	switch {
+	case now.Before(ca.NotBefore):
+		return nil, fmt.Errorf("the etcd CA %s is not valid before %s (the host's clock says %s): check the host's clock", certPath,
+			ca.NotBefore.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
+	case !now.Before(ca.NotAfter):
+		return nil, fmt.Errorf("the etcd CA %s expired at %s: renew the cluster's etcd CA before promoting a member", certPath,
+			ca.NotAfter.UTC().Format(time.RFC3339))
+	case !ca.NotAfter.After(now.Add(CertRenewBefore)):
+		return nil, fmt.Errorf("the etcd CA %s expires at %s, less than %d days from now, and a member's certificates would end with it: renew the cluster's etcd CA before promoting a member",
+			certPath, ca.NotAfter.UTC().Format(time.RFC3339), int(CertRenewBefore.Hours()/24))
 	}
 	pool := x509.NewCertPool()
 	pool.AddCert(ca)
@@ -131,9 +148,6 @@ func (ca *etcdCA) ensure(pkiDir string, c memberCert, now time.Time) (bool, erro
 	}
 	if tmpl.NotAfter.After(ca.cert.NotAfter) {
 		tmpl.NotAfter = ca.cert.NotAfter
-	}
-	if !tmpl.NotAfter.After(now.Add(CertRenewBefore)) {
-		return false, fmt.Errorf("the etcd CA %q expires at %s: renew it before promoting a member", ca.cert.Subject, ca.cert.NotAfter.UTC().Format(time.RFC3339))
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, key.Public(), ca.key)
 	if err != nil {
@@ -193,10 +207,14 @@ func (ca *etcdCA) valid(certPath, keyPath string, c memberCert, now time.Time) (
 // certificate, kubeadm's layout. Promote runs it; a host bootstrapping the
 // first member runs it too.
 func EnsureMemberCertificates(pkiDir, node, host string, now time.Time) error {
-	ca, err := loadEtcdCA(pkiDir)
+	ca, err := loadEtcdCA(pkiDir, now)
 	if err != nil {
 		return err
 	}
+	return ca.ensureMember(pkiDir, node, host, now)
+}
+
+func (ca *etcdCA) ensureMember(pkiDir, node, host string, now time.Time) error {
 	for _, c := range memberCerts(node, host) {
 		if _, err := ca.ensure(pkiDir, c, now); err != nil {
 			return err

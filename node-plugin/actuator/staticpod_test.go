@@ -140,15 +140,27 @@ spec:
 	return h
 }
 
+// caTemplate is an etcd CA as kubeadm makes it: valid from an hour before
+// now for ten years, a CA that may sign certificates.
+func caTemplate(now time.Time) *x509.Certificate {
+	return &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "etcd-ca"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(10 * 365 * 24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
+}
+
 func writeCA(t *testing.T, dir string, now time.Time) *x509.Certificate {
+	t.Helper()
+	return writeCAFrom(t, dir, caTemplate(now))
+}
+
+// writeCAFrom writes tmpl, self-signed with a new RSA key, as dir's ca.crt
+// and ca.key.
+func writeCAFrom(t *testing.T, dir string, tmpl *x509.Certificate) *x509.Certificate {
 	t.Helper()
 	key, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "etcd-ca"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(10 * 365 * 24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
 		t.Fatal(err)
@@ -160,6 +172,15 @@ func writeCA(t *testing.T, dir string, now time.Time) *x509.Certificate {
 		t.Fatal(err)
 	}
 	return ca
+}
+
+// replaceCA writes, as the host's etcd CA, the host's CA template as
+// change leaves it.
+func (h *spHost) replaceCA(change func(*x509.Certificate)) {
+	h.t.Helper()
+	tmpl := caTemplate(h.clock.Now())
+	change(tmpl)
+	h.ca = writeCAFrom(h.t, filepath.Join(h.cfg.PKIDir, "etcd"), tmpl)
 }
 
 func mustWrite(t *testing.T, p string, b []byte) {
@@ -364,6 +385,39 @@ func TestStaticPodPromoteRefusesAndWritesNoEtcdManifest(t *testing.T) {
 		prepare: func(h *spHost) { _ = os.Remove(h.cfg.APIServerTemplate) },
 		want:    "kube-apiserver.yaml does not exist",
 	}, {
+		// A leaf certificate and its key where the CA belongs: what it
+		// signed would chain to nothing the other members trust.
+		name: "an etcd CA that is a leaf certificate",
+		join: spJoin,
+		prepare: func(h *spHost) {
+			h.replaceCA(func(c *x509.Certificate) { c.IsCA, c.KeyUsage = false, x509.KeyUsageDigitalSignature })
+		},
+		want: `etc/kubernetes/pki/etcd/ca.crt: "CN=etcd-ca" is not a CA that may sign certificates`,
+	}, {
+		name:    "an etcd CA without the certSign key usage",
+		join:    spJoin,
+		prepare: func(h *spHost) { h.replaceCA(func(c *x509.Certificate) { c.KeyUsage = x509.KeyUsageDigitalSignature }) },
+		want:    `etc/kubernetes/pki/etcd/ca.crt: "CN=etcd-ca" is not a CA that may sign certificates`,
+	}, {
+		name: "an expired etcd CA",
+		join: spJoin,
+		prepare: func(h *spHost) {
+			h.replaceCA(func(c *x509.Certificate) { c.NotBefore, c.NotAfter = c.NotBefore.AddDate(-2, 0, 0), c.NotBefore })
+		},
+		want: "etc/kubernetes/pki/etcd/ca.crt expired at 2026-03-01T11:00:00Z: renew the cluster's etcd CA",
+	}, {
+		name: "an etcd CA that expires within the renewal window",
+		join: spJoin,
+		prepare: func(h *spHost) {
+			h.replaceCA(func(c *x509.Certificate) { c.NotAfter = h.clock.Now().Add(10 * 24 * time.Hour) })
+		},
+		want: "etc/kubernetes/pki/etcd/ca.crt expires at 2026-03-11T12:00:00Z, less than 30 days from now",
+	}, {
+		name:    "an etcd CA not valid yet",
+		join:    spJoin,
+		prepare: func(h *spHost) { h.replaceCA(func(c *x509.Certificate) { c.NotBefore = h.clock.Now().Add(time.Hour) }) },
+		want:    "etc/kubernetes/pki/etcd/ca.crt is not valid before 2026-03-01T13:00:00Z",
+	}, {
 		name: "a join that does not name this node",
 		join: "cp-1=https://10.0.0.1:2380,cp-2=https://10.0.0.2:2380",
 		want: `names no member "cp-4" (this node)`,
@@ -381,8 +435,13 @@ func TestStaticPodPromoteRefusesAndWritesNoEtcdManifest(t *testing.T) {
 			if !actuator.IsRefused(err) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("want a refusal saying %q, got %v", tc.want, err)
 			}
-			for _, p := range []string{h.manifest(actuator.EtcdManifest), h.manifest(actuator.APIServerManifest),
-				filepath.Join(h.cfg.PKIDir, actuator.EtcdPeerCert), filepath.Join(h.cfg.State.Dir, hoststate.RoleFile)} {
+			written := []string{h.manifest(actuator.EtcdManifest), h.manifest(actuator.APIServerManifest),
+				filepath.Join(h.cfg.State.Dir, hoststate.RoleFile), filepath.Join(h.cfg.State.Dir, hoststate.JoinFile)}
+			for _, f := range []string{actuator.EtcdServerCert, actuator.EtcdServerKey, actuator.EtcdPeerCert, actuator.EtcdPeerKey,
+				actuator.APIServerEtcdClientCert, actuator.APIServerEtcdClientKey} {
+				written = append(written, filepath.Join(h.cfg.PKIDir, f))
+			}
+			for _, p := range written {
 				if exists(t, p) {
 					t.Errorf("a refused promote wrote %s", p)
 				}

@@ -3,6 +3,7 @@ package chart
 import (
 	"encoding/json"
 	"slices"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -15,25 +16,43 @@ import (
 // away must outlive the pod, docs/operations.md), not node.hostDir itself
 // (the role file and tombstone the host's units read), no systemd
 // directory, D-Bus socket, k3s server directory or etcd TLS, and the plugin
-// is told --voter-swaps=false; with them on, every voter-swap mount is there
-// and --voter-swaps=true.
+// is told --voter-swaps=false; with them on, every voter-swap mount of the
+// node.actuator's layout is there and --voter-swaps=true: for Systemd the
+// systemd directory (--systemd-dir), the D-Bus socket (and its address in
+// the environment), the member data's parent and the etcd TLS directory
+// read-only; for StaticPod (kubeadm) exactly the directories the static pod
+// actuator touches, at the VoterPolicy's paths node.staticPod repeats: the
+// kubelet's manifests and the PKI directory read-write, the apiserver
+// template's directory read-only, the member data directory's parent
+// read-write, and nothing of systemd or D-Bus.
 func TestTheNodePluginMountsOnlyWhatItsFeaturesUse(t *testing.T) {
 	ch, err := Load(repoRoot(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	node := map[string]any{"etcd": map[string]any{"hostTLSDir": "/etc/etcd-tls"}}
-	voterPaths := []string{"/var/lib/holdfast", "/etc/systemd/system", "/run/dbus/system_bus_socket", "/var/lib/rancher/k3s/server", "/etc/etcd-tls"}
+	cri, hostDir := "/run/containerd/containerd.sock", "/var/lib/holdfast"
+	tlsDir := map[string]any{"etcd": map[string]any{"hostTLSDir": "/etc/etcd-tls"}}
 	for _, tc := range []struct {
 		name   string
 		voters bool
-		paths  []string
+		node   map[string]any
+		// rw and ro are the host paths mounted read-write and read-only.
+		rw, ro  []string
+		systemd bool // --systemd-dir and the D-Bus address are passed
 	}{
-		{"voter swaps off", false, []string{"/run/containerd/containerd.sock"}},
-		{"voter swaps on", true, append([]string{"/run/containerd/containerd.sock"}, voterPaths...)},
+		{name: "voter swaps off", node: tlsDir, rw: []string{cri}},
+		{name: "voter swaps on, Systemd", voters: true, node: tlsDir, systemd: true,
+			rw: []string{cri, hostDir, "/etc/systemd/system", "/run/dbus/system_bus_socket", "/var/lib/rancher/k3s/server"}, ro: []string{"/etc/etcd-tls"}},
+		{name: "voter swaps on, StaticPod at kubeadm's paths", voters: true, node: map[string]any{"actuator": "StaticPod"},
+			rw: []string{cri, hostDir, "/etc/kubernetes/manifests", "/etc/kubernetes/pki", "/var/lib"}, ro: []string{"/etc/kubernetes/holdfast"}},
+		{name: "voter swaps on, StaticPod at the policy's own paths", voters: true, node: map[string]any{"actuator": "StaticPod",
+			"staticPod": map[string]any{"manifestsDir": "/srv/kubelet/manifests/", "pkiDir": "/srv/pki", "apiServerTemplate": "/srv/templates/apiserver.yaml",
+				"memberDataDir": "/data/etcd/member/"},
+			"etcd": map[string]any{"caFile": "/srv/pki/etcd/ca.crt", "certFile": "/srv/pki/etcd/client.crt", "keyFile": "/srv/pki/etcd/client.key"}},
+			rw: []string{cri, hostDir, "/srv/kubelet/manifests", "/srv/pki", "/data/etcd"}, ro: []string{"/srv/templates"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ms, _, err := Render(ch, map[string]any{"node": node,
+			ms, _, err := Render(ch, map[string]any{"node": tc.node,
 				"controller": map[string]any{"voters": map[string]any{"enabled": tc.voters}}})
 			if err != nil {
 				t.Fatal(err)
@@ -47,24 +66,26 @@ func TestTheNodePluginMountsOnlyWhatItsFeaturesUse(t *testing.T) {
 					paths = append(paths, v.HostPath.Path)
 				}
 			}
-			var mounted []string
+			var rw, ro []string
 			c := pod.Containers[0]
 			for _, m := range c.VolumeMounts {
 				if p, ok := vols[m.Name]; ok {
-					mounted = append(mounted, p)
+					if m.ReadOnly {
+						ro = append(ro, p)
+					} else {
+						rw = append(rw, p)
+					}
 					if m.MountPath != p {
 						t.Errorf("host path %s mounted at %s; the plugin's flags name host paths", p, m.MountPath)
 					}
 				}
 			}
-			slices.Sort(paths)
-			slices.Sort(mounted)
-			want := slices.Sorted(slices.Values(tc.paths))
-			if !slices.Equal(paths, want) {
-				t.Errorf("hostPath volumes %v; want %v", paths, want)
+			sorted := func(s []string) []string { return slices.Sorted(slices.Values(s)) }
+			if want := sorted(append(slices.Clone(tc.rw), tc.ro...)); !slices.Equal(sorted(paths), want) {
+				t.Errorf("hostPath volumes %v; want %v", sorted(paths), want)
 			}
-			if !slices.Equal(mounted, want) {
-				t.Errorf("host paths mounted %v; want %v", mounted, want)
+			if !slices.Equal(sorted(rw), sorted(tc.rw)) || !slices.Equal(sorted(ro), sorted(tc.ro)) {
+				t.Errorf("host paths mounted read-write %v, read-only %v; want %v, %v", sorted(rw), sorted(ro), sorted(tc.rw), sorted(tc.ro))
 			}
 			flag := "--voter-swaps=false"
 			if tc.voters {
@@ -76,9 +97,10 @@ func TestTheNodePluginMountsOnlyWhatItsFeaturesUse(t *testing.T) {
 			if !slices.Contains(c.Args, "--host-dir=/var/lib/holdfast") {
 				t.Errorf("args %v lack --host-dir=/var/lib/holdfast (the fence audit is under it)", c.Args)
 			}
+			systemdDir := slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--systemd-dir=") })
 			dbusEnv := slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "DBUS_SYSTEM_BUS_ADDRESS" })
-			if dbusEnv != tc.voters {
-				t.Errorf("DBUS_SYSTEM_BUS_ADDRESS set: %v; want %v", dbusEnv, tc.voters)
+			if systemdDir != tc.systemd || dbusEnv != tc.systemd {
+				t.Errorf("--systemd-dir passed: %v, DBUS_SYSTEM_BUS_ADDRESS set: %v; want %v", systemdDir, dbusEnv, tc.systemd)
 			}
 			// The fence audit (and its queue of Events not yet posted) has a
 			// writable directory in either mode: the host's with voter swaps,
@@ -126,7 +148,9 @@ func nodePodSpec(t *testing.T, ms []Manifest) corev1.PodSpec {
 // socket and its own emptyDir), CHOWN, DAC_OVERRIDE and FOWNER
 // with them; and RBAC to watch and patch Nodes, watch Units and create
 // Events only with voter swaps off, plus a Node read past the cache,
-// VoterPolicies, VoterSwaps and the swap Lease with them.
+// VoterPolicies, VoterSwaps and the swap Lease with them, and with the
+// StaticPod actuator the kube-system pods by name (the kubelet's mirror
+// pods of etcd and kube-apiserver).
 func TestTheNodePluginsPrivilegesFollowItsFeatures(t *testing.T) {
 	ch, err := Load(repoRoot(t))
 	if err != nil {
@@ -138,22 +162,28 @@ func TestTheNodePluginsPrivilegesFollowItsFeatures(t *testing.T) {
 		// The fence agent's cache of the warm standby pods on its node.
 		"watch pods (ClusterRole/holdfast-node)",
 	}
+	voters := append(slices.Clone(common),
+		"get nodes (ClusterRole/holdfast-node-voters)",
+		"get voterpolicies.holdfast.io (ClusterRole/holdfast-node-voters)",
+		"list voterswaps.holdfast.io (ClusterRole/holdfast-node-voters)",
+		"watch voterswaps.holdfast.io (ClusterRole/holdfast-node-voters)",
+		"get leases.coordination.k8s.io/holdfast-voter-swap in kube-system (Role/kube-system/holdfast-node-swap-lease)")
+	swapCaps := []corev1.Capability{"CHOWN", "DAC_OVERRIDE", "FOWNER"}
 	for _, tc := range []struct {
-		name   string
-		voters bool
-		caps   []corev1.Capability
-		grants []string
+		name     string
+		voters   bool
+		actuator string
+		caps     []corev1.Capability
+		grants   []string
 	}{
-		{"voter swaps off", false, nil, common},
-		{"voter swaps on", true, []corev1.Capability{"CHOWN", "DAC_OVERRIDE", "FOWNER"}, append(slices.Clone(common),
-			"get nodes (ClusterRole/holdfast-node-voters)",
-			"get voterpolicies.holdfast.io (ClusterRole/holdfast-node-voters)",
-			"list voterswaps.holdfast.io (ClusterRole/holdfast-node-voters)",
-			"watch voterswaps.holdfast.io (ClusterRole/holdfast-node-voters)",
-			"get leases.coordination.k8s.io/holdfast-voter-swap in kube-system (Role/kube-system/holdfast-node-swap-lease)")},
+		{"voter swaps off", false, "Systemd", nil, common},
+		{"voter swaps on, Systemd", true, "Systemd", swapCaps, voters},
+		{"voter swaps on, StaticPod", true, "StaticPod", swapCaps, append(slices.Clone(voters),
+			"get pods in kube-system (Role/kube-system/holdfast-node-mirror-pods)")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ms, _, err := Render(ch, map[string]any{"controller": map[string]any{"voters": map[string]any{"enabled": tc.voters}}})
+			ms, _, err := Render(ch, map[string]any{"controller": map[string]any{"voters": map[string]any{"enabled": tc.voters}},
+				"node": map[string]any{"actuator": tc.actuator}})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -88,6 +88,7 @@ var components = []component{
 	}},
 	{name: "node", cmd: "./cmd/holdfast-node", scenario: nodeScenario},
 	{name: "node-voters", sa: "holdfast-node", workload: "node", values: "voters-values.yaml", cmd: "./cmd/holdfast-node", scenario: nodeScenario},
+	{name: "node-staticpod", sa: "holdfast-node", workload: "node", values: "staticpod-values.yaml", cmd: "./cmd/holdfast-node", scenario: nodeStaticPodScenario},
 	{name: "controller-voters", sa: "holdfast-controller-voters", values: "voters-values.yaml", cmd: "./cmd/holdfast-controller", scenario: votersScenario,
 		unexercised: votersUnexercised},
 }

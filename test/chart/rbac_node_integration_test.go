@@ -22,6 +22,7 @@ import (
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/test/crihost"
 	"github.com/holdfast-io/holdfast/test/dbusdouble"
+	"github.com/holdfast-io/holdfast/test/etcdtls"
 	"github.com/holdfast-io/holdfast/test/poll"
 	"github.com/holdfast-io/holdfast/test/ports"
 )
@@ -35,13 +36,31 @@ import (
 // an Event; with voter swaps, the role reconciler reads the swap Lease for a
 // role step and the swaps for a finish-demote.
 func nodeScenario(t *testing.T, bin, kubeconfig string, chartArgs []string) {
+	nodeScenarioOn(t, bin, kubeconfig, chartArgs, false)
+}
+
+// nodeStaticPodScenario is nodeScenario with VoterPolicy default choosing
+// the StaticPod actuator on a provisioned kubeadm host laid out under a
+// temporary directory (the chart's etcd client files moved there too): the
+// reporter also reads the node's etcd mirror pod from the apiserver.
+func nodeStaticPodScenario(t *testing.T, bin, kubeconfig string, chartArgs []string) {
+	nodeScenarioOn(t, bin, kubeconfig, chartArgs, true)
+}
+
+func nodeScenarioOn(t *testing.T, bin, kubeconfig string, chartArgs []string, staticPod bool) {
 	ctx := context.Background()
 	voters := slices.Contains(chartArgs, "--voter-swaps=true")
 	if !voters && !slices.Contains(chartArgs, "--voter-swaps=false") {
 		t.Fatalf("the chart's args %v name no --voter-swaps mode", chartArgs)
 	}
+	if staticPod && (!voters || slices.ContainsFunc(chartArgs, func(a string) bool { return strings.HasPrefix(a, "--systemd-dir=") })) {
+		t.Fatalf("the chart's args %v are not the StaticPod actuator's (voter swaps on, no --systemd-dir)", chartArgs)
+	}
 	mode := "off"
-	if voters {
+	switch {
+	case staticPod:
+		mode = "staticpod"
+	case voters:
 		mode = "on"
 	}
 	dir := t.TempDir()
@@ -129,7 +148,14 @@ func nodeScenario(t *testing.T, bin, kubeconfig string, chartArgs []string) {
 
 	flags := map[string]string{"node-name": nodeName, "host-dir": filepath.Join(dir, "holdfast"), "cri-endpoint": host.Endpoint,
 		"metrics-bind-address": "0", "health-probe-bind-address": "127.0.0.1:0"}
-	if voters {
+	switch {
+	case staticPod:
+		flags["member-data-dir"] = filepath.Join(dir, "etcd")
+		flags["etcd-local-endpoint"] = fmt.Sprintf("https://127.0.0.1:%d", p[1])
+		for flag, file := range provisionStaticPodHost(ctx, t, dir, fmt.Sprintf("https://127.0.0.1:%d", p[1])) {
+			flags[flag] = file
+		}
+	case voters:
 		flags["systemd-dir"], flags["member-data-dir"] = filepath.Join(dir, "systemd"), filepath.Join(dir, "db")
 		flags["systemd-bus-address"] = bus.Address
 		flags["etcd-local-endpoint"] = fmt.Sprintf("http://127.0.0.1:%d", p[1])
@@ -213,6 +239,45 @@ func nodeScenario(t *testing.T, bin, kubeconfig string, chartArgs []string) {
 		return strings.Contains(a, holdfastv1.RoleStepFinishDemote) && strings.Contains(a, "not provably gone")
 	})
 	proc.stop(t)
+}
+
+// provisionStaticPodHost lays out a kubeadm host under dir (the manifests
+// directory, the etcd CA with its key and a client certificate under
+// pki/etcd, the operator's apiserver template) and creates VoterPolicy
+// default choosing the StaticPod actuator there; it returns the plugin's
+// etcd client flags for the files under pki/etcd.
+func provisionStaticPodHost(ctx context.Context, t *testing.T, dir, endpoint string) map[string]string {
+	t.Helper()
+	pki := etcdtls.New(t)
+	etcdDir := filepath.Join(dir, "pki", "etcd")
+	files := map[string][]byte{
+		filepath.Join(etcdDir, "ca.crt"): pki.CA, filepath.Join(etcdDir, "ca.key"): pki.CAKey,
+		filepath.Join(etcdDir, "healthcheck-client.crt"): pki.ClientCert, filepath.Join(etcdDir, "healthcheck-client.key"): pki.ClientKey,
+		filepath.Join(dir, "kubernetes-holdfast", "kube-apiserver.yaml"): []byte("apiVersion: v1\nkind: Pod\nmetadata: {name: kube-apiserver, namespace: kube-system}\n" +
+			"spec: {containers: [{name: kube-apiserver, image: registry.k8s.io/kube-apiserver:v1.37.2}]}\n"),
+	}
+	for p, b := range files {
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "manifests"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	policy := &holdfastv1.VoterPolicy{ObjectMeta: metav1.ObjectMeta{Name: holdfastv1.VoterPolicyName},
+		Spec: holdfastv1.VoterPolicySpec{TargetVoters: 3, Etcd: holdfastv1.EtcdAccess{Endpoints: []string{endpoint}},
+			Host: holdfastv1.HostRoleSettings{Actuator: holdfastv1.ActuatorStaticPod, MemberDataDir: filepath.Join(dir, "etcd"),
+				StaticPod: &holdfastv1.StaticPodSettings{EtcdImage: "registry.k8s.io/etcd:3.6.5-0", ManifestsDir: filepath.Join(dir, "manifests"),
+					PKIDir: filepath.Join(dir, "pki"), APIServerTemplate: filepath.Join(dir, "kubernetes-holdfast", "kube-apiserver.yaml")}}}}
+	if err := env.Client.Create(ctx, policy); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(ctx, policy) })
+	return map[string]string{"etcd-ca": filepath.Join(etcdDir, "ca.crt"),
+		"etcd-cert": filepath.Join(etcdDir, "healthcheck-client.crt"), "etcd-key": filepath.Join(etcdDir, "healthcheck-client.key")}
 }
 
 // pastWebhookCalls runs write until the apiserver stops failing to call a

@@ -33,7 +33,10 @@ import (
 // PKI is the CA, the members' server certificate and the client
 // certificate, in PEM.
 type PKI struct {
-	CA                    []byte
+	CA []byte
+	// CAKey is the CA's key: a host that issues its own member certificates
+	// (the static pod actuator) holds it.
+	CAKey                 []byte
 	ServerCert, ServerKey []byte
 	ClientCert, ClientKey []byte
 }
@@ -49,14 +52,14 @@ func New(t testing.TB) *PKI {
 		c.KeyUsage |= x509.KeyUsageDigitalSignature
 		return c
 	}
-	ca, caKey, caPEM, _ := issue(t, valid(&x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test-etcd-ca"},
+	ca, caKey, caPEM, caKeyPEM := issue(t, valid(&x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test-etcd-ca"},
 		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}), nil, nil)
 	_, _, srv, srvKey := issue(t, valid(&x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "test-etcd"},
 		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}), ca, caKey)
 	_, _, cli, cliKey := issue(t, valid(&x509.Certificate{SerialNumber: big.NewInt(3), Subject: pkix.Name{CommonName: "holdfast-controller"},
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}), ca, caKey)
-	return &PKI{CA: caPEM, ServerCert: srv, ServerKey: srvKey, ClientCert: cli, ClientKey: cliKey}
+	return &PKI{CA: caPEM, CAKey: caKeyPEM, ServerCert: srv, ServerKey: srvKey, ClientCert: cli, ClientKey: cliKey}
 }
 
 // issue signs template by parent (itself when parent is nil) and returns

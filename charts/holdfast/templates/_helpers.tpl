@@ -117,3 +117,53 @@ spec:
 holdfast-lease-ca
 {{- end -}}
 {{- end -}}
+
+{{/* holdfast.nodeStaticPodMounts: with node.actuator StaticPod (kubeadm), the host directories the static pod actuator touches, as a JSON list of {name, value, path, readOnly}: the kubelet's manifests directory and the PKI directory read-write, the apiserver template's directory read-only, and the member data directory's parent read-write (finish-demote renames the member data directory beside itself, which a mount of that directory alone cannot do). It fails, naming the value and the way out, on values that would leave the actuator or the etcd pod's start condition without a file, or mount one directory over another. */}}
+{{- define "holdfast.nodeStaticPodMounts" -}}
+{{- $n := .Values.node -}}
+{{- $sp := $n.staticPod -}}
+{{- if not .Values.controller.voters.enabled -}}
+{{- fail "node.actuator: StaticPod is the voter swap's role actuator, and controller.voters.enabled is false, so holdfast-node would run no actuator and mount none of its directories: set controller.voters.enabled=true, or leave node.actuator Systemd" -}}
+{{- end -}}
+{{- with $n.etcd.hostTLSDir -}}
+{{- fail (printf "node.etcd.hostTLSDir: %s is for node.actuator Systemd: with StaticPod the etcd client files are under node.staticPod.pkiDir, mounted read-write, and a read-only mount there would keep the actuator from writing the member's certificates; leave it empty" .) -}}
+{{- end -}}
+{{- $pki := clean $sp.pkiDir -}}
+{{- $manifests := clean $sp.manifestsDir -}}
+{{- $template := dir (clean $sp.apiServerTemplate) -}}
+{{- if eq $template $manifests -}}
+{{- fail (printf "node.staticPod.apiServerTemplate: %s is in node.staticPod.manifestsDir, where the kubelet would run the template itself on every node; keep it in a directory of its own (the VoterPolicy's default is /etc/kubernetes/holdfast/kube-apiserver.yaml)" $sp.apiServerTemplate) -}}
+{{- end -}}
+{{- $data := dir (clean $sp.memberDataDir) -}}
+{{- if eq $data "/" -}}
+{{- fail (printf "node.staticPod.memberDataDir: %s is directly under /, and holdfast-node mounts its parent read-write to move it aside: keep the member data one level below a directory of its own (kubeadm's /var/lib/etcd)" $sp.memberDataDir) -}}
+{{- end -}}
+{{- /* The etcd pod's start condition runs with these files, and its pod (actuator.etcdPod) mounts only <pkiDir>/etcd, the host directory and the member data's parent. */ -}}
+{{- $etcdPKI := printf "%s/" (clean (printf "%s/etcd" $pki)) -}}
+{{- $readable := list $etcdPKI (printf "%s/" (clean $n.hostDir)) (printf "%s/" (trimSuffix "/" $data)) -}}
+{{- range $k := list "caFile" "certFile" "keyFile" -}}
+{{- $f := clean (index $n.etcd $k) -}}
+{{- $in := false -}}
+{{- range $readable -}}
+{{- if hasPrefix . $f -}}
+{{- $in = true -}}
+{{- end -}}
+{{- end -}}
+{{- if and (index $n.etcd $k) (not $in) -}}
+{{- fail (printf "node.etcd.%s: %s is in none of the host directories the etcd pod's start condition mounts (%s), so it could not ask the members whether its own was removed and etcd would not start; use kubeadm's files (%sca.crt, %shealthcheck-client.crt and %shealthcheck-client.key)" $k (index $n.etcd $k) (join ", " $readable) $etcdPKI $etcdPKI $etcdPKI) -}}
+{{- end -}}
+{{- end -}}
+{{- $mounts := list
+  (dict "name" "manifests" "value" "node.staticPod.manifestsDir" "path" $manifests "readOnly" false)
+  (dict "name" "pki" "value" "node.staticPod.pkiDir" "path" $pki "readOnly" false)
+  (dict "name" "apiserver-template" "value" "the directory of node.staticPod.apiServerTemplate" "path" $template "readOnly" true)
+  (dict "name" "member-data" "value" "the parent of node.staticPod.memberDataDir" "path" $data "readOnly" false) -}}
+{{- $seen := dict (clean $n.hostDir) "node.hostDir" -}}
+{{- range $m := $mounts -}}
+{{- with get $seen $m.path -}}
+{{- fail (printf "%s and %s are both the host directory %s, which holdfast-node mounts once: give each its own directory" . $m.value $m.path) -}}
+{{- end -}}
+{{- $_ := set $seen $m.path $m.value -}}
+{{- end -}}
+{{- toJson $mounts -}}
+{{- end -}}
