@@ -53,11 +53,21 @@ func (p *plant) epoch(n int) int64 {
 	return p.epochs[n-1]
 }
 
-// Lease 10s (hold bound 5s), start-up grace 10s, margin 5s: the smallest the
-// CRD admits, so the drills run in seconds. The controller runs the shipped
-// timings, whose lease floor is 30s: a Failover plant is a unit admitted
-// before the floor was raised (L14), reported LeaseBelowFloor first and run
-// as it is.
+// plantStartupGrace is a plant's start-up grace (seconds); a start-up
+// failure takes failedStartupGrace. plantStartupWait is how long a test
+// waits for a runtime to start and hold: past the grace, so a slow start
+// on a loaded machine ends in one state or the other, never in the wait.
+const (
+	plantStartupGrace  = 60
+	failedStartupGrace = 10
+	plantStartupWait   = (plantStartupGrace + 30) * time.Second
+)
+
+// Lease 10s (hold bound 5s) and margin 5s, the smallest the CRD admits, so
+// the drills run in seconds, and a start-up grace of plantStartupGrace. The
+// controller runs the shipped timings, whose lease floor is 30s: a Failover
+// plant is a unit admitted before the floor was raised (L14), reported
+// LeaseBelowFloor first and run as it is.
 func newPlant(t *testing.T, standbys ...string) *plant {
 	t.Helper()
 	return newPlantWith(t, func(*holdfastv1.Unit) {}, standbys...)
@@ -93,8 +103,13 @@ func newPlantOn(t *testing.T, o controllerOptions, mutate func(*holdfastv1.Unit)
 		Spec: holdfastv1.UnitSpec{
 			Runtime:      holdfastv1.UnitRuntime{Image: "holdfast.local/unit-runtime:dev", Args: runtimeArgs(dev.Addr()), HealthPort: 9440, LeasePort: 9443},
 			NodeSelector: map[string]string{"holdfast.io/device": ns},
+			// The start-up grace is well past the lease: on a loaded machine
+			// a runtime process may take longer than the lease to start and
+			// take its first grant, and a binding whose runtime did not is
+			// failed over (StartupFailed) while the test waits for it to
+			// hold. The tests of a start-up failure set their own.
 			Availability: holdfastv1.Availability{
-				Mode: holdfastv1.Failover, LeaseDurationSeconds: 10, RuntimeStartupGraceSeconds: 10, RebindMarginSeconds: ptr.To(int32(5)),
+				Mode: holdfastv1.Failover, LeaseDurationSeconds: 10, RuntimeStartupGraceSeconds: plantStartupGrace, RebindMarginSeconds: ptr.To(int32(5)),
 				Targets: &holdfastv1.FailoverTargets{Nodes: p.targets}, Colocation: holdfastv1.ColocationWarn,
 			},
 		},
@@ -219,7 +234,7 @@ func (p *plant) checkOneWriter(oldN, newN int) {
 func primaryLoss(t *testing.T, sig syscall.Signal, wantAttempt holdfastv1.RenewalOutcome) {
 	p := newPlant(t, "standby-1")
 	p.place(1)
-	p.waitLease(1, holdfastv1.LeaseHeld, 30*time.Second)
+	p.waitLease(1, holdfastv1.LeaseHeld, plantStartupWait)
 	p.waitWrites(1)
 	old := p.k.proc(units.PodName("kiln", p.epoch(1)))
 
@@ -263,7 +278,7 @@ func primaryLoss(t *testing.T, sig syscall.Signal, wantAttempt holdfastv1.Renewa
 	}
 
 	p.place(2)
-	p.waitLease(2, holdfastv1.LeaseHeld, 30*time.Second)
+	p.waitLease(2, holdfastv1.LeaseHeld, plantStartupWait)
 	p.waitWrites(2)
 	p.waitEvents([]string{units.EventLeaseEstablished, units.EventLeaseExpired, units.EventHold, units.EventRebound, units.EventLeaseReestablished})
 
@@ -366,12 +381,12 @@ func TestSIGKILLOfThePrimaryRuntimeFailsOverAfterTheMargin(t *testing.T) {
 // ledger.
 func TestAReplacementThatNeverAnswersIsStartupFailedThenTheNextStandbyThenSuspended(t *testing.T) {
 	t.Parallel()
-	p := newPlant(t, "standby-1", "standby-2")
+	p := newPlantWith(t, func(u *holdfastv1.Unit) { u.Spec.Availability.RuntimeStartupGraceSeconds = failedStartupGrace }, "standby-1", "standby-2")
 	for _, n := range p.targets {
 		p.k.setNode(n, func(s *simNode) { s.broken = true })
 	}
 	p.place(1)
-	p.waitLease(1, holdfastv1.LeaseHeld, 30*time.Second)
+	p.waitLease(1, holdfastv1.LeaseHeld, plantStartupWait)
 	p.k.setNode(p.primary, func(n *simNode) { n.cut = true })
 	if err := p.k.proc(units.PodName("kiln", p.epoch(1))).signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -416,7 +431,7 @@ func TestAReplacementThatNeverAnswersIsStartupFailedThenTheNextStandbyThenSuspen
 
 	// The pod left in place finally starts: its first renewal recovers.
 	p.k.setNode(second, func(s *simNode) { s.broken = false })
-	p.waitLease(3, holdfastv1.LeaseHeld, 30*time.Second)
+	p.waitLease(3, holdfastv1.LeaseHeld, plantStartupWait)
 	poll.Until(t, 10*time.Second, "the suspension lifted", func() (bool, string) {
 		u := p.unit()
 		c := meta.FindStatusCondition(u.Status.Conditions, holdfastv1.ConditionFailoverSuspended)

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"os/exec"
@@ -40,11 +41,18 @@ import (
 
 // nextIP hands each simulated node its own loopback address, so two
 // runtimes of one unit on two nodes listen on the same ports, as on hosts.
-var nextIP atomic.Int32
+// The addresses start from a block of 127.0.0.0/8 drawn once per process:
+// another test process (a second CI run, another package) hands out its own
+// block, and a runtime of its own never answers on one of ours.
+var (
+	nextIP  atomic.Int32
+	ipBlock = (20+rand.IntN(230))<<8 | rand.IntN(256)
+)
 
 func loopbackIP() string {
 	n := nextIP.Add(1)
-	return fmt.Sprintf("127.0.%d.%d", 10+n/250, 1+n%250)
+	b := ipBlock + int(n/250)
+	return fmt.Sprintf("127.%d.%d.%d", b>>8&255, b&255, 1+n%250)
 }
 
 // kubelet plays the kubelets of a test's nodes: it runs the real

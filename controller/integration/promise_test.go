@@ -59,7 +59,7 @@ func (p *plant) promise(what string, ok func(*holdfastv1.RuntimePromise) bool) *
 func TestTheRecordedPromiseSurvivesAControllerRestart(t *testing.T) {
 	p := newPlant(t, "standby-1")
 	p.place(1)
-	p.waitLease(1, holdfastv1.LeaseHeld, 30*time.Second)
+	p.waitLease(1, holdfastv1.LeaseHeld, plantStartupWait)
 	p.waitWrites(1)
 
 	p.edit(func(s *holdfastv1.UnitSpec) {
@@ -115,7 +115,7 @@ func TestTheRecordedPromiseSurvivesAControllerRestart(t *testing.T) {
 func TestAModeSwitchIsAPlannedHandOverBothWays(t *testing.T) {
 	p := newPlant(t, "standby-1")
 	p.place(1)
-	p.waitLease(1, holdfastv1.LeaseHeld, 30*time.Second)
+	p.waitLease(1, holdfastv1.LeaseHeld, plantStartupWait)
 	p.waitWrites(1)
 	rt1 := p.k.proc(units.PodName("kiln", p.epoch(1)))
 
@@ -156,7 +156,7 @@ func TestAModeSwitchIsAPlannedHandOverBothWays(t *testing.T) {
 		t.Fatal("epoch 3 was created while the Autonomy runtime of epoch 2 still ran")
 	}
 	schedule(t, p.key, p.epoch(3), p.primary)
-	p.waitLease(3, holdfastv1.LeaseHeld, 30*time.Second)
+	p.waitLease(3, holdfastv1.LeaseHeld, plantStartupWait)
 	p.waitWrites(3)
 	if err := devicesim.CheckOneWriter(p.dev.Writes()); err != nil {
 		t.Fatalf("two writers on the device: %v", err)

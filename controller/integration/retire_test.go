@@ -47,7 +47,7 @@ func TestARecreatedUnitNeverStartsASecondWriter(t *testing.T) {
 	other := p.ns + "-other"
 	p.k.node(other, map[string]string{"holdfast.io/device": p.ns + "-other"})
 	p.place(1)
-	p.waitLease(1, holdfastv1.LeaseHeld, 30*time.Second)
+	p.waitLease(1, holdfastv1.LeaseHeld, plantStartupWait)
 	writesTo := func(register uint16) []devicesim.Write { return writesTo(dev, register) }
 	poll.Until(t, 20*time.Second, "the first runtime writing", func() (bool, string) {
 		return len(writesTo(100)) >= 3, fmt.Sprintf("%d writes", len(writesTo(100)))

@@ -317,9 +317,10 @@ func TestAnExpiredRuntimeIsReplacedByPromotingAReadyWarmPod(t *testing.T) {
 		}
 		u.Spec.Availability.Targets.Nodes = standbys
 		u.Spec.Availability.WarmStandby = true
+		u.Spec.Availability.RuntimeStartupGraceSeconds = failedStartupGrace
 	})
 	p.place(1)
-	p.waitLease(1, holdfastv1.LeaseHeld, 30*time.Second)
+	p.waitLease(1, holdfastv1.LeaseHeld, plantStartupWait)
 	p.waitWrites(1)
 	pods := waitWarm(t, p.ns, "kiln", standbys)
 	for i, n := range standbys {
