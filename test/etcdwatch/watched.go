@@ -52,3 +52,13 @@ func (x *Watched) Check(t testing.TB) Report {
 	}
 	return r
 }
+
+// MembersOf is Members for a test: it fails t when etcd does not answer.
+func MembersOf(t testing.TB, cli *clientv3.Client) (voters, learners []string, clusterID uint64) {
+	t.Helper()
+	v, l, id, err := Members(context.Background(), cli)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v, l, id
+}

@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
@@ -97,7 +96,7 @@ func TestStaticPodPromoteStepDownFinishDemote(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cli.Close()
-	voters, learners, clusterID := members(t, cli)
+	voters, learners, clusterID := etcdwatch.MembersOf(t, cli)
 	if !slices.Equal(voters, []string{voter}) || len(learners) > 0 {
 		t.Fatalf("start: voters %q learners %q, want %s alone", voters, learners, voter)
 	}
@@ -149,7 +148,7 @@ func TestStaticPodPromoteStepDownFinishDemote(t *testing.T) {
 		})
 		return id
 	}
-	voters, learners, got := members(t, cli)
+	voters, learners, got := etcdwatch.MembersOf(t, cli)
 	if got != clusterID || !slices.Equal(voters, []string{voter}) || !slices.Equal(learners, []string{node}) {
 		// A learner that never joined has no name yet ("").
 		t.Fatalf("after promote: cluster %x voters %q learners %q, want cluster %x, %s a learner", got, voters, learners, clusterID, node)
@@ -164,7 +163,7 @@ func TestStaticPodPromoteStepDownFinishDemote(t *testing.T) {
 		_, err := cli.MemberPromote(pctx, id)
 		return err == nil, fmt.Sprint(err)
 	})
-	if voters, learners, got := members(t, cli); got != clusterID || !slices.Equal(voters, []string{voter, node}) || len(learners) > 0 {
+	if voters, learners, got := etcdwatch.MembersOf(t, cli); got != clusterID || !slices.Equal(voters, []string{voter, node}) || len(learners) > 0 {
 		t.Fatalf("after the learner's promotion: cluster %x voters %q learners %q", got, voters, learners)
 	}
 	readThroughMember(t, ctx, c, clientURL)
@@ -210,7 +209,7 @@ func TestStaticPodPromoteStepDownFinishDemote(t *testing.T) {
 	if pid, err := h.n.ContainerPID(ctx, metav1.NamespaceSystem, "etcd-"+node, "etcd"); err != nil || pid != etcdPID {
 		t.Fatalf("etcd after step-down: pid %d (%v), want the same process %d", pid, err, etcdPID)
 	}
-	if voters, _, got := members(t, cli); got != clusterID || !slices.Equal(voters, []string{voter, node}) {
+	if voters, _, got := etcdwatch.MembersOf(t, cli); got != clusterID || !slices.Equal(voters, []string{voter, node}) {
 		t.Fatalf("after step-down: cluster %x voters %v, want %s still voting", got, voters, node)
 	}
 	if role, err := h.cfg.State.Role(); err != nil || role != holdfastv1.RoleAgent {
@@ -225,7 +224,7 @@ func TestStaticPodPromoteStepDownFinishDemote(t *testing.T) {
 		_, err := cli.MemberRemove(rctx, id)
 		return err == nil, fmt.Sprint(err)
 	})
-	if voters, learners, got := members(t, cli); got != clusterID || !slices.Equal(voters, []string{voter}) || len(learners) > 0 {
+	if voters, learners, got := etcdwatch.MembersOf(t, cli); got != clusterID || !slices.Equal(voters, []string{voter}) || len(learners) > 0 {
 		t.Fatalf("after the removal: cluster %x voters %q learners %q", got, voters, learners)
 	}
 
@@ -260,19 +259,10 @@ func TestStaticPodPromoteStepDownFinishDemote(t *testing.T) {
 	if j, err := st.Join(); err != nil || j != "" {
 		t.Errorf("join target after finish-demote: %q %v", j, err)
 	}
-	if voters, learners, got := members(t, cli); got != clusterID || !slices.Equal(voters, []string{voter}) || len(learners) > 0 {
+	if voters, learners, got := etcdwatch.MembersOf(t, cli); got != clusterID || !slices.Equal(voters, []string{voter}) || len(learners) > 0 {
 		t.Fatalf("after finish-demote: cluster %x voters %q learners %q", got, voters, learners)
 	}
 	x.Check(t)
-}
-
-func members(t *testing.T, cli *clientv3.Client) (voters, learners []string, id uint64) {
-	t.Helper()
-	v, l, id, err := etcdwatch.Members(context.Background(), cli)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return v, l, id
 }
 
 // readThroughMember writes a key through the cluster and waits to read it

@@ -43,7 +43,7 @@ func openDrill(t *testing.T) (ctx context.Context, cli *clientv3.Client, voters 
 	t.Cleanup(func() { t.Logf("drill wall time %v", time.Since(start).Round(time.Second)) })
 	ctx = context.Background()
 	cli = etcdClient(t)
-	voters, learners, clusterID := members(t, cli)
+	voters, learners, clusterID := etcdwatch.MembersOf(t, cli)
 	if len(learners) > 0 {
 		t.Fatalf("start: voters %v learners %v", voters, learners)
 	}
@@ -51,15 +51,6 @@ func openDrill(t *testing.T) (ctx context.Context, cli *clientv3.Client, voters 
 		t.Fatal(err)
 	}
 	return ctx, cli, voters, clusterID
-}
-
-func members(t *testing.T, cli *clientv3.Client) (voters, learners []string, id uint64) {
-	t.Helper()
-	v, l, id, err := etcdwatch.Members(context.Background(), cli)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return v, l, id
 }
 
 func createSwap(t *testing.T, out, in string) (string, error) {
@@ -86,7 +77,7 @@ func swapSucceeds(t *testing.T, out, in string, within time.Duration, onStep fun
 // the voters.
 func wantSwapped(t *testing.T, cli *clientv3.Client, before []string, out, in string, clusterID uint64, s *holdfastv1.VoterSwap) []string {
 	t.Helper()
-	after, learners, id := members(t, cli)
+	after, learners, id := etcdwatch.MembersOf(t, cli)
 	want := slices.Sorted(slices.Values(append(except(before, out), in)))
 	if !slices.Equal(after, want) || len(learners) > 0 || id != clusterID {
 		t.Fatalf("after the swap %s -> %s: voters %v learners %v cluster %x; want %v, none, %x\nhistory:\n%s", out, in, after, learners, id, want, clusterID, history(s))

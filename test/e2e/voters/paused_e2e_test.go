@@ -62,7 +62,7 @@ func TestRoleSwapPaused(t *testing.T) {
 	x.Check(t)
 	t.Logf("history:\n%s", history(s))
 	// Its member never returns.
-	now, learners, id := members(t, cli)
+	now, learners, id := etcdwatch.MembersOf(t, cli)
 	if !slices.Equal(now, after) || len(learners) > 0 || id != clusterID {
 		t.Fatalf("after %s's resume: voters %v learners %v cluster %x; want %v, none, %x", out, now, learners, id, after, clusterID)
 	}

@@ -133,7 +133,7 @@ func TestRoleSwapRefused(t *testing.T) {
 	}
 
 	// Nothing was touched, the member still paused.
-	after, learners, id := members(t, live)
+	after, learners, id := etcdwatch.MembersOf(t, live)
 	if !slices.Equal(after, before) || len(learners) > 0 || id != clusterID {
 		t.Errorf("while %s is paused: voters %v learners %v cluster %x; want %v, none, %x", paused, after, learners, id, before, clusterID)
 	}

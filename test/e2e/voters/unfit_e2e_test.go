@@ -153,7 +153,7 @@ func TestAnUnfitVoterIsSwappedAutomatically(t *testing.T) {
 	r := x.Check(t)
 	t.Logf("drill: %v, %d writes acknowledged, longest write stall %v; automatic swap decided %v after the slowdown",
 		time.Since(start).Round(time.Second), r.Acked, r.Longest.Round(time.Millisecond), decided.Round(time.Second))
-	if now, _, id := members(t, cli); !slices.Equal(now, after) || id != clusterID {
+	if now, _, id := etcdwatch.MembersOf(t, cli); !slices.Equal(now, after) || id != clusterID {
 		t.Errorf("after the cooldown held: voters %v cluster %x; want %v, %x", now, id, after, clusterID)
 	}
 }

@@ -310,7 +310,7 @@ func TestRoleSwapBlockedPeer(t *testing.T) {
 		t.Error(err)
 	}
 	unblock = nil
-	after, learners, id := members(t, cli)
+	after, learners, id := etcdwatch.MembersOf(t, cli)
 	if !slices.Equal(after, before) || len(learners) > 0 || id != clusterID {
 		t.Fatalf("after the rollback: voters %v learners %v cluster %x; want %v, none, %x", after, learners, id, before, clusterID)
 	}
