@@ -211,8 +211,16 @@ func node(t testing.TB, name string, labels map[string]string) {
 			t.Fatal(err)
 		}
 	}
-	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
-	if err := env.Client.Status().Update(ctx, n); err != nil {
+	// A simulated kubelet may write the new Node's status meanwhile: the
+	// Ready condition goes on the Node as it is now.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := env.Client.Get(ctx, client.ObjectKey{Name: name}, n); err != nil {
+			return err
+		}
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+		return env.Client.Status().Update(ctx, n)
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), n) })
