@@ -4,6 +4,7 @@ package chart
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -25,6 +26,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
+	"github.com/holdfast-io/holdfast/test/poll"
 	"github.com/holdfast-io/holdfast/test/testenv"
 )
 
@@ -83,7 +85,10 @@ func generatedCRD(t *testing.T, name string) *apiextensionsv1.CustomResourceDefi
 func TestChartUpgradeFromThePreviousVersion(t *testing.T) {
 	ctx := context.Background()
 	root := repoRoot(t)
-	cluster, err := testenv.Start(testenv.Options{WithoutCRDs: true})
+	cluster, err := testenv.Start(testenv.Options{WithoutCRDs: true,
+		// As the package's own control plane: the webhook Service is
+		// reached through its endpoints, never through the host's DNS.
+		APIServerFlags: map[string]string{"enable-aggregator-routing": "true"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,10 +242,17 @@ func TestChartUpgradeFromThePreviousVersion(t *testing.T) {
 	// A field only the new schema has is stored now.
 	takeOutWebhookConfiguration(ctx, t, c)
 	k2 := after.units["kiln-1"]
-	k2.Status.RuntimeBinding.HandOver.PodGoneAt = &gone
-	if err := c.Status().Update(ctx, &k2); err != nil {
-		t.Fatal(err)
-	}
+	// The apiserver calls a deleted webhook until its admission
+	// configuration catches up: the write is tried until it is admitted.
+	poll.Until(t, 30*time.Second, "the status write admitted without the webhook", func() (bool, string) {
+		k2 = after.units["kiln-1"]
+		if err := c.Get(ctx, client.ObjectKeyFromObject(&k2), &k2); err != nil {
+			return false, err.Error()
+		}
+		k2.Status.RuntimeBinding.HandOver.PodGoneAt = &gone
+		err := c.Status().Update(ctx, &k2)
+		return err == nil, fmt.Sprint(err)
+	})
 	if p := k2.Status.RuntimeBinding.HandOver.PodGoneAt; p == nil || !p.Equal(&gone) {
 		t.Errorf("after the upgrade handOver.podGoneAt is %v, want %v stored", p, gone)
 	}
