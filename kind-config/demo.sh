@@ -97,7 +97,6 @@ kubectl-holdfast failover -n plant press-2 --to "$STANDBY" --confirm-fenced "kin
 "$DOCKER" unpause "$EDGE2"
 kubectl-holdfast status -n plant
 
-
 say "Voter swap story: etcd voters and the nodes holdfast may make voters"
 # shellcheck source=kind-config/swap-lib.sh
 source kind-config/swap-lib.sh
@@ -131,7 +130,7 @@ k delete -f kind-config/units.yaml --ignore-not-found --wait --timeout=3m
 
 CP_IP=$(ip_of "$CP") STANDBY_IP=$(ip_of "$STANDBY")
 CLUSTER_CONFIG=$(k -n kube-system get configmap kubeadm-config -o jsonpath='{.data.ClusterConfiguration}')
-CP_ENDPOINT=$(awk '$1 == "controlPlaneEndpoint:" { print $2; exit }' <<<"$CLUSTER_CONFIG")
+CP_ENDPOINT=$(control_plane_endpoint <<<"$CLUSTER_CONFIG")
 say "Provision $STANDBY ($STANDBY_IP) as 'kubeadm join --control-plane' would, without starting anything: the shared PKI from $CP, its own apiserver certificates, the kube-apiserver template"
 for f in "${SHARED_PKI[@]}"; do
 	copy_file "$CP" "$STANDBY" "$KUBEADM_PKI/$f" "$(pki_mode "$f")"
@@ -155,8 +154,9 @@ done
 
 say "kubeadm points each control-plane kubelet at its own kube-apiserver; a stepped-down node's kubelet must still reach one (it deletes the mirror pods the swap waits for): at $CP_ENDPOINT, kind's load balancer"
 for n in "${CPS[@]}"; do
-	if ! "$DOCKER" exec "$n" grep -qF "server: https://$CP_ENDPOINT" /etc/kubernetes/kubelet.conf; then
-		"$DOCKER" exec "$n" sed -i -E "s#^( *server: ).*#\1https://$CP_ENDPOINT#" /etc/kubernetes/kubelet.conf
+	conf=$("$DOCKER" exec "$n" cat /etc/kubernetes/kubelet.conf)
+	if [[ $(kubelet_conf_at "$CP_ENDPOINT" <<<"$conf") != "$conf" ]]; then
+		kubelet_conf_at "$CP_ENDPOINT" <<<"$conf" | "$DOCKER" exec -i "$n" sh -c 'umask 077 && cat >/etc/kubernetes/kubelet.conf.new && mv /etc/kubernetes/kubelet.conf.new /etc/kubernetes/kubelet.conf'
 		"$DOCKER" exec "$n" systemctl restart kubelet
 	fi
 done

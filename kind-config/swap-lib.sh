@@ -75,3 +75,28 @@ kubeadm_certs_config() {
 voter_policy() {
 	sed -e "s|@ENDPOINTS@|$1|" -e "s|@ETCD_IMAGE@|$2|" -e "s|@TARGET_VOTERS@|$3|" "$(dirname "${BASH_SOURCE[0]}")/voterpolicy.yaml"
 }
+
+# control_plane_endpoint: the host:port of the cluster's control-plane
+# endpoint (kind's load balancer) in its ClusterConfiguration (stdin).
+control_plane_endpoint() {
+	local ep
+	ep=$(awk '$1 == "controlPlaneEndpoint:" { gsub(/"/, "", $2); print $2; exit }')
+	if [[ ! $ep =~ ^[A-Za-z0-9.-]+:[0-9]+$ ]]; then
+		echo "control_plane_endpoint: no controlPlaneEndpoint host:port in the ClusterConfiguration ('$ep'): a kind cluster with one control-plane node has no load balancer" >&2
+		return 1
+	fi
+	printf '%s\n' "$ep"
+}
+
+# kubelet_conf_at ENDPOINT: a kubelet's kubeconfig (stdin) with its
+# cluster's server at https://ENDPOINT (stdout), its credentials as they
+# are.
+kubelet_conf_at() {
+	local out
+	out=$(sed -E "s#^( *server: ).*#\\1https://$1#") || return 1
+	if [[ $(grep -c '^ *server: ' <<<"$out") != 1 ]]; then
+		echo "kubelet_conf_at: the kubeconfig must name exactly one cluster server" >&2
+		return 1
+	fi
+	printf '%s\n' "$out"
+}

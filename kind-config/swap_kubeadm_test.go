@@ -15,10 +15,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/util/dump"
+	"k8s.io/client-go/tools/clientcmd"
 	kubeadmapi "k8s.io/kubernetes/cmd/kubeadm/app/apis/kubeadm"
 	kubeadmapiv1 "k8s.io/kubernetes/cmd/kubeadm/app/apis/kubeadm/v1beta4"
+	kubeadmconstants "k8s.io/kubernetes/cmd/kubeadm/app/constants"
 	certsphase "k8s.io/kubernetes/cmd/kubeadm/app/phases/certs"
 	"k8s.io/kubernetes/cmd/kubeadm/app/phases/controlplane"
+	kubeconfigphase "k8s.io/kubernetes/cmd/kubeadm/app/phases/kubeconfig"
 	configutil "k8s.io/kubernetes/cmd/kubeadm/app/util/config"
 	staticpodutil "k8s.io/kubernetes/cmd/kubeadm/app/util/staticpod"
 	"sigs.k8s.io/yaml"
@@ -282,5 +285,68 @@ func TestTheActuatorPromotesTheProvisionedStandby(t *testing.T) {
 		if _, err := c.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
 			t.Errorf("%s is not issued by kubeadm's etcd CA: %v", f, err)
 		}
+	}
+}
+
+// demo.sh points each control-plane kubelet, whose kubeconfig kubeadm
+// writes with its own apiserver as the server, at the control-plane
+// endpoint it reads from kind's ClusterConfiguration, its credentials
+// unchanged.
+func TestControlPlaneKubeletsAreMovedToTheLoadBalancer(t *testing.T) {
+	cp := kubeadmConfig(t, cpName, cpIP)
+	cluster, err := configutil.MarshalKubeadmConfigObject(&cp.ClusterConfiguration, kubeadmapiv1.SchemeGroupVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep, err := lib(t, cluster, "control_plane_endpoint")
+	if err != nil || strings.TrimSpace(string(ep)) != cpEndpoint {
+		t.Fatalf("control_plane_endpoint = %q, %v; want %s", ep, err, cpEndpoint)
+	}
+	single := cp.DeepCopy()
+	single.ControlPlaneEndpoint = ""
+	noLB, err := configutil.MarshalKubeadmConfigObject(&single.ClusterConfiguration, kubeadmapiv1.SchemeGroupVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := lib(t, noLB, "control_plane_endpoint"); err == nil || !strings.Contains(err.Error(), "no load balancer") {
+		t.Errorf("control_plane_endpoint without one: %q, %v", out, err)
+	}
+
+	// The kubelet's kubeconfig as kubeadm init writes it on a control-plane
+	// node: its own apiserver, not the endpoint.
+	_, pki := standbyPKI(t)
+	single.CertificatesDir = pki
+	dir := t.TempDir()
+	if err := kubeconfigphase.CreateKubeConfigFile(kubeadmconstants.KubeletKubeConfigFileName, dir, single); err != nil {
+		t.Fatal(err)
+	}
+	conf, err := os.ReadFile(filepath.Join(dir, kubeadmconstants.KubeletKubeConfigFileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, err := clientcmd.Load(conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := lib(t, conf, "kubelet_conf_at", cpEndpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := clientcmd.Load(out)
+	if err != nil {
+		t.Fatalf("kubelet_conf_at's output is no kubeconfig: %v\n%s", err, out)
+	}
+	for name, c := range after.Clusters {
+		if c.Server != "https://"+cpEndpoint {
+			t.Errorf("cluster %s: server %s, want https://%s", name, c.Server, cpEndpoint)
+		}
+		c.Server = before.Clusters[name].Server
+	}
+	if !equality.Semantic.DeepEqual(before, after) {
+		t.Errorf("kubelet_conf_at changed more than the server:\n%s\nwas:\n%s", out, conf)
+	}
+	again, err := lib(t, out, "kubelet_conf_at", cpEndpoint)
+	if err != nil || string(again) != string(out) {
+		t.Errorf("kubelet_conf_at again changes the kubeconfig (demo.sh restarts the kubelet when it does): %v\n%s", err, again)
 	}
 }
