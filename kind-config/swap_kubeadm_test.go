@@ -31,11 +31,16 @@ import (
 	"github.com/holdfast-io/holdfast/test/chart"
 )
 
-// kindCluster is kind's ClusterConfiguration as the kubeadm-config
-// ConfigMap holds it: its certificate SANs and control-plane endpoint.
+// kindCluster is the ClusterConfiguration kind's kubeadm config template
+// (sigs.k8s.io/kind pkg/cluster/internal/kubeadm, ConfigTemplateBetaV4)
+// gives the demo's cluster: its name, control-plane endpoint (the load
+// balancer's container), certificate SANs, the apiserver's runtime-config
+// and kind's default subnets.
 func kindCluster() *kubeadmapiv1.ClusterConfiguration {
-	return &kubeadmapiv1.ClusterConfiguration{KubernetesVersion: chart.KubeVersion, ControlPlaneEndpoint: cpEndpoint,
-		APIServer: kubeadmapiv1.APIServer{CertSANs: []string{"localhost", "127.0.0.1"}}}
+	return &kubeadmapiv1.ClusterConfiguration{KubernetesVersion: chart.KubeVersion, ClusterName: "holdfast", ControlPlaneEndpoint: cpEndpoint,
+		APIServer: kubeadmapiv1.APIServer{CertSANs: []string{"localhost", "127.0.0.1"},
+			ControlPlaneComponent: kubeadmapiv1.ControlPlaneComponent{ExtraArgs: []kubeadmapiv1.Arg{{Name: "runtime-config", Value: ""}}}},
+		Networking: kubeadmapiv1.Networking{PodSubnet: "10.244.0.0/16", ServiceSubnet: "10.96.0.0/16"}}
 }
 
 // kubeadmConfig is kubeadm's configuration of control-plane node name at ip.

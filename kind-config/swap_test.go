@@ -2,6 +2,7 @@ package kindconfig
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,15 @@ import (
 	"helm.sh/helm/v3/pkg/getter"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	structuralschema "k8s.io/apiextensions-apiserver/pkg/apiserver/schema"
+	"k8s.io/apiextensions-apiserver/pkg/apiserver/schema/cel"
+	structuraldefaulting "k8s.io/apiextensions-apiserver/pkg/apiserver/schema/defaulting"
+	apiservervalidation "k8s.io/apiextensions-apiserver/pkg/apiserver/validation"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	celconfig "k8s.io/apiserver/pkg/apis/cel"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"sigs.k8s.io/yaml"
 
@@ -282,5 +292,72 @@ func TestTheScriptsParse(t *testing.T) {
 		if out, err := exec.Command("bash", "-n", f).CombinedOutput(); err != nil {
 			t.Errorf("bash -n %s: %v\n%s", f, err, out)
 		}
+	}
+}
+
+// admitVoterPolicy is what the apiserver does with a VoterPolicy before
+// storing it: the CRD's defaults, then its OpenAPI schema and CEL rules.
+func admitVoterPolicy(t *testing.T, doc []byte) field.ErrorList {
+	t.Helper()
+	// As the apiserver decodes a request: integers stay integers.
+	j, err := yaml.YAMLToJSON(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var obj map[string]any
+	if err := utiljson.Unmarshal(j, &obj); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join("..", "charts", "holdfast", "files", "crds", "holdfast.io_voterpolicies.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var crd apiextensionsv1.CustomResourceDefinition
+	if err := yaml.Unmarshal(b, &crd); err != nil {
+		t.Fatal(err)
+	}
+	var v1schema *apiextensionsv1.CustomResourceValidation
+	for _, ver := range crd.Spec.Versions {
+		if ver.Name == holdfastv1.GroupVersion.Version {
+			v1schema = ver.Schema
+		}
+	}
+	if v1schema == nil {
+		t.Fatalf("the VoterPolicy CRD serves no %s", holdfastv1.GroupVersion.Version)
+	}
+	var internal apiextensions.CustomResourceValidation
+	if err := apiextensionsv1.Convert_v1_CustomResourceValidation_To_apiextensions_CustomResourceValidation(v1schema, &internal, nil); err != nil {
+		t.Fatal(err)
+	}
+	ss, err := structuralschema.NewStructural(internal.OpenAPIV3Schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	structuraldefaulting.Default(obj, ss)
+	validator, _, err := apiservervalidation.NewSchemaValidator(internal.OpenAPIV3Schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := apiservervalidation.ValidateCustomResource(nil, obj, validator)
+	celErrs, _ := cel.NewValidator(ss, true, celconfig.PerCallLimit).Validate(context.Background(), nil, ss, obj, nil, celconfig.RuntimeCELCostBudget)
+	return append(errs, celErrs...)
+}
+
+// The apiserver admits the VoterPolicy demo.sh applies, and refuses one
+// this check should refuse (so the check is no empty one).
+func TestTheAPIServerAdmitsTheVoterPolicy(t *testing.T) {
+	out, err := lib(t, nil, "voter_policy", "https://172.18.0.2:2379,https://172.18.0.3:2379", "registry.k8s.io/etcd:3.6.5-0", "3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if errs := admitVoterPolicy(t, out); len(errs) > 0 {
+		t.Errorf("the apiserver refuses demo.sh's VoterPolicy: %v\n%s", errs.ToAggregate(), out)
+	}
+	even, err := lib(t, nil, "voter_policy", "https://172.18.0.2:2379", "registry.k8s.io/etcd:3.6.5-0", "2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if errs := admitVoterPolicy(t, even); len(errs) == 0 || !strings.Contains(errs.ToAggregate().Error(), "must be odd") {
+		t.Errorf("two target voters admitted: %v", errs)
 	}
 }
