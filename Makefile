@@ -146,7 +146,7 @@ images: ## Build the static, non-root image of every binary (build/Dockerfile; n
 	IMAGE_TAG="$${IMAGE_TAG:-$(VERSION)}" hack/images.sh
 
 .PHONY: kind-demo
-kind-demo: ## With Docker: a kind cluster, the images, the chart, and the failover and swap stories (kind-config/)
+kind-demo: ## With Docker (~4 GiB free): a kind cluster, the images, the chart, a failover and a voter swap on kubeadm's static pods (kind-config/)
 	kind-config/demo.sh
 
 .PHONY: kind-down
