@@ -240,14 +240,11 @@ func (a *Actuator) StepDown(ctx context.Context) error {
 // tombstone check never interleaves with it.
 func (a *Actuator) FinishDemote(ctx context.Context) error {
 	st := a.cfg.State
-	unlock, err := st.Lock()
+	unlock, err := st.LockAsAgent()
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	if err := st.SetRole(holdfastv1.RoleAgent); err != nil {
-		return err
-	}
 	if err := a.sd.MaskRuntime(ctx, a.cfg.ServerUnit); err != nil {
 		return err
 	}
