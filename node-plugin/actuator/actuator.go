@@ -380,7 +380,8 @@ func (a *Actuator) ActiveRole(ctx context.Context) (string, error) {
 // retireMember is the host's record of a stopped, removed member put away,
 // whichever actuator stopped it: its data moved aside keeping one copy,
 // then its tombstone retired (the moved-aside data now guards the server:
-// no join target, no start), then the member forgotten.
+// no join target, no start), then the member and its server's start
+// forgotten.
 func retireMember(st hoststate.State) error {
 	if err := st.MoveMemberDataAside(); err != nil {
 		return fmt.Errorf("moving member data aside: %w", err)
@@ -388,5 +389,8 @@ func retireMember(st hoststate.State) error {
 	if err := st.RetireTombstone(); err != nil {
 		return err
 	}
-	return st.ClearMember()
+	if err := st.ClearMember(); err != nil {
+		return err
+	}
+	return st.ClearServerStartedAt()
 }
