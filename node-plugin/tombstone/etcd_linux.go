@@ -12,6 +12,7 @@ import (
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 
 	"github.com/holdfast-io/holdfast/node-plugin/hoststate"
 )
@@ -33,6 +34,9 @@ type ClientEtcd struct {
 	// (the node plugin records it on the host for the server's start
 	// condition).
 	Learned func(urls []string)
+	// DialOptions, when set, are the etcd client's gRPC dial options (a
+	// test's dialer into its network namespaces).
+	DialOptions []grpc.DialOption
 
 	mu sync.Mutex
 	// known are the voters' client URLs in the last member list read.
@@ -80,7 +84,7 @@ func (c *ClientEtcd) learn(members []*etcdserverpb.Member) {
 }
 
 func (c *ClientEtcd) client(endpoints []string) (*clientv3.Client, error) {
-	return clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 3 * time.Second, TLS: c.TLS, Logger: zap.NewNop()})
+	return clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 3 * time.Second, TLS: c.TLS, Logger: zap.NewNop(), DialOptions: c.DialOptions})
 }
 
 // Local asks the local member for its own status.
