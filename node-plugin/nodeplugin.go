@@ -161,7 +161,8 @@ var warmStandbyPods = func() labels.Selector {
 }()
 
 // hostSettings are the host's unit names and member paths: a flag wins,
-// then the VoterPolicy, then k3s's defaults.
+// then the VoterPolicy, then the defaults (k3s's units; the member data
+// directory of the actuator, holdfastv1.DefaultMemberDataDir).
 type hostSettings struct{ ServerUnit, AgentUnit, MemberDataDir, ServerTombstone string }
 
 // resolveHost is hostSettings for the flags o and the VoterPolicy vp (nil:
@@ -171,6 +172,7 @@ func resolveHost(o Options, vp *holdfastv1.VoterPolicy) hostSettings {
 	if vp != nil {
 		h = vp.Spec.Host
 	}
+	h.Actuator = resolveActuator(vp).Actuator
 	pick := func(flag, policy, def string) string {
 		switch {
 		case flag != "":
@@ -183,7 +185,7 @@ func resolveHost(o Options, vp *holdfastv1.VoterPolicy) hostSettings {
 	return hostSettings{
 		ServerUnit:      pick(o.ServerUnit, h.ServerUnit, "k3s.service"),
 		AgentUnit:       pick(o.AgentUnit, h.AgentUnit, "k3s-agent.service"),
-		MemberDataDir:   pick(o.MemberDataDir, h.MemberDataDir, "/var/lib/rancher/k3s/server/db"),
+		MemberDataDir:   pick(o.MemberDataDir, h.MemberDataDirOrDefault(), ""),
 		ServerTombstone: pick(o.ServerTombstone, h.ServerTombstone, ""),
 	}
 }
