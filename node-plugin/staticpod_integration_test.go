@@ -49,11 +49,11 @@ func (m *memberAnswers) Local(context.Context) (hoststate.Member, error) {
 	return hoststate.Member{}, errors.New("connection refused")
 }
 
-func (m *memberAnswers) Members(context.Context) (string, []string, error) {
+func (m *memberAnswers) MemberNames(context.Context) (string, map[string]string, error) {
 	if j := m.joined.Load(); j != nil {
-		return j.ClusterID, []string{"a1", j.ID}, nil
+		return j.ClusterID, map[string]string{"a1": "kubeadm-1", j.ID: j.Name}, nil
 	}
-	return "c1", []string{"a1"}, nil
+	return "c1", map[string]string{"a1": "kubeadm-1"}, nil
 }
 
 // newStaticPodHost lays out a provisioned kubeadm host under a temporary

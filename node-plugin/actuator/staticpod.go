@@ -8,7 +8,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -71,12 +70,13 @@ func IsWaiting(err error) (time.Duration, bool) {
 // data (a former cluster's, kept in the data directory: etcd ignores the
 // join flags then) does as well.
 type Membership interface {
-	// Local is the local member's own answer: its ID, its cluster's ID, and
-	// its name as its own member list holds it (empty until it started).
+	// Local is the local member's own answer (its status): its ID and its
+	// cluster's ID. A learner answers nothing more (no member list).
 	Local(ctx context.Context) (hoststate.Member, error)
-	// Members lists the member IDs of the cluster as its other members
-	// answer it (linearizable), with their cluster ID.
-	Members(ctx context.Context) (clusterID string, ids []string, err error)
+	// MemberNames lists the cluster's members as its other members answer
+	// it (linearizable), each ID with its name (empty until the member
+	// started and published itself), with their cluster ID.
+	MemberNames(ctx context.Context) (clusterID string, names map[string]string, err error)
 }
 
 // Defaults of StaticPodConfig.
@@ -330,11 +330,12 @@ func (a *StaticPodActuator) waitRunning(ctx context.Context, pod *corev1.Pod, si
 }
 
 // joinWait says what the member the etcd pod runs lacks to be one of the
-// cluster it was told to join, "" once it is: the local member answers,
-// started as this node (a member added but not started has no name), and
-// the member list its cluster's other members answer is of the same
-// cluster and names it. An etcd of another cluster (a former one's data
-// left in the data directory) or one that answers nobody never passes.
+// cluster it was told to join, "" once it is: the local member answers
+// from its endpoint, and the member list its cluster's other members
+// answer is of the same cluster ID and lists its member ID, started under
+// this node's name (a member added but not started has no name yet). An
+// etcd of another cluster (a former one's data left in the data
+// directory) or one that answers nobody never passes.
 func (a *StaticPodActuator) joinWait(ctx context.Context) string {
 	if a.cfg.Members == nil {
 		return "no etcd client to ask the local member whether it joined"
@@ -343,18 +344,18 @@ func (a *StaticPodActuator) joinWait(ctx context.Context) string {
 	if err != nil {
 		return fmt.Sprintf("the local etcd member does not answer (%v)", err)
 	}
-	if local.Name != a.cfg.NodeName {
-		return fmt.Sprintf("the local etcd member %s of cluster %s has not started as %s (its member list names it %q)", local.ID, local.ClusterID, a.cfg.NodeName, local.Name)
-	}
-	clusterID, ids, err := a.cfg.Members.Members(ctx)
+	clusterID, names, err := a.cfg.Members.MemberNames(ctx)
 	if err != nil {
 		return fmt.Sprintf("the cluster's other members do not answer its member list (%v)", err)
 	}
-	if clusterID != local.ClusterID {
+	name, listed := names[local.ID]
+	switch {
+	case clusterID != local.ClusterID:
 		return fmt.Sprintf("the local etcd member %s is of cluster %s, not of cluster %s it was told to join", local.ID, local.ClusterID, clusterID)
-	}
-	if !slices.Contains(ids, local.ID) {
-		return fmt.Sprintf("the member list of cluster %s does not name the local etcd member %s", clusterID, local.ID)
+	case !listed:
+		return fmt.Sprintf("the member list of cluster %s does not list the local etcd member %s", clusterID, local.ID)
+	case name != a.cfg.NodeName:
+		return fmt.Sprintf("the local etcd member %s has not started as %s in cluster %s (its member list names it %q)", local.ID, a.cfg.NodeName, clusterID, name)
 	}
 	return ""
 }

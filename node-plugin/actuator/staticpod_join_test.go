@@ -21,7 +21,7 @@ type etcdAnswers struct {
 	local     hoststate.Member
 	localErr  error
 	clusterID string
-	ids       []string
+	names     map[string]string
 	listErr   error
 }
 
@@ -33,8 +33,8 @@ func joinedAnswers() *etcdAnswers {
 }
 
 func (e *etcdAnswers) joined() {
-	e.local, e.localErr = hoststate.Member{ID: "a4", ClusterID: "c1", Name: spNode}, nil
-	e.clusterID, e.ids, e.listErr = "c1", []string{"a1", "a2", "a4"}, nil
+	e.local, e.localErr = hoststate.Member{ID: "a4", ClusterID: "c1"}, nil
+	e.clusterID, e.names, e.listErr = "c1", map[string]string{"a1": "cp-1", "a2": "cp-2", "a4": spNode}, nil
 }
 
 func (e *etcdAnswers) Local(context.Context) (hoststate.Member, error) {
@@ -43,10 +43,10 @@ func (e *etcdAnswers) Local(context.Context) (hoststate.Member, error) {
 	return e.local, e.localErr
 }
 
-func (e *etcdAnswers) Members(context.Context) (string, []string, error) {
+func (e *etcdAnswers) MemberNames(context.Context) (string, map[string]string, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.clusterID, e.ids, e.listErr
+	return e.clusterID, e.names, e.listErr
 }
 
 func (e *etcdAnswers) set(change func(*etcdAnswers)) {
@@ -73,13 +73,13 @@ func TestStaticPodPromoteIsDoneOnlyOnceTheMemberJoinedItsCluster(t *testing.T) {
 	}{
 		{"the local member does not answer", func(e *etcdAnswers) { e.localErr = errors.New("connection refused") },
 			"the local etcd member does not answer (connection refused)"},
-		{"an etcd restarted from a former cluster's data", func(e *etcdAnswers) { e.local = hoststate.Member{ID: "f9", ClusterID: "c9", Name: spNode} },
+		{"an etcd restarted from a former cluster's data", func(e *etcdAnswers) { e.local = hoststate.Member{ID: "f9", ClusterID: "c9"} },
 			"the local etcd member f9 is of cluster c9, not of cluster c1 it was told to join"},
-		{"a member added but not started", func(e *etcdAnswers) { e.local.Name = "" },
-			`the local etcd member a4 of cluster c1 has not started as cp-4 (its member list names it "")`},
-		{"another member's name", func(e *etcdAnswers) { e.local.Name = "cp-1" }, "has not started as cp-4"},
-		{"the cluster does not list it", func(e *etcdAnswers) { e.ids = []string{"a1", "a2"} },
-			"the member list of cluster c1 does not name the local etcd member a4"},
+		{"a member added but not started", func(e *etcdAnswers) { e.names["a4"] = "" },
+			`the local etcd member a4 has not started as cp-4 in cluster c1 (its member list names it "")`},
+		{"another member's name", func(e *etcdAnswers) { e.names["a4"] = "cp-1" }, "has not started as cp-4"},
+		{"the cluster does not list it", func(e *etcdAnswers) { delete(e.names, "a4") },
+			"the member list of cluster c1 does not list the local etcd member a4"},
 		{"the cluster does not answer", func(e *etcdAnswers) { e.listErr = errors.New("context deadline exceeded") },
 			"the cluster's other members do not answer its member list (context deadline exceeded)"},
 	} {

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -114,6 +115,18 @@ func (c *ClientEtcd) Local(ctx context.Context) (hoststate.Member, error) {
 
 // Members lists the members as the other members answer.
 func (c *ClientEtcd) Members(ctx context.Context) (string, []string, error) {
+	clusterID, names, err := c.MemberNames(ctx)
+	if err != nil {
+		return "", nil, err
+	}
+	ids := slices.Sorted(maps.Keys(names))
+	return clusterID, ids, nil
+}
+
+// MemberNames lists the members as the other members answer
+// (linearizable), each ID with its name: empty until the member started
+// and published itself.
+func (c *ClientEtcd) MemberNames(ctx context.Context) (string, map[string]string, error) {
 	all, err := c.endpoints(ctx)
 	if err != nil {
 		return "", nil, err
@@ -140,11 +153,11 @@ func (c *ClientEtcd) Members(ctx context.Context) (string, []string, error) {
 		return "", nil, fmt.Errorf("member list: %w", err)
 	}
 	c.learn(ml.Members)
-	ids := make([]string, 0, len(ml.Members))
+	names := make(map[string]string, len(ml.Members))
 	for _, m := range ml.Members {
-		ids = append(ids, FormatID(m.ID))
+		names[FormatID(m.ID)] = m.Name
 	}
-	return FormatID(ml.Header.ClusterId), ids, nil
+	return FormatID(ml.Header.ClusterId), names, nil
 }
 
 // VoterPeerURLs lists the voters' peer URLs, for the fitness probe.
