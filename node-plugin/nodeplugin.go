@@ -53,7 +53,10 @@ type Options struct {
 	Version bool
 	// VoterSwaps runs the voter-swap parts: the role actuator over systemd,
 	// the role reconciler, the tombstone watcher and the fitness probe.
-	VoterSwaps    bool
+	VoterSwaps bool
+	// Actuator is the role actuator while no VoterPolicy exists (the
+	// chart's node.actuator): the policy's spec.host.actuator wins.
+	Actuator      string
 	NodeName      string
 	HostDir       string
 	SystemdDir    string
@@ -89,6 +92,8 @@ func ParseFlags(args []string) (Options, error) {
 	fs := flag.NewFlagSet("holdfast-node", flag.ContinueOnError)
 	fs.BoolVar(&o.VoterSwaps, "voter-swaps", true, "run the voter-swap parts: the role actuator (systemd over D-Bus, the server unit's drop-ins), the role reconciler, the tombstone watcher (etcd) and the fitness probe; "+
 		"false runs only the fence agent, image pre-staging and the reporter (the server unit reported not provisioned), and needs no systemd, D-Bus, member data or etcd access")
+	fs.StringVar(&o.Actuator, "actuator", holdfastv1.ActuatorSystemd, "the role actuator while no VoterPolicy exists (the chart's node.actuator): "+
+		holdfastv1.ActuatorSystemd+" or "+holdfastv1.ActuatorStaticPod+"; VoterPolicy default's spec.host.actuator wins once it exists")
 	fs.StringVar(&o.NodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME)")
 	fs.StringVar(&o.HostDir, "host-dir", hoststate.DefaultDir, "the host directory for the role file, join target, member record and tombstone (voter swaps), and the fence audit in its "+
 		hoststate.FenceAuditDir+"/ subdirectory (always)")
@@ -118,6 +123,9 @@ func ParseFlags(args []string) (Options, error) {
 	}
 	if o.NodeName == "" {
 		return o, errors.New("--node-name or NODE_NAME: must name this node")
+	}
+	if o.Actuator != holdfastv1.ActuatorSystemd && o.Actuator != holdfastv1.ActuatorStaticPod {
+		return o, fmt.Errorf("--actuator %q: must be %s or %s (the chart's node.actuator)", o.Actuator, holdfastv1.ActuatorSystemd, holdfastv1.ActuatorStaticPod)
 	}
 	if o.ReportEvery <= 0 || o.FitnessEvery <= 0 {
 		return o, fmt.Errorf("--report-interval %v, --fitness-interval %v: both must be positive durations", o.ReportEvery, o.FitnessEvery)
@@ -172,7 +180,7 @@ func resolveHost(o Options, vp *holdfastv1.VoterPolicy) hostSettings {
 	if vp != nil {
 		h = vp.Spec.Host
 	}
-	h.Actuator = resolveActuator(vp).Actuator
+	h.Actuator = resolveActuator(o.Actuator, vp).Actuator
 	pick := func(flag, policy, def string) string {
 		switch {
 		case flag != "":
@@ -234,7 +242,7 @@ func (w *policyWatch) Start(ctx context.Context) error {
 		if now := resolveHost(w.flags, vp); now != w.running {
 			return fmt.Errorf("VoterPolicy %s changed the host settings from %+v to %+v: holdfast-node exits to start again with them", holdfastv1.VoterPolicyName, w.running, now)
 		}
-		if now := resolveActuator(vp); now != w.actuator {
+		if now := resolveActuator(w.flags.Actuator, vp); now != w.actuator {
 			return fmt.Errorf("VoterPolicy %s changed the actuator settings from %+v to %+v: holdfast-node exits to start again with them", holdfastv1.VoterPolicyName, w.actuator, now)
 		}
 	}
@@ -324,7 +332,11 @@ func addVoterSwaps(ctx context.Context, mgr ctrl.Manager, o *Options, reporter *
 	if every <= 0 {
 		every = 10 * time.Second
 	}
-	acts := resolveActuator(vp)
+	acts := resolveActuator(flags.Actuator, vp)
+	if vp != nil && flags.Actuator != "" && acts.Actuator != flags.Actuator {
+		klog.FromContext(ctx).Error(nil, "The VoterPolicy's actuator is not the chart's: holdfast-node runs the policy's, with the host paths the chart mounts for the other; make node.actuator and spec.host.actuator agree",
+			"policy", acts.Actuator, "chart", flags.Actuator)
+	}
 	if err := mgr.Add(&policyWatch{reader: mgr.GetAPIReader(), flags: flags, running: h, actuator: acts, every: every}); err != nil {
 		return nil, err
 	}
@@ -340,32 +352,17 @@ func addVoterSwaps(ctx context.Context, mgr ctrl.Manager, o *Options, reporter *
 		}
 		return func() {}, addRoleParts(mgr, o, reporter, state, etcd, act)
 	}
-	var sd *actuator.DBusSystemd
-	if o.SystemdBus != "" {
-		sd, err = actuator.NewDBusSystemdAt(o.SystemdBus)
-	} else {
-		sd, err = actuator.NewDBusSystemd(ctx)
-	}
-	if err != nil {
-		return nil, err
-	}
-	closeSystemd := func() { sd.Conn.Close() }
-	act := actuator.New(sd, actuator.Config{ServerUnit: o.ServerUnit, AgentUnit: o.AgentUnit, SystemdDir: o.SystemdDir, State: state})
 	// The server unit starts only once this binary, on the host, has judged
 	// the host: at boot too, before this pod runs.
 	if err := installHostBinary(o.HostDir); err != nil {
-		closeSystemd()
 		return nil, fmt.Errorf("copying holdfast-node to the host for the server's start condition: %w", err)
 	}
-	if err := act.InstallStartCondition(ctx, StartConditionArgs(o)); err != nil {
-		closeSystemd()
-		return nil, fmt.Errorf("installing the server's start condition: %w", err)
-	}
+	act := newSystemdRole(*o, state, actuatorSource(vp))
 	if err := addRoleParts(mgr, o, reporter, state, etcd, act); err != nil {
-		closeSystemd()
+		act.Close()
 		return nil, err
 	}
-	return closeSystemd, nil
+	return act.Close, nil
 }
 
 // roleActuator is what the role reconciler drives and the reporter reads.

@@ -174,6 +174,11 @@ func (a *StaticPodActuator) NotProvisioned() (string, error) {
 }
 
 func (a *StaticPodActuator) provisioned() (bool, string, error) {
+	if a.cfg.EtcdImage == "" {
+		// No VoterPolicy yet: the chart's node.actuator runs this actuator,
+		// which guards and reports but has nothing to promote with.
+		return false, fmt.Sprintf("no etcd image: VoterPolicy %s spec.host.staticPod.etcdImage is not set (create the policy with spec.host.actuator StaticPod)", holdfastv1.VoterPolicyName), nil
+	}
 	for _, p := range []string{a.cfg.ManifestsDir, filepath.Join(a.cfg.PKIDir, EtcdCACert), filepath.Join(a.cfg.PKIDir, EtcdCAKey), a.cfg.APIServerTemplate} {
 		if _, err := os.Stat(p); errors.Is(err, fs.ErrNotExist) {
 			return false, fmt.Sprintf("host not provisioned for static pod members: %s does not exist", p), nil
