@@ -18,6 +18,7 @@ import (
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	nodeplugin "github.com/holdfast-io/holdfast/node-plugin"
 	"github.com/holdfast-io/holdfast/node-plugin/actuator"
+	"github.com/holdfast-io/holdfast/test/poll"
 )
 
 // TestRunWithoutDBusReportsAndRetriesInsteadOfExiting starts holdfast-node
@@ -81,7 +82,19 @@ func TestRunWithoutDBusReportsAndRetriesInsteadOfExiting(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(dir, "bus", "systemd", serverUnit+".d", actuator.StartDropIn)); err != nil {
 			t.Fatalf("the server's start condition is not installed once systemd answers: %v", err)
 		}
-		waitReport(t, node, holdfastv1.RoleStepPromote, holdfastv1.ActuatorDone)
+		// The refusal stands until the reconciler looks again (the Node's
+		// provisioned report wakes it): then the promote is carried out.
+		poll.Until(t, waitTimeout, "the refused promote carried out once systemd answers", func() (bool, string) {
+			n := &corev1.Node{}
+			if err := env.Client.Get(context.Background(), client.ObjectKey{Name: node}, n); err != nil {
+				return false, err.Error()
+			}
+			rep, err := holdfastv1.ParseActuatorReport(n.Annotations[holdfastv1.AnnotationActuator])
+			if err != nil || rep == nil {
+				return false, fmt.Sprint(err)
+			}
+			return rep.Step == holdfastv1.RoleStepPromote && rep.Phase == holdfastv1.ActuatorDone, rep.Phase + ": " + rep.Message
+		})
 	})
 
 	t.Run("the chart's StaticPod before the policy", func(t *testing.T) {
