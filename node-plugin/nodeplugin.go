@@ -53,7 +53,10 @@ type Options struct {
 	Version bool
 	// VoterSwaps runs the voter-swap parts: the role actuator over systemd,
 	// the role reconciler, the tombstone watcher and the fitness probe.
-	VoterSwaps    bool
+	VoterSwaps bool
+	// Actuator is the role actuator while no VoterPolicy exists (the
+	// chart's node.actuator): the policy's spec.host.actuator wins.
+	Actuator      string
 	NodeName      string
 	HostDir       string
 	SystemdDir    string
@@ -89,6 +92,8 @@ func ParseFlags(args []string) (Options, error) {
 	fs := flag.NewFlagSet("holdfast-node", flag.ContinueOnError)
 	fs.BoolVar(&o.VoterSwaps, "voter-swaps", true, "run the voter-swap parts: the role actuator (systemd over D-Bus, the server unit's drop-ins), the role reconciler, the tombstone watcher (etcd) and the fitness probe; "+
 		"false runs only the fence agent, image pre-staging and the reporter (the server unit reported not provisioned), and needs no systemd, D-Bus, member data or etcd access")
+	fs.StringVar(&o.Actuator, "actuator", holdfastv1.ActuatorSystemd, "the role actuator while no VoterPolicy exists (the chart's node.actuator): "+
+		holdfastv1.ActuatorSystemd+" or "+holdfastv1.ActuatorStaticPod+"; VoterPolicy default's spec.host.actuator wins once it exists")
 	fs.StringVar(&o.NodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME)")
 	fs.StringVar(&o.HostDir, "host-dir", hoststate.DefaultDir, "the host directory for the role file, join target, member record and tombstone (voter swaps), and the fence audit in its "+
 		hoststate.FenceAuditDir+"/ subdirectory (always)")
@@ -118,6 +123,9 @@ func ParseFlags(args []string) (Options, error) {
 	}
 	if o.NodeName == "" {
 		return o, errors.New("--node-name or NODE_NAME: must name this node")
+	}
+	if o.Actuator != holdfastv1.ActuatorSystemd && o.Actuator != holdfastv1.ActuatorStaticPod {
+		return o, fmt.Errorf("--actuator %q: must be %s or %s (the chart's node.actuator)", o.Actuator, holdfastv1.ActuatorSystemd, holdfastv1.ActuatorStaticPod)
 	}
 	if o.ReportEvery <= 0 || o.FitnessEvery <= 0 {
 		return o, fmt.Errorf("--report-interval %v, --fitness-interval %v: both must be positive durations", o.ReportEvery, o.FitnessEvery)
@@ -161,7 +169,8 @@ var warmStandbyPods = func() labels.Selector {
 }()
 
 // hostSettings are the host's unit names and member paths: a flag wins,
-// then the VoterPolicy, then k3s's defaults.
+// then the VoterPolicy, then the defaults (k3s's units; the member data
+// directory of the actuator, holdfastv1.DefaultMemberDataDir).
 type hostSettings struct{ ServerUnit, AgentUnit, MemberDataDir, ServerTombstone string }
 
 // resolveHost is hostSettings for the flags o and the VoterPolicy vp (nil:
@@ -171,6 +180,7 @@ func resolveHost(o Options, vp *holdfastv1.VoterPolicy) hostSettings {
 	if vp != nil {
 		h = vp.Spec.Host
 	}
+	h.Actuator = resolveActuator(o.Actuator, vp).Actuator
 	pick := func(flag, policy, def string) string {
 		switch {
 		case flag != "":
@@ -183,7 +193,7 @@ func resolveHost(o Options, vp *holdfastv1.VoterPolicy) hostSettings {
 	return hostSettings{
 		ServerUnit:      pick(o.ServerUnit, h.ServerUnit, "k3s.service"),
 		AgentUnit:       pick(o.AgentUnit, h.AgentUnit, "k3s-agent.service"),
-		MemberDataDir:   pick(o.MemberDataDir, h.MemberDataDir, "/var/lib/rancher/k3s/server/db"),
+		MemberDataDir:   pick(o.MemberDataDir, h.MemberDataDirOrDefault(), ""),
 		ServerTombstone: pick(o.ServerTombstone, h.ServerTombstone, ""),
 	}
 }
@@ -232,7 +242,7 @@ func (w *policyWatch) Start(ctx context.Context) error {
 		if now := resolveHost(w.flags, vp); now != w.running {
 			return fmt.Errorf("VoterPolicy %s changed the host settings from %+v to %+v: holdfast-node exits to start again with them", holdfastv1.VoterPolicyName, w.running, now)
 		}
-		if now := resolveActuator(vp); now != w.actuator {
+		if now := resolveActuator(w.flags.Actuator, vp); now != w.actuator {
 			return fmt.Errorf("VoterPolicy %s changed the actuator settings from %+v to %+v: holdfast-node exits to start again with them", holdfastv1.VoterPolicyName, w.actuator, now)
 		}
 	}
@@ -322,48 +332,37 @@ func addVoterSwaps(ctx context.Context, mgr ctrl.Manager, o *Options, reporter *
 	if every <= 0 {
 		every = 10 * time.Second
 	}
-	acts := resolveActuator(vp)
+	acts := resolveActuator(flags.Actuator, vp)
+	if vp != nil && flags.Actuator != "" && acts.Actuator != flags.Actuator {
+		klog.FromContext(ctx).Error(nil, "The VoterPolicy's actuator is not the chart's: holdfast-node runs the policy's, with the host paths the chart mounts for the other; make node.actuator and spec.host.actuator agree",
+			"policy", acts.Actuator, "chart", flags.Actuator)
+	}
 	if err := mgr.Add(&policyWatch{reader: mgr.GetAPIReader(), flags: flags, running: h, actuator: acts, every: every}); err != nil {
 		return nil, err
 	}
 	state := hoststate.State{Dir: o.HostDir, MemberDataDir: o.MemberDataDir, ServerTombstone: o.ServerTombstone}
-	tlsCfg, err := etcdTLS(*o)
+	etcd, err := newEtcd(ctx, mgr.GetAPIReader(), *o, state)
 	if err != nil {
 		return nil, err
 	}
 	if acts.Actuator == holdfastv1.ActuatorStaticPod {
-		act, err := newStaticPodActuator(mgr, o, acts, state)
+		act, err := newStaticPodActuator(mgr, o, acts, state, etcd)
 		if err != nil {
 			return nil, err
 		}
-		return func() {}, addRoleParts(ctx, mgr, o, reporter, state, tlsCfg, act)
+		return func() {}, addRoleParts(mgr, o, reporter, state, etcd, act)
 	}
-	var sd *actuator.DBusSystemd
-	if o.SystemdBus != "" {
-		sd, err = actuator.NewDBusSystemdAt(o.SystemdBus)
-	} else {
-		sd, err = actuator.NewDBusSystemd(ctx)
-	}
-	if err != nil {
-		return nil, err
-	}
-	closeSystemd := func() { sd.Conn.Close() }
-	act := actuator.New(sd, actuator.Config{ServerUnit: o.ServerUnit, AgentUnit: o.AgentUnit, SystemdDir: o.SystemdDir, State: state})
 	// The server unit starts only once this binary, on the host, has judged
 	// the host: at boot too, before this pod runs.
 	if err := installHostBinary(o.HostDir); err != nil {
-		closeSystemd()
 		return nil, fmt.Errorf("copying holdfast-node to the host for the server's start condition: %w", err)
 	}
-	if err := act.InstallStartCondition(ctx, StartConditionArgs(o)); err != nil {
-		closeSystemd()
-		return nil, fmt.Errorf("installing the server's start condition: %w", err)
-	}
-	if err := addRoleParts(ctx, mgr, o, reporter, state, tlsCfg, act); err != nil {
-		closeSystemd()
+	act := newSystemdRole(*o, state, actuatorSource(vp))
+	if err := addRoleParts(mgr, o, reporter, state, etcd, act); err != nil {
+		act.Close()
 		return nil, err
 	}
-	return closeSystemd, nil
+	return act.Close, nil
 }
 
 // roleActuator is what the role reconciler drives and the reporter reads.
@@ -372,16 +371,26 @@ type roleActuator interface {
 	report.Units
 }
 
-// addRoleParts adds the tombstone watcher and the role reconciler over act,
-// and points the reporter at act, the member data directory and the voters.
-func addRoleParts(ctx context.Context, mgr ctrl.Manager, o *Options, reporter *report.Reporter, state hoststate.State, tlsCfg *tls.Config, act roleActuator) error {
-	reader := mgr.GetAPIReader()
-	etcd := &tombstone.ClientEtcd{LocalEndpoint: o.EtcdLocal, TLS: tlsCfg, Cluster: PolicyEndpoints(reader),
+// newEtcd is the node plugin's etcd client: the local member at o's local
+// endpoint, the cluster at the voters' client URLs, each new list of which
+// it records on the host for the server's start condition.
+func newEtcd(ctx context.Context, reader client.Reader, o Options, state hoststate.State) (*tombstone.ClientEtcd, error) {
+	tlsCfg, err := etcdTLS(o)
+	if err != nil {
+		return nil, err
+	}
+	return &tombstone.ClientEtcd{LocalEndpoint: o.EtcdLocal, TLS: tlsCfg, Cluster: PolicyEndpoints(reader),
 		Learned: func(urls []string) {
 			if err := state.SetMemberEndpoints(urls); err != nil {
 				klog.FromContext(ctx).Error(err, "Recording the voters' client URLs for the server's start condition")
 			}
-		}}
+		}}, nil
+}
+
+// addRoleParts adds the tombstone watcher and the role reconciler over act,
+// and points the reporter at act, the member data directory and the voters.
+func addRoleParts(mgr ctrl.Manager, o *Options, reporter *report.Reporter, state hoststate.State, etcd *tombstone.ClientEtcd, act roleActuator) error {
+	reader := mgr.GetAPIReader()
 	watcher := &tombstone.Watcher{State: state, Clock: clock.RealClock{}, Every: 5 * time.Second, Etcd: etcd, Written: reporter.Kick}
 	if err := mgr.Add(watcher); err != nil {
 		return err

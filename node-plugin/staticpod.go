@@ -12,18 +12,24 @@ import (
 )
 
 // actuatorSettings are VoterPolicy spec.host's choice of actuator and, for
-// StaticPod, its kubeadm layout. They come from the policy alone: one etcd
-// cluster has one topology, so no node's flag may differ.
+// StaticPod, its kubeadm layout. They come from the policy once it exists:
+// one etcd cluster has one topology, so no node's flag may differ. Before,
+// the chart's node.actuator (--actuator) says which the host runs.
 type actuatorSettings struct {
 	Actuator                                           string
 	EtcdImage, ManifestsDir, PKIDir, APIServerTemplate string
 }
 
-// resolveActuator is actuatorSettings for the VoterPolicy vp (nil: none
-// exists, the systemd actuator).
-func resolveActuator(vp *holdfastv1.VoterPolicy) actuatorSettings {
+// resolveActuator is actuatorSettings for the VoterPolicy vp; while none
+// exists (vp nil) the actuator is flag, the chart's node.actuator (empty:
+// Systemd), with no kubeadm layout: a host is then never promoted, and it
+// runs the actuator whose host paths the chart mounts.
+func resolveActuator(flag string, vp *holdfastv1.VoterPolicy) actuatorSettings {
 	s := actuatorSettings{Actuator: holdfastv1.ActuatorSystemd}
 	if vp == nil {
+		if flag != "" {
+			s.Actuator = flag
+		}
 		return s
 	}
 	if vp.Spec.Host.Actuator != "" {
@@ -36,18 +42,16 @@ func resolveActuator(vp *holdfastv1.VoterPolicy) actuatorSettings {
 }
 
 // newStaticPodActuator is the role actuator of a kubeadm host: it reads the
-// kubelet's mirror pods from the apiserver past the cache, and the etcd pod
-// it writes runs the host's start condition before etcd, as the systemd
-// unit's ExecCondition does.
-func newStaticPodActuator(mgr ctrl.Manager, o *Options, s actuatorSettings, state hoststate.State) (*actuator.StaticPodActuator, error) {
-	if s.EtcdImage == "" {
-		return nil, fmt.Errorf("VoterPolicy %s: spec.host.staticPod.etcdImage: Required value: the StaticPod actuator needs the etcd image", holdfastv1.VoterPolicyName)
-	}
+// kubelet's mirror pods from the apiserver past the cache, asks etcd
+// whether a promoted member joined, and the etcd pod it writes runs the
+// host's start condition before etcd, as the systemd unit's ExecCondition
+// does.
+func newStaticPodActuator(mgr ctrl.Manager, o *Options, s actuatorSettings, state hoststate.State, etcd actuator.Membership) (*actuator.StaticPodActuator, error) {
 	if err := installHostBinary(o.HostDir); err != nil {
 		return nil, fmt.Errorf("copying holdfast-node to the host for the etcd pod's start condition: %w", err)
 	}
 	return actuator.NewStaticPod(actuator.APIMirrorPods{Reader: mgr.GetAPIReader()}, actuator.StaticPodConfig{
 		NodeName: o.NodeName, ManifestsDir: s.ManifestsDir, PKIDir: s.PKIDir, APIServerTemplate: s.APIServerTemplate,
-		EtcdImage: s.EtcdImage, StartCondition: StartConditionArgs(o), State: state, Clock: clock.RealClock{},
+		EtcdImage: s.EtcdImage, StartCondition: StartConditionArgs(o), State: state, Members: etcd, Clock: clock.RealClock{},
 	}), nil
 }

@@ -131,17 +131,18 @@ func (a *StaticPodActuator) etcdPod(join string, m *memberURLs) *corev1.Pod {
 		},
 	}
 	if len(c.StartCondition) > 0 {
-		// The condition reads the host state, the member data's siblings
-		// (the moved-aside copy) and may write a tombstone.
-		parent := filepath.Dir(filepath.Clean(c.State.MemberDataDir))
+		// The condition reads the host state and may write a tombstone and
+		// take the member lock there; it reads the member data (the
+		// server's own tombstone) and the etcd client files. Moved-aside
+		// data is known from the host state's record of it
+		// (hoststate.MovedAsideFile), so the member data's parent, which
+		// on kubeadm is /var/lib, stays out of the pod.
 		pod.Spec.InitContainers = []corev1.Container{{
 			Name: "holdfast-start-condition", Image: c.EtcdImage, ImagePullPolicy: corev1.PullIfNotPresent, Command: c.StartCondition,
-			VolumeMounts: []corev1.VolumeMount{mount("holdfast-host", c.State.Dir, false), mount("etcd-data-parent", parent, true),
+			VolumeMounts: []corev1.VolumeMount{mount("holdfast-host", c.State.Dir, false), mount("etcd-data", c.State.MemberDataDir, true),
 				mount("etcd-certs", filepath.Join(c.PKIDir, "etcd"), true)},
 		}}
-		pod.Spec.Volumes = append(pod.Spec.Volumes,
-			hostPath("holdfast-host", c.State.Dir, corev1.HostPathDirectory),
-			hostPath("etcd-data-parent", parent, corev1.HostPathDirectory))
+		pod.Spec.Volumes = append(pod.Spec.Volumes, hostPath("holdfast-host", c.State.Dir, corev1.HostPathDirectory))
 	}
 	return pod
 }

@@ -95,6 +95,7 @@ type spHost struct {
 	cfg     actuator.StaticPodConfig
 	act     *actuator.StaticPodActuator
 	kubelet *kubelet
+	etcd    *etcdAnswers
 	clock   *clocktesting.FakeClock
 	ca      *x509.Certificate
 }
@@ -105,7 +106,7 @@ type spHost struct {
 func newSPHost(t *testing.T) *spHost {
 	t.Helper()
 	root := t.TempDir()
-	h := &spHost{t: t, root: root, clock: clocktesting.NewFakeClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))}
+	h := &spHost{t: t, root: root, clock: clocktesting.NewFakeClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)), etcd: joinedAnswers()}
 	h.cfg = actuator.StaticPodConfig{
 		NodeName:          spNode,
 		ManifestsDir:      filepath.Join(root, "etc/kubernetes/manifests"),
@@ -113,6 +114,7 @@ func newSPHost(t *testing.T) *spHost {
 		APIServerTemplate: filepath.Join(root, "etc/kubernetes/holdfast/kube-apiserver.yaml"),
 		EtcdImage:         "registry.k8s.io/etcd:3.6.5-0",
 		State:             hoststate.State{Dir: filepath.Join(root, "var/lib/holdfast"), MemberDataDir: filepath.Join(root, "var/lib/etcd")},
+		Members:           h.etcd,
 		Timeout:           time.Minute,
 		Clock:             h.clock,
 	}
@@ -537,13 +539,19 @@ func TestStaticPodFinishDemoteMovesDataOnlyOnceEtcdStoppedAndKeepsOneCopy(t *tes
 	ctx := context.Background()
 	data := h.cfg.State.MemberDataDir
 	for round := range 2 {
+		// The first round finishes a demotion, the second rolls a promote
+		// back: the same host work.
+		finish := h.act.FinishDemote
+		if round == 1 {
+			finish = h.act.Rollback
+		}
 		h.promoteToDone()
 		mustWrite(t, filepath.Join(data, "member/snap/db"), []byte{byte('a' + round)})
 		if err := h.cfg.State.SetTombstone(holdfastv1.Tombstone{MemberID: "a4", ClusterID: "c1"}); err != nil {
 			t.Fatal(err)
 		}
 		for range 2 {
-			wantWaiting(t, h.act.FinishDemote(ctx), "mirror pod kube-system/etcd-cp-4 is still there")
+			wantWaiting(t, finish(ctx), "mirror pod kube-system/etcd-cp-4 is still there")
 			if !exists(t, filepath.Join(data, "member/snap/db")) {
 				t.Fatal("the member data was moved while the kubelet still runs etcd")
 			}
@@ -553,9 +561,12 @@ func TestStaticPodFinishDemoteMovesDataOnlyOnceEtcdStoppedAndKeepsOneCopy(t *tes
 		}
 		h.kubelet.sync(t, corev1.PodRunning)
 		for range 2 {
-			if err := h.act.FinishDemote(ctx); err != nil {
+			if err := finish(ctx); err != nil {
 				t.Fatal(err)
 			}
+		}
+		if exists(t, filepath.Join(h.cfg.State.Dir, hoststate.StartedAtFile)) {
+			t.Fatal("the finished host keeps the record of its server's start")
 		}
 		if exists(t, data) {
 			t.Fatal("the member data was not moved aside")

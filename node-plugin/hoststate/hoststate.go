@@ -36,6 +36,12 @@ const (
 	// the node plugin read: where the server's start condition asks at
 	// boot, before the node plugin runs.
 	EndpointsFile = "member-endpoints.json"
+	// MovedAsideFile records that the member data was moved aside (its
+	// path), written before the move: the server's start condition judges
+	// a former member from the host state directory alone where the
+	// member data's parent is not in its view (the etcd static pod's init
+	// container).
+	MovedAsideFile = "member-data-moved-aside"
 	// RetiredTombstoneFile keeps the last tombstone once its member data was
 	// moved aside by finish-demote, for people.
 	RetiredTombstoneFile = "tombstone.retired.json"
@@ -211,8 +217,14 @@ func retire(from, to string) error {
 // MovedAside is the path of the moved-aside member data.
 func (s State) MovedAside() string { return filepath.Clean(s.MemberDataDir) + MovedAsideSuffix }
 
-// HasMovedAside says whether moved-aside member data exists.
-func (s State) HasMovedAside() (bool, error) { return exists(s.MovedAside()) }
+// HasMovedAside says whether moved-aside member data exists, or the host
+// state records that it was moved aside (MovedAsideFile).
+func (s State) HasMovedAside() (bool, error) {
+	if ok, err := exists(filepath.Join(s.Dir, MovedAsideFile)); err != nil || ok {
+		return ok, err
+	}
+	return exists(s.MovedAside())
+}
 
 // HasMemberData says whether the member data directory exists.
 func (s State) HasMemberData() (bool, error) { return exists(s.MemberDataDir) }
@@ -229,6 +241,11 @@ func (s State) MoveMemberDataAside() error {
 		return err
 	}
 	if has {
+		// Recorded first: a crash after it and before the move only
+		// refuses more (a former member with no join target).
+		if err := s.write(MovedAsideFile, []byte(aside+"\n")); err != nil {
+			return err
+		}
 		if ok, err := exists(aside); err != nil {
 			return err
 		} else if ok {
@@ -342,6 +359,11 @@ func (s State) ServerStartedAt() (time.Time, error) {
 	}
 	return time.Parse(time.RFC3339Nano, strings.TrimSpace(string(b)))
 }
+
+// ClearServerStartedAt forgets the server's start once the host is
+// finished to an agent: the record is a promote's, and a later promote
+// starts its server anew.
+func (s State) ClearServerStartedAt() error { return s.remove(StartedAtFile) }
 
 // SetServerStartedAt records a start of the server unit.
 func (s State) SetServerStartedAt(t time.Time) error {

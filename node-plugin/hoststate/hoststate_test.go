@@ -51,7 +51,7 @@ func TestMoveMemberDataAsideResumesFromEveryCrashPoint(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
-			s := hoststate.State{Dir: filepath.Join(dir, "holdfast"), MemberDataDir: filepath.Join(dir, "db")}
+			s := hoststate.State{Dir: t.TempDir(), MemberDataDir: filepath.Join(dir, "db")}
 			setup(s)
 			if err := s.MoveMemberDataAside(); err != nil {
 				t.Fatal(err)
@@ -158,5 +158,38 @@ func TestTheServersOwnTombstoneKeepsItsServerOut(t *testing.T) {
 				t.Fatalf("after the host was finished: %s", why)
 			}
 		})
+	}
+}
+
+// TestAFormerMemberIsKnownFromTheHostStateAlone: moving the member data
+// aside records it in the host state directory, so a start condition that
+// sees that directory and the member data directory but not their parent
+// (the etcd static pod's init container) still refuses a former member
+// with no cluster to join, and allows it with a join target.
+func TestAFormerMemberIsKnownFromTheHostStateAlone(t *testing.T) {
+	dir := t.TempDir()
+	s := hoststate.State{Dir: filepath.Join(dir, "holdfast"), MemberDataDir: filepath.Join(dir, "db")}
+	write(t, filepath.Join(s.MemberDataDir, "member", "wal"), "data")
+	if err := s.MoveMemberDataAside(); err != nil {
+		t.Fatal(err)
+	}
+	// The start condition's view: the moved-aside copy is not in it.
+	view := hoststate.State{Dir: s.Dir, MemberDataDir: filepath.Join(t.TempDir(), "db")}
+	if ok, why, err := view.ServerAllowed(); err != nil || ok || !strings.Contains(why, "would bootstrap a second cluster") {
+		t.Fatalf("a former member with no join target, seen without the member data's parent: %v %q %v", ok, why, err)
+	}
+	if err := view.SetJoin("a=https://10.0.0.1:2380"); err != nil {
+		t.Fatal(err)
+	}
+	if ok, why, err := view.ServerAllowed(); err != nil || !ok {
+		t.Fatalf("a former member with a join target: %v %q %v", ok, why, err)
+	}
+	// A host whose member data was never moved records nothing.
+	fresh := hoststate.State{Dir: filepath.Join(t.TempDir(), "holdfast"), MemberDataDir: filepath.Join(dir, "none")}
+	if err := fresh.MoveMemberDataAside(); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _, err := fresh.ServerAllowed(); err != nil || !ok {
+		t.Fatalf("a host that never was a member: %v %v", ok, err)
 	}
 }

@@ -39,13 +39,16 @@ func TestTheNodePluginMountsOnlyWhatItsFeaturesUse(t *testing.T) {
 		// rw and ro are the host paths mounted read-write and read-only.
 		rw, ro  []string
 		systemd bool // --systemd-dir and the D-Bus address are passed
+		// actuator is the --actuator passed, the one holdfast-node runs
+		// while no VoterPolicy exists: the chart's, whose paths it mounts.
+		actuator string
 	}{
 		{name: "voter swaps off", node: tlsDir, rw: []string{cri}},
-		{name: "voter swaps on, Systemd", voters: true, node: tlsDir, systemd: true,
+		{name: "voter swaps on, Systemd", voters: true, node: tlsDir, systemd: true, actuator: "Systemd",
 			rw: []string{cri, hostDir, "/etc/systemd/system", "/run/dbus/system_bus_socket", "/var/lib/rancher/k3s/server"}, ro: []string{"/etc/etcd-tls"}},
-		{name: "voter swaps on, StaticPod at kubeadm's paths", voters: true, node: map[string]any{"actuator": "StaticPod"},
+		{name: "voter swaps on, StaticPod at kubeadm's paths", voters: true, node: map[string]any{"actuator": "StaticPod"}, actuator: "StaticPod",
 			rw: []string{cri, hostDir, "/etc/kubernetes/manifests", "/etc/kubernetes/pki", "/var/lib"}, ro: []string{"/etc/kubernetes/holdfast"}},
-		{name: "voter swaps on, StaticPod at the policy's own paths", voters: true, node: map[string]any{"actuator": "StaticPod",
+		{name: "voter swaps on, StaticPod at the policy's own paths", voters: true, actuator: "StaticPod", node: map[string]any{"actuator": "StaticPod",
 			"staticPod": map[string]any{"manifestsDir": "/srv/kubelet/manifests/", "pkiDir": "/srv/pki", "apiServerTemplate": "/srv/templates/apiserver.yaml",
 				"memberDataDir": "/data/etcd/member/"},
 			"etcd": map[string]any{"caFile": "/srv/pki/etcd/ca.crt", "certFile": "/srv/pki/etcd/client.crt", "keyFile": "/srv/pki/etcd/client.key"}},
@@ -96,6 +99,15 @@ func TestTheNodePluginMountsOnlyWhatItsFeaturesUse(t *testing.T) {
 			}
 			if !slices.Contains(c.Args, "--host-dir=/var/lib/holdfast") {
 				t.Errorf("args %v lack --host-dir=/var/lib/holdfast (the fence audit is under it)", c.Args)
+			}
+			var actuator []string
+			for _, a := range c.Args {
+				if v, ok := strings.CutPrefix(a, "--actuator="); ok {
+					actuator = append(actuator, v)
+				}
+			}
+			if want := []string{tc.actuator}; tc.actuator == "" && len(actuator) > 0 || tc.actuator != "" && !slices.Equal(actuator, want) {
+				t.Errorf("--actuator passed %q; want %q (none with voter swaps off)", actuator, tc.actuator)
 			}
 			systemdDir := slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--systemd-dir=") })
 			dbusEnv := slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "DBUS_SYSTEM_BUS_ADDRESS" })

@@ -138,9 +138,9 @@ holdfast-lease-ca
 {{- if eq $data "/" -}}
 {{- fail (printf "node.staticPod.memberDataDir: %s is directly under /, and holdfast-node mounts its parent read-write to move it aside: keep the member data one level below a directory of its own (kubeadm's /var/lib/etcd)" $sp.memberDataDir) -}}
 {{- end -}}
-{{- /* The etcd pod's start condition runs with these files, and its pod (actuator.etcdPod) mounts only <pkiDir>/etcd, the host directory and the member data's parent. */ -}}
+{{- /* The etcd pod's start condition runs with these files, and its init container (actuator.etcdPod) mounts only <pkiDir>/etcd, the host directory and the member data directory. */ -}}
 {{- $etcdPKI := printf "%s/" (clean (printf "%s/etcd" $pki)) -}}
-{{- $readable := list $etcdPKI (printf "%s/" (clean $n.hostDir)) (printf "%s/" (trimSuffix "/" $data)) -}}
+{{- $readable := list $etcdPKI (printf "%s/" (clean $n.hostDir)) (printf "%s/" (clean $sp.memberDataDir)) -}}
 {{- range $k := list "caFile" "certFile" "keyFile" -}}
 {{- $f := clean (index $n.etcd $k) -}}
 {{- $in := false -}}
