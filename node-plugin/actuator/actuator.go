@@ -240,14 +240,11 @@ func (a *Actuator) StepDown(ctx context.Context) error {
 // tombstone check never interleaves with it.
 func (a *Actuator) FinishDemote(ctx context.Context) error {
 	st := a.cfg.State
-	unlock, err := st.Lock()
+	unlock, err := st.LockAsAgent()
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	if err := st.SetRole(holdfastv1.RoleAgent); err != nil {
-		return err
-	}
 	if err := a.sd.MaskRuntime(ctx, a.cfg.ServerUnit); err != nil {
 		return err
 	}
@@ -383,7 +380,8 @@ func (a *Actuator) ActiveRole(ctx context.Context) (string, error) {
 // retireMember is the host's record of a stopped, removed member put away,
 // whichever actuator stopped it: its data moved aside keeping one copy,
 // then its tombstone retired (the moved-aside data now guards the server:
-// no join target, no start), then the member forgotten.
+// no join target, no start), then the member and its server's start
+// forgotten.
 func retireMember(st hoststate.State) error {
 	if err := st.MoveMemberDataAside(); err != nil {
 		return fmt.Errorf("moving member data aside: %w", err)
@@ -391,5 +389,8 @@ func retireMember(st hoststate.State) error {
 	if err := st.RetireTombstone(); err != nil {
 		return err
 	}
-	return st.ClearMember()
+	if err := st.ClearMember(); err != nil {
+		return err
+	}
+	return st.ClearServerStartedAt()
 }

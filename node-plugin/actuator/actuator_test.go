@@ -284,6 +284,9 @@ func TestFinishDemoteMovesDataAsideKeepingNewestCopy(t *testing.T) {
 		if ts, _ := h.state.Tombstone(); ts != nil {
 			t.Errorf("tombstone still live after finish-demote")
 		}
+		if _, err := os.Stat(filepath.Join(h.state.Dir, hoststate.StartedAtFile)); !os.IsNotExist(err) {
+			t.Errorf("the finished host keeps the record of its server's start: %v", err)
+		}
 	}
 }
 

@@ -46,14 +46,11 @@ func (a *StaticPodActuator) StepDown(ctx context.Context) error {
 // never moves the data of an etcd the kubelet still runs.
 func (a *StaticPodActuator) FinishDemote(ctx context.Context) error {
 	st := a.cfg.State
-	unlock, err := st.Lock()
+	unlock, err := st.LockAsAgent()
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	if err := st.SetRole(holdfastv1.RoleAgent); err != nil {
-		return err
-	}
 	if _, err := a.removeManifest(APIServerManifest); err != nil {
 		return err
 	}

@@ -537,13 +537,19 @@ func TestStaticPodFinishDemoteMovesDataOnlyOnceEtcdStoppedAndKeepsOneCopy(t *tes
 	ctx := context.Background()
 	data := h.cfg.State.MemberDataDir
 	for round := range 2 {
+		// The first round finishes a demotion, the second rolls a promote
+		// back: the same host work.
+		finish := h.act.FinishDemote
+		if round == 1 {
+			finish = h.act.Rollback
+		}
 		h.promoteToDone()
 		mustWrite(t, filepath.Join(data, "member/snap/db"), []byte{byte('a' + round)})
 		if err := h.cfg.State.SetTombstone(holdfastv1.Tombstone{MemberID: "a4", ClusterID: "c1"}); err != nil {
 			t.Fatal(err)
 		}
 		for range 2 {
-			wantWaiting(t, h.act.FinishDemote(ctx), "mirror pod kube-system/etcd-cp-4 is still there")
+			wantWaiting(t, finish(ctx), "mirror pod kube-system/etcd-cp-4 is still there")
 			if !exists(t, filepath.Join(data, "member/snap/db")) {
 				t.Fatal("the member data was moved while the kubelet still runs etcd")
 			}
@@ -553,9 +559,12 @@ func TestStaticPodFinishDemoteMovesDataOnlyOnceEtcdStoppedAndKeepsOneCopy(t *tes
 		}
 		h.kubelet.sync(t, corev1.PodRunning)
 		for range 2 {
-			if err := h.act.FinishDemote(ctx); err != nil {
+			if err := finish(ctx); err != nil {
 				t.Fatal(err)
 			}
+		}
+		if exists(t, filepath.Join(h.cfg.State.Dir, hoststate.StartedAtFile)) {
+			t.Fatal("the finished host keeps the record of its server's start")
 		}
 		if exists(t, data) {
 			t.Fatal("the member data was not moved aside")

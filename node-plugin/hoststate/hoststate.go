@@ -343,6 +343,11 @@ func (s State) ServerStartedAt() (time.Time, error) {
 	return time.Parse(time.RFC3339Nano, strings.TrimSpace(string(b)))
 }
 
+// ClearServerStartedAt forgets the server's start once the host is
+// finished to an agent: the record is a promote's, and a later promote
+// starts its server anew.
+func (s State) ClearServerStartedAt() error { return s.remove(StartedAtFile) }
+
 // SetServerStartedAt records a start of the server unit.
 func (s State) SetServerStartedAt(t time.Time) error {
 	return s.write(StartedAtFile, []byte(t.UTC().Format(time.RFC3339Nano)+"\n"))

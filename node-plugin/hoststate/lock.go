@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 
 	"golang.org/x/sys/unix"
+
+	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 )
 
 // LockFile under Dir is flocked by Lock.
@@ -53,4 +55,20 @@ func (s State) lock(wait bool) (func(), bool, error) {
 		return nil, false, fmt.Errorf("locking %s: %w", f.Name(), err)
 	}
 	return func() { _ = f.Close() }, true, nil // closing the descriptor releases the flock
+}
+
+// LockAsAgent takes the host's member lock and writes the role file agent,
+// and returns the lock's release: how finish-demote and rollback begin,
+// whichever actuator runs them, so the role file says agent before any
+// server is stopped or any member data moved.
+func (s State) LockAsAgent() (func(), error) {
+	unlock, err := s.Lock()
+	if err != nil {
+		return nil, err
+	}
+	if err := s.SetRole(holdfastv1.RoleAgent); err != nil {
+		unlock()
+		return nil, err
+	}
+	return unlock, nil
 }
