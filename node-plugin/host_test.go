@@ -8,10 +8,14 @@ import (
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 )
 
-// A flag wins over the VoterPolicy, the policy over k3s's defaults.
+// A flag wins over the VoterPolicy, the policy over the defaults; the
+// default member data directory is the actuator's (kubeadm's with
+// StaticPod).
 func TestHostSettingsFollowFlagThenPolicyThenDefault(t *testing.T) {
 	policy := &holdfastv1.VoterPolicy{Spec: holdfastv1.VoterPolicySpec{Host: holdfastv1.HostRoleSettings{
 		ServerUnit: "etcd-server.service", MemberDataDir: "/srv/etcd"}}}
+	static := &holdfastv1.VoterPolicy{Spec: holdfastv1.VoterPolicySpec{Host: holdfastv1.HostRoleSettings{
+		Actuator: holdfastv1.ActuatorStaticPod, StaticPod: &holdfastv1.StaticPodSettings{EtcdImage: "registry.k8s.io/etcd:3.6.5-0"}}}}
 	for _, tc := range []struct {
 		name  string
 		flags Options
@@ -22,6 +26,8 @@ func TestHostSettingsFollowFlagThenPolicyThenDefault(t *testing.T) {
 		{"policy", Options{}, policy, hostSettings{"etcd-server.service", "k3s-agent.service", "/srv/etcd", ""}},
 		{"flags over policy", Options{MemberDataDir: "/data/db", ServerTombstone: "/data/tomb"}, policy,
 			hostSettings{"etcd-server.service", "k3s-agent.service", "/data/db", "/data/tomb"}},
+		{"static pods", Options{}, static, hostSettings{"k3s.service", "k3s-agent.service", "/var/lib/etcd", ""}},
+		{"static pods, flag", Options{MemberDataDir: "/var/lib/etcd/data"}, static, hostSettings{"k3s.service", "k3s-agent.service", "/var/lib/etcd/data", ""}},
 	} {
 		if got := resolveHost(tc.flags, tc.vp); got != tc.want {
 			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)

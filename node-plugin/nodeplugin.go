@@ -161,7 +161,8 @@ var warmStandbyPods = func() labels.Selector {
 }()
 
 // hostSettings are the host's unit names and member paths: a flag wins,
-// then the VoterPolicy, then k3s's defaults.
+// then the VoterPolicy, then the defaults (k3s's units; the member data
+// directory of the actuator, holdfastv1.DefaultMemberDataDir).
 type hostSettings struct{ ServerUnit, AgentUnit, MemberDataDir, ServerTombstone string }
 
 // resolveHost is hostSettings for the flags o and the VoterPolicy vp (nil:
@@ -171,6 +172,7 @@ func resolveHost(o Options, vp *holdfastv1.VoterPolicy) hostSettings {
 	if vp != nil {
 		h = vp.Spec.Host
 	}
+	h.Actuator = resolveActuator(vp).Actuator
 	pick := func(flag, policy, def string) string {
 		switch {
 		case flag != "":
@@ -183,7 +185,7 @@ func resolveHost(o Options, vp *holdfastv1.VoterPolicy) hostSettings {
 	return hostSettings{
 		ServerUnit:      pick(o.ServerUnit, h.ServerUnit, "k3s.service"),
 		AgentUnit:       pick(o.AgentUnit, h.AgentUnit, "k3s-agent.service"),
-		MemberDataDir:   pick(o.MemberDataDir, h.MemberDataDir, "/var/lib/rancher/k3s/server/db"),
+		MemberDataDir:   pick(o.MemberDataDir, h.MemberDataDirOrDefault(), ""),
 		ServerTombstone: pick(o.ServerTombstone, h.ServerTombstone, ""),
 	}
 }
@@ -327,16 +329,16 @@ func addVoterSwaps(ctx context.Context, mgr ctrl.Manager, o *Options, reporter *
 		return nil, err
 	}
 	state := hoststate.State{Dir: o.HostDir, MemberDataDir: o.MemberDataDir, ServerTombstone: o.ServerTombstone}
-	tlsCfg, err := etcdTLS(*o)
+	etcd, err := newEtcd(ctx, mgr.GetAPIReader(), *o, state)
 	if err != nil {
 		return nil, err
 	}
 	if acts.Actuator == holdfastv1.ActuatorStaticPod {
-		act, err := newStaticPodActuator(mgr, o, acts, state)
+		act, err := newStaticPodActuator(mgr, o, acts, state, etcd)
 		if err != nil {
 			return nil, err
 		}
-		return func() {}, addRoleParts(ctx, mgr, o, reporter, state, tlsCfg, act)
+		return func() {}, addRoleParts(mgr, o, reporter, state, etcd, act)
 	}
 	var sd *actuator.DBusSystemd
 	if o.SystemdBus != "" {
@@ -359,7 +361,7 @@ func addVoterSwaps(ctx context.Context, mgr ctrl.Manager, o *Options, reporter *
 		closeSystemd()
 		return nil, fmt.Errorf("installing the server's start condition: %w", err)
 	}
-	if err := addRoleParts(ctx, mgr, o, reporter, state, tlsCfg, act); err != nil {
+	if err := addRoleParts(mgr, o, reporter, state, etcd, act); err != nil {
 		closeSystemd()
 		return nil, err
 	}
@@ -372,16 +374,26 @@ type roleActuator interface {
 	report.Units
 }
 
-// addRoleParts adds the tombstone watcher and the role reconciler over act,
-// and points the reporter at act, the member data directory and the voters.
-func addRoleParts(ctx context.Context, mgr ctrl.Manager, o *Options, reporter *report.Reporter, state hoststate.State, tlsCfg *tls.Config, act roleActuator) error {
-	reader := mgr.GetAPIReader()
-	etcd := &tombstone.ClientEtcd{LocalEndpoint: o.EtcdLocal, TLS: tlsCfg, Cluster: PolicyEndpoints(reader),
+// newEtcd is the node plugin's etcd client: the local member at o's local
+// endpoint, the cluster at the voters' client URLs, each new list of which
+// it records on the host for the server's start condition.
+func newEtcd(ctx context.Context, reader client.Reader, o Options, state hoststate.State) (*tombstone.ClientEtcd, error) {
+	tlsCfg, err := etcdTLS(o)
+	if err != nil {
+		return nil, err
+	}
+	return &tombstone.ClientEtcd{LocalEndpoint: o.EtcdLocal, TLS: tlsCfg, Cluster: PolicyEndpoints(reader),
 		Learned: func(urls []string) {
 			if err := state.SetMemberEndpoints(urls); err != nil {
 				klog.FromContext(ctx).Error(err, "Recording the voters' client URLs for the server's start condition")
 			}
-		}}
+		}}, nil
+}
+
+// addRoleParts adds the tombstone watcher and the role reconciler over act,
+// and points the reporter at act, the member data directory and the voters.
+func addRoleParts(mgr ctrl.Manager, o *Options, reporter *report.Reporter, state hoststate.State, etcd *tombstone.ClientEtcd, act roleActuator) error {
+	reader := mgr.GetAPIReader()
 	watcher := &tombstone.Watcher{State: state, Clock: clock.RealClock{}, Every: 5 * time.Second, Etcd: etcd, Written: reporter.Kick}
 	if err := mgr.Add(watcher); err != nil {
 		return err

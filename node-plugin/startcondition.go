@@ -41,7 +41,7 @@ func StartConditionMain(args []string, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var o Options
 	fs.StringVar(&o.HostDir, "host-dir", hoststate.DefaultDir, "the node plugin's host state directory")
-	fs.StringVar(&o.MemberDataDir, "member-data-dir", "/var/lib/rancher/k3s/server/db", "the etcd member's data directory")
+	fs.StringVar(&o.MemberDataDir, "member-data-dir", holdfastv1.DefaultMemberDataDirSystemd, "the etcd member's data directory")
 	fs.StringVar(&o.ServerTombstone, "server-tombstone", "", "the server's own tombstone file (default: "+hoststate.DefaultServerTombstone+" under --member-data-dir, k3s's)")
 	fs.StringVar(&o.EtcdLocal, "etcd-local-endpoint", "https://127.0.0.1:2379", "the local etcd member's client URL")
 	fs.StringVar(&o.EtcdCA, "etcd-ca", "", "CA file for the etcd members' client URLs")

@@ -36,10 +36,11 @@ func resolveActuator(vp *holdfastv1.VoterPolicy) actuatorSettings {
 }
 
 // newStaticPodActuator is the role actuator of a kubeadm host: it reads the
-// kubelet's mirror pods from the apiserver past the cache, and the etcd pod
-// it writes runs the host's start condition before etcd, as the systemd
-// unit's ExecCondition does.
-func newStaticPodActuator(mgr ctrl.Manager, o *Options, s actuatorSettings, state hoststate.State) (*actuator.StaticPodActuator, error) {
+// kubelet's mirror pods from the apiserver past the cache, asks etcd
+// whether a promoted member joined, and the etcd pod it writes runs the
+// host's start condition before etcd, as the systemd unit's ExecCondition
+// does.
+func newStaticPodActuator(mgr ctrl.Manager, o *Options, s actuatorSettings, state hoststate.State, etcd actuator.Membership) (*actuator.StaticPodActuator, error) {
 	if s.EtcdImage == "" {
 		return nil, fmt.Errorf("VoterPolicy %s: spec.host.staticPod.etcdImage: Required value: the StaticPod actuator needs the etcd image", holdfastv1.VoterPolicyName)
 	}
@@ -48,6 +49,6 @@ func newStaticPodActuator(mgr ctrl.Manager, o *Options, s actuatorSettings, stat
 	}
 	return actuator.NewStaticPod(actuator.APIMirrorPods{Reader: mgr.GetAPIReader()}, actuator.StaticPodConfig{
 		NodeName: o.NodeName, ManifestsDir: s.ManifestsDir, PKIDir: s.PKIDir, APIServerTemplate: s.APIServerTemplate,
-		EtcdImage: s.EtcdImage, StartCondition: StartConditionArgs(o), State: state, Clock: clock.RealClock{},
+		EtcdImage: s.EtcdImage, StartCondition: StartConditionArgs(o), State: state, Members: etcd, Clock: clock.RealClock{},
 	}), nil
 }

@@ -26,6 +26,7 @@ import (
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
 	"github.com/holdfast-io/holdfast/node-plugin/actuator"
+	"github.com/holdfast-io/holdfast/node-plugin/tombstone"
 	"github.com/holdfast-io/holdfast/test/etcdproc"
 	"github.com/holdfast-io/holdfast/test/poll"
 	"github.com/holdfast-io/holdfast/test/ports"
@@ -282,6 +283,8 @@ func TestStaticPodMemberJoinsARealEtcdAsALearnerAndLeaves(t *testing.T) {
 	}
 	id := added.Member.ID
 	createNode(t, node)
+	cfg.Members = &tombstone.ClientEtcd{LocalEndpoint: ms[1].ClientURL, TLS: tlsCfg,
+		Cluster: func(context.Context) ([]string, error) { return []string{ms[0].ClientURL}, nil }}
 	startStaticPodPlugin(t, cfg)
 	kubelet := startStaticKubelet(t, cfg, bin)
 	holdLease(t, swap)

@@ -10,10 +10,12 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"math/big"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -32,6 +34,27 @@ import (
 	"github.com/holdfast-io/holdfast/node-plugin/role"
 	"github.com/holdfast-io/holdfast/test/poll"
 )
+
+// memberAnswers stands in for etcd at its client API
+// (actuator.Membership) where no etcd runs: the local member joined once
+// it is set, not answering until then.
+type memberAnswers struct {
+	joined atomic.Pointer[hoststate.Member]
+}
+
+func (m *memberAnswers) Local(context.Context) (hoststate.Member, error) {
+	if j := m.joined.Load(); j != nil {
+		return *j, nil
+	}
+	return hoststate.Member{}, errors.New("connection refused")
+}
+
+func (m *memberAnswers) MemberNames(context.Context) (string, map[string]string, error) {
+	if j := m.joined.Load(); j != nil {
+		return j.ClusterID, map[string]string{"a1": "kubeadm-1", j.ID: j.Name}, nil
+	}
+	return "c1", map[string]string{"a1": "kubeadm-1"}, nil
+}
 
 // newStaticPodHost lays out a provisioned kubeadm host under a temporary
 // root: the manifests directory, an etcd CA with its key, and the
@@ -165,6 +188,8 @@ func TestStaticPodStepStaysRunningUntilItsMirrorPodSaysSo(t *testing.T) {
 	const node, swap = "kubeadm-4", "20260301T120000Z-kubeadm-1-kubeadm-4"
 	createNode(t, node)
 	cfg := newStaticPodHost(t, node)
+	etcdAPI := &memberAnswers{}
+	cfg.Members = etcdAPI
 	startStaticPodPlugin(t, cfg)
 	holdLease(t, swap)
 	before := stepCounts(t)
@@ -202,13 +227,24 @@ func TestStaticPodStepStaysRunningUntilItsMirrorPodSaysSo(t *testing.T) {
 		t.Fatalf("the apiserver manifest was written before etcd ran: %v", err)
 	}
 	etcd := publishMirrorPod(t, cfg, actuator.EtcdManifest)
+	// A Ready etcd pod is not a joined member: the promote waits, saying
+	// so, until the member answers in its cluster.
+	poll.Until(t, waitTimeout, "the promote waiting for the member to join", func() (bool, string) {
+		rep = waitReport(t, node, holdfastv1.RoleStepPromote, holdfastv1.ActuatorRunning)
+		return strings.Contains(rep.Message, "the local etcd member does not answer"), rep.Message
+	})
+	if _, err := os.Stat(filepath.Join(cfg.ManifestsDir, actuator.APIServerManifest)); !os.IsNotExist(err) {
+		t.Fatalf("the apiserver manifest was written before the member joined: %v", err)
+	}
+	etcdAPI.joined.Store(&hoststate.Member{ID: "a4", ClusterID: "c1", Name: node})
 	waitReport(t, node, holdfastv1.RoleStepPromote, holdfastv1.ActuatorDone)
 	if _, err := os.Stat(filepath.Join(cfg.ManifestsDir, actuator.APIServerManifest)); err != nil {
 		t.Fatalf("the apiserver manifest is not written once etcd runs: %v", err)
 	}
 	// Running reports: the step's start and one per state waited in (not
-	// published, perhaps Pending between the kubelet's create and status).
-	if n := rose(before, stepCounts(t))[holdfastv1.RoleStepPromote+"/"+holdfastv1.ActuatorRunning]; n < 2 || n > 3 {
+	// published, perhaps Pending between the kubelet's create and status,
+	// the member not joined).
+	if n := rose(before, stepCounts(t))[holdfastv1.RoleStepPromote+"/"+holdfastv1.ActuatorRunning]; n < 3 || n > 4 {
 		t.Fatalf("the promote was reported running %v times: a wait must be reported once per state, not once per recheck", n)
 	}
 

@@ -156,6 +156,26 @@ spec:
 	if s.Host.Actuator != holdfastv1.ActuatorSystemd || s.Host.StaticPod != nil {
 		t.Fatalf("VoterPolicy spec.host.actuator defaults to Systemd with no staticPod settings: %+v", s.Host)
 	}
+	if s.Host.MemberDataDir != "" || s.Host.MemberDataDirOrDefault() != "/var/lib/rancher/k3s/server/db" {
+		t.Fatalf("VoterPolicy spec.host.memberDataDir: stored %q (want none: its default follows the actuator), default %q (want k3s's)",
+			s.Host.MemberDataDir, s.Host.MemberDataDirOrDefault())
+	}
+	// With StaticPod the default member data directory is kubeadm's.
+	k.MustRun(t, `apiVersion: holdfast.io/v1alpha1
+kind: VoterPolicy
+metadata: {name: default}
+spec:
+  etcd:
+    endpoints: [https://10.0.0.1:2379, https://10.0.0.2:2379]
+  host: {actuator: StaticPod, staticPod: {etcdImage: registry.k8s.io/etcd:3.6.5-0}}
+`, "apply", "-f", "-")
+	var sp holdfastv1.VoterPolicy
+	if err := env.Client.Get(ctx, client.ObjectKey{Name: "default"}, &sp); err != nil {
+		t.Fatal(err)
+	}
+	if h := sp.Spec.Host; h.MemberDataDir != "" || h.MemberDataDirOrDefault() != "/var/lib/etcd" {
+		t.Fatalf("a StaticPod VoterPolicy's memberDataDir: stored %q, default %q; want none stored and kubeadm's /var/lib/etcd", h.MemberDataDir, h.MemberDataDirOrDefault())
+	}
 	rows := columns(k.MustRun(t, "", "get", "voterpolicies").Stdout)
 	if want := []string{"NAME", "TARGET", "VOTERS", "LEADER", "DRYRUN", "AGE"}; !equality.Semantic.DeepEqual(rows[0], want) {
 		t.Fatalf("kubectl get voterpolicies header = %q, want %q", rows[0], want)

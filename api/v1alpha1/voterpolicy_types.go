@@ -146,9 +146,11 @@ type HostRoleSettings struct {
 	// +kubebuilder:default="k3s-agent.service"
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9:_.@-]+\.service$`
 	AgentUnit string `json:"agentUnit,omitempty"`
-	// memberDataDir is the etcd member's data directory on the host.
+	// memberDataDir is the etcd member's data directory on the host. Empty:
+	// the actuator's default, k3s's /var/lib/rancher/k3s/server/db with
+	// Systemd, kubeadm's /var/lib/etcd with StaticPod
+	// (MemberDataDirOrDefault).
 	// +optional
-	// +kubebuilder:default="/var/lib/rancher/k3s/server/db"
 	// +kubebuilder:validation:Pattern=`^/`
 	MemberDataDir string `json:"memberDataDir,omitempty"`
 	// serverTombstone is the file the server writes itself when its member
@@ -157,6 +159,34 @@ type HostRoleSettings struct {
 	// +optional
 	// +kubebuilder:validation:Pattern=`^/`
 	ServerTombstone string `json:"serverTombstone,omitempty"`
+}
+
+// Member data directories of the actuators' hosts, when
+// spec.host.memberDataDir is empty.
+const (
+	// DefaultMemberDataDirSystemd is k3s's (server/db).
+	DefaultMemberDataDirSystemd = "/var/lib/rancher/k3s/server/db"
+	// DefaultMemberDataDirStaticPod is kubeadm's (etcd.local.dataDir).
+	DefaultMemberDataDirStaticPod = "/var/lib/etcd"
+)
+
+// DefaultMemberDataDir is the member data directory of actuator's hosts:
+// kubeadm's for StaticPod, k3s's otherwise (Systemd, the default).
+func DefaultMemberDataDir(actuator string) string {
+	if actuator == ActuatorStaticPod {
+		return DefaultMemberDataDirStaticPod
+	}
+	return DefaultMemberDataDirSystemd
+}
+
+// MemberDataDirOrDefault is memberDataDir, or when it is empty the
+// default of the actuator (DefaultMemberDataDir). The default is here, not
+// in the CRD: a CRD default cannot follow another field.
+func (h HostRoleSettings) MemberDataDirOrDefault() string {
+	if h.MemberDataDir != "" {
+		return h.MemberDataDir
+	}
+	return DefaultMemberDataDir(h.Actuator)
 }
 
 // StaticPodSettings are the kubeadm layout the StaticPod actuator writes

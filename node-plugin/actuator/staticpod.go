@@ -64,6 +64,21 @@ func IsWaiting(err error) (time.Duration, bool) {
 	return 0, false
 }
 
+// Membership is what a promote asks etcd before it is done
+// (tombstone.ClientEtcd): the pod the kubelet runs being Ready says only
+// that an etcd answers its health check, which one restarted from other
+// data (a former cluster's, kept in the data directory: etcd ignores the
+// join flags then) does as well.
+type Membership interface {
+	// Local is the local member's own answer (its status): its ID and its
+	// cluster's ID. A learner answers nothing more (no member list).
+	Local(ctx context.Context) (hoststate.Member, error)
+	// MemberNames lists the cluster's members as its other members answer
+	// it (linearizable), each ID with its name (empty until the member
+	// started and published itself), with their cluster ID.
+	MemberNames(ctx context.Context) (clusterID string, names map[string]string, err error)
+}
+
 // Defaults of StaticPodConfig.
 const (
 	DefaultManifestsDir      = "/etc/kubernetes/manifests"
@@ -91,6 +106,9 @@ type StaticPodConfig struct {
 	StartCondition []string
 	// State is the host state; its MemberDataDir is etcd's data directory.
 	State hoststate.State
+	// Members answers whether the member runs in the cluster it was told
+	// to join: a promote is done only then.
+	Members Membership
 	// Timeout bounds a wait for a mirror pod after the manifest was
 	// written; past it the step fails (and is retried with backoff) with
 	// the pod's state. Recheck is how soon a waiting step looks again.
@@ -169,11 +187,11 @@ func (a *StaticPodActuator) provisioned() (bool, string, error) {
 // Promote makes the host a member joining the cluster in join: join target
 // and role file, the member's certificates from the etcd CA, the etcd
 // manifest (guarded), and, once the kubelet runs it (its mirror pod
-// Running and Ready), the kube-apiserver manifest. It returns the time the
-// etcd manifest was first written by this promote, or a WaitingError while
-// the etcd pod is not Ready. The apiserver is not waited for: it serves
-// only once the controller has promoted the learner, which it does after
-// this step is done.
+// Running and Ready) and the member has joined (joinWait), the
+// kube-apiserver manifest. It returns the time the etcd manifest was first
+// written by this promote, or a WaitingError until then. The apiserver is
+// not waited for: it serves only once the controller has promoted the
+// learner, which it does after this step is done.
 func (a *StaticPodActuator) Promote(ctx context.Context, join string) (time.Time, error) {
 	self, err := selfInJoin(join, a.cfg.NodeName, a.cfg.ClientPort)
 	if err != nil {
@@ -235,6 +253,9 @@ func (a *StaticPodActuator) Promote(ctx context.Context, join string) (time.Time
 	}
 	if err := a.waitRunning(ctx, etcd, started); err != nil {
 		return started, err
+	}
+	if what := a.joinWait(ctx); what != "" {
+		return started, a.waitOrFail(what, started)
 	}
 	api, err := a.apiServerPod()
 	if err != nil {
@@ -306,6 +327,37 @@ func (a *StaticPodActuator) waitRunning(ctx context.Context, pod *corev1.Pod, si
 		return nil
 	}
 	return a.waitOrFail(fmt.Sprintf("mirror pod %s/%s is %s", ns, name, state), since)
+}
+
+// joinWait says what the member the etcd pod runs lacks to be one of the
+// cluster it was told to join, "" once it is: the local member answers
+// from its endpoint, and the member list its cluster's other members
+// answer is of the same cluster ID and lists its member ID, started under
+// this node's name (a member added but not started has no name yet). An
+// etcd of another cluster (a former one's data left in the data
+// directory) or one that answers nobody never passes.
+func (a *StaticPodActuator) joinWait(ctx context.Context) string {
+	if a.cfg.Members == nil {
+		return "no etcd client to ask the local member whether it joined"
+	}
+	local, err := a.cfg.Members.Local(ctx)
+	if err != nil {
+		return fmt.Sprintf("the local etcd member does not answer (%v)", err)
+	}
+	clusterID, names, err := a.cfg.Members.MemberNames(ctx)
+	if err != nil {
+		return fmt.Sprintf("the cluster's other members do not answer its member list (%v)", err)
+	}
+	name, listed := names[local.ID]
+	switch {
+	case clusterID != local.ClusterID:
+		return fmt.Sprintf("the local etcd member %s is of cluster %s, not of cluster %s it was told to join", local.ID, local.ClusterID, clusterID)
+	case !listed:
+		return fmt.Sprintf("the member list of cluster %s does not list the local etcd member %s", clusterID, local.ID)
+	case name != a.cfg.NodeName:
+		return fmt.Sprintf("the local etcd member %s has not started as %s in cluster %s (its member list names it %q)", local.ID, a.cfg.NodeName, clusterID, name)
+	}
+	return ""
 }
 
 // waitGone waits for the mirror pod of pod to be gone: the kubelet deletes

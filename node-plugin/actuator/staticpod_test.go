@@ -95,6 +95,7 @@ type spHost struct {
 	cfg     actuator.StaticPodConfig
 	act     *actuator.StaticPodActuator
 	kubelet *kubelet
+	etcd    *etcdAnswers
 	clock   *clocktesting.FakeClock
 	ca      *x509.Certificate
 }
@@ -105,7 +106,7 @@ type spHost struct {
 func newSPHost(t *testing.T) *spHost {
 	t.Helper()
 	root := t.TempDir()
-	h := &spHost{t: t, root: root, clock: clocktesting.NewFakeClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))}
+	h := &spHost{t: t, root: root, clock: clocktesting.NewFakeClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)), etcd: joinedAnswers()}
 	h.cfg = actuator.StaticPodConfig{
 		NodeName:          spNode,
 		ManifestsDir:      filepath.Join(root, "etc/kubernetes/manifests"),
@@ -113,6 +114,7 @@ func newSPHost(t *testing.T) *spHost {
 		APIServerTemplate: filepath.Join(root, "etc/kubernetes/holdfast/kube-apiserver.yaml"),
 		EtcdImage:         "registry.k8s.io/etcd:3.6.5-0",
 		State:             hoststate.State{Dir: filepath.Join(root, "var/lib/holdfast"), MemberDataDir: filepath.Join(root, "var/lib/etcd")},
+		Members:           h.etcd,
 		Timeout:           time.Minute,
 		Clock:             h.clock,
 	}

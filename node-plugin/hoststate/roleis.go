@@ -30,7 +30,7 @@ func RoleIsMain(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("role-is", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	dir := fs.String("host-dir", DefaultDir, "the node plugin's host state directory")
-	data := fs.String("member-data-dir", "/var/lib/rancher/k3s/server/db", "the etcd member's data directory")
+	data := fs.String("member-data-dir", holdfastv1.DefaultMemberDataDirSystemd, "the etcd member's data directory")
 	serverTombstone := fs.String("server-tombstone", "", "the server's own tombstone file (default: "+DefaultServerTombstone+" under --member-data-dir, k3s's)")
 	if err := fs.Parse(args); err != nil {
 		return RoleIsError

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 
 	"github.com/holdfast-io/holdfast/node-plugin/hoststate"
 )
@@ -33,6 +35,9 @@ type ClientEtcd struct {
 	// (the node plugin records it on the host for the server's start
 	// condition).
 	Learned func(urls []string)
+	// DialOptions, when set, are the etcd client's gRPC dial options (a
+	// test's dialer into its network namespaces).
+	DialOptions []grpc.DialOption
 
 	mu sync.Mutex
 	// known are the voters' client URLs in the last member list read.
@@ -80,7 +85,7 @@ func (c *ClientEtcd) learn(members []*etcdserverpb.Member) {
 }
 
 func (c *ClientEtcd) client(endpoints []string) (*clientv3.Client, error) {
-	return clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 3 * time.Second, TLS: c.TLS, Logger: zap.NewNop()})
+	return clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 3 * time.Second, TLS: c.TLS, Logger: zap.NewNop(), DialOptions: c.DialOptions})
 }
 
 // Local asks the local member for its own status.
@@ -110,6 +115,18 @@ func (c *ClientEtcd) Local(ctx context.Context) (hoststate.Member, error) {
 
 // Members lists the members as the other members answer.
 func (c *ClientEtcd) Members(ctx context.Context) (string, []string, error) {
+	clusterID, names, err := c.MemberNames(ctx)
+	if err != nil {
+		return "", nil, err
+	}
+	ids := slices.Sorted(maps.Keys(names))
+	return clusterID, ids, nil
+}
+
+// MemberNames lists the members as the other members answer
+// (linearizable), each ID with its name: empty until the member started
+// and published itself.
+func (c *ClientEtcd) MemberNames(ctx context.Context) (string, map[string]string, error) {
 	all, err := c.endpoints(ctx)
 	if err != nil {
 		return "", nil, err
@@ -136,11 +153,11 @@ func (c *ClientEtcd) Members(ctx context.Context) (string, []string, error) {
 		return "", nil, fmt.Errorf("member list: %w", err)
 	}
 	c.learn(ml.Members)
-	ids := make([]string, 0, len(ml.Members))
+	names := make(map[string]string, len(ml.Members))
 	for _, m := range ml.Members {
-		ids = append(ids, FormatID(m.ID))
+		names[FormatID(m.ID)] = m.Name
 	}
-	return FormatID(ml.Header.ClusterId), ids, nil
+	return FormatID(ml.Header.ClusterId), names, nil
 }
 
 // VoterPeerURLs lists the voters' peer URLs, for the fitness probe.

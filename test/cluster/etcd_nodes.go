@@ -113,9 +113,14 @@ func (c *Cluster) EtcdEndpoints() []string {
 // EtcdClient is an etcd client of endpoints that dials inside the hub.
 func (c *Cluster) EtcdClient(endpoints ...string) (*clientv3.Client, error) {
 	return clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
-		DialOptions: []grpc.DialOption{grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-			return c.Dial(ctx, "tcp", addr)
-		})}})
+		DialOptions: c.EtcdDialOptions()})
+}
+
+// EtcdDialOptions make an etcd client dial inside the hub.
+func (c *Cluster) EtcdDialOptions() []grpc.DialOption {
+	return []grpc.DialOption{grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+		return c.Dial(ctx, "tcp", addr)
+	})}
 }
 
 // startEtcdHosts gives every node whose spec names an etcd role its host

@@ -19,6 +19,7 @@ import (
 	nodeplugin "github.com/holdfast-io/holdfast/node-plugin"
 	"github.com/holdfast-io/holdfast/node-plugin/actuator"
 	"github.com/holdfast-io/holdfast/node-plugin/hoststate"
+	"github.com/holdfast-io/holdfast/node-plugin/tombstone"
 	"github.com/holdfast-io/holdfast/test/cluster"
 )
 
@@ -51,6 +52,11 @@ func provision(t *testing.T, c *cluster.Cluster, n *cluster.Node) *host {
 		Recheck:           250 * time.Millisecond,
 		Timeout:           4 * time.Minute,
 	}
+	// Done only once the member answers in the voter's cluster, asked as
+	// holdfast-node asks: its own client URL, then the cluster's.
+	local := fmt.Sprintf("http://%s:%d", n.IP, cluster.EtcdClientPort)
+	cfg.Members = &tombstone.ClientEtcd{LocalEndpoint: local, DialOptions: c.EtcdDialOptions(),
+		Cluster: func(context.Context) ([]string, error) { return c.EtcdEndpoints(), nil }}
 	cfg.StartCondition = nodeplugin.StartConditionArgs(&nodeplugin.Options{HostDir: cfg.State.Dir, MemberDataDir: cfg.State.MemberDataDir,
 		EtcdLocal: cluster.LocalEtcdURL})
 	bin, err := c.Binary("cmd/holdfast-node")
