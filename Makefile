@@ -35,6 +35,12 @@ CHART_DRILLS := $(CHART_DRILLS)|TestDeletedUnitsRuntimePodIsGarbageCollected|Tes
 CHART_DRILLS := $(CHART_DRILLS)|TestAWarmStandbyNeverWritesBeforeItsEpoch|TestAWarmStandbyIsPromotedWithoutAPod
 # The voter swap drill make test-e2e runs against the chart-installed components.
 CHART_VOTER_DRILLS := TestRoleSwap$$
+# The voter swap drills make test-e2e runs again on the kubeadm layout
+# (HOLDFAST_E2E_VOTERS_LAYOUT=staticpod: the members static pods on their
+# kubelets, holdfast-node's StaticPod actuator): the full swap with writes
+# throughout and the former member promoted again into the one cluster
+# (TestRoleSwap), and the rollback of a learner that never starts.
+STATICPOD_VOTER_DRILLS := ^(TestRoleSwap|TestRoleSwapBlockedPeer)$$
 GO_TEST_FLAGS ?=
 
 # The release this tree builds. The chart's appVersion is the one place it
@@ -103,11 +109,12 @@ test: k8s-bin node-deps modbus-deps opcua-deps cri-bin cni-bin $(CONTROLLER_GEN)
 	$(GO) test -tags integration -timeout $(TEST_TIMEOUT) $(GO_TEST_FLAGS) ./...
 
 .PHONY: test-e2e
-test-e2e: k8s-bin node-deps modbus-deps opcua-deps cri-bin cni-bin $(CONTROLLER_GEN) $(PROMTOOL) ## Run everything make test runs plus the long drills (build tag e2e): the matrix on real kubelets (once with owner-epoch devices, once with plain ones, the failover drills of CHART_DRILLS again against the chart-installed components), the voter swap drills (CHART_VOTER_DRILLS again against the chart-installed components)
+test-e2e: k8s-bin node-deps modbus-deps opcua-deps cri-bin cni-bin $(CONTROLLER_GEN) $(PROMTOOL) ## Run everything make test runs plus the long drills (build tag e2e): the matrix on real kubelets (once with owner-epoch devices, once with plain ones, the failover drills of CHART_DRILLS again against the chart-installed components), the voter swap drills (CHART_VOTER_DRILLS again against the chart-installed components, STATICPOD_VOTER_DRILLS again on the kubeadm layout)
 	$(GO) test -tags integration,e2e -timeout 90m $(GO_TEST_FLAGS) ./...
 	HOLDFAST_E2E_DEVICE=plain $(GO) test -tags integration,e2e -timeout 90m $(GO_TEST_FLAGS) ./test/e2e/
 	HOLDFAST_E2E_INSTALL=chart HOLDFAST_E2E_DEVICE=plain $(GO) test -tags integration,e2e -timeout 90m $(GO_TEST_FLAGS) -run '$(CHART_DRILLS)' ./test/e2e/
 	HOLDFAST_E2E_INSTALL=chart $(GO) test -tags integration,e2e -timeout 30m $(GO_TEST_FLAGS) -run '$(CHART_VOTER_DRILLS)' ./test/e2e/voters/
+	HOLDFAST_E2E_VOTERS_LAYOUT=staticpod $(GO) test -tags integration,e2e -timeout 40m $(GO_TEST_FLAGS) -run '$(STATICPOD_VOTER_DRILLS)' ./test/e2e/voters/
 
 SEEDS ?= 1000
 SIM_FLAGS ?=

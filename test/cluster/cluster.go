@@ -180,6 +180,9 @@ type Cluster struct {
 	leaseCAOnce sync.Once
 	leaseCA     string
 	leaseCAErr  error
+
+	// The etcd CA of kubeadm hosts (kubeadm.go), made once.
+	etcdCACert, etcdCAKey []byte
 }
 
 // FindBinaries locates the built binaries under the repository's bin/.
@@ -289,27 +292,26 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 			return c, err
 		}
 	}
-	if err := c.startEtcdHosts(ctx, cfg.Nodes); err != nil {
+	if err := c.startEtcdHosts(cfg.Nodes); err != nil {
+		return c, err
+	}
+	// Static pod members run under their nodes' kubelets: the nodes start
+	// before the apiserver, as kubeadm init's kubelet runs etcd before it.
+	kubeletsFirst := staticPodVoters(cfg.Nodes)
+	if kubeletsFirst {
+		if err := c.startNodes(ctx, cfg.Images); err != nil {
+			return c, err
+		}
+	}
+	if err := c.waitEtcd(ctx); err != nil {
 		return c, err
 	}
 	if err := c.startControlPlane(ctx, cfg.EtcdMembers, cfg.EvictionSeconds); err != nil {
 		return c, err
 	}
-	imgDir := filepath.Join(dir, "images")
-	if err := os.MkdirAll(imgDir, 0o755); err != nil {
-		return c, err
-	}
-	c.logf("building images")
-	c.images, err = buildImages(root, imgDir, bins.K8s, cfg.Images)
-	if err != nil {
-		return c, err
-	}
-	// Nodes start one after another: each start is a few seconds and
-	// starting them together only makes two cores thrash.
-	for _, name := range c.NodeNames {
-		c.logf("starting node %s", name)
-		if err := c.Nodes[name].start(ctx); err != nil {
-			return c, fmt.Errorf("node %s: %w", name, err)
+	if !kubeletsFirst {
+		if err := c.startNodes(ctx, cfg.Images); err != nil {
+			return c, err
 		}
 	}
 	if err := c.podNetwork(); err != nil {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -52,7 +53,9 @@ var LocalEtcdURL = fmt.Sprintf("http://127.0.0.1:%d", EtcdClientPort)
 // (test/dbusdouble's Manager on a private dbus-daemon, since PID 1 is not
 // systemd on these machines) whose server unit runs a real etcd member in
 // the node's network namespace, configured from the drop-ins holdfast-node
-// writes, and gated by holdfast-node's own `role-is` ExecCondition. The
+// writes, and gated by holdfast-node's own `role-is` ExecCondition. On a
+// node with NodeSpec.StaticPods it is a kubeadm host instead (kubeadm.go):
+// its kubelet runs the member as the etcd static pod, no systemd. The
 // apiserver uses these members as its etcd, so a voter swap on this cluster
 // changes the control plane's own quorum.
 type Host struct {
@@ -68,6 +71,9 @@ type Host struct {
 	Systemd    *dbusdouble.Manager
 	// ClientURL and PeerURL are the member's, on the node's address.
 	ClientURL, PeerURL string
+	// Kubeadm is a kubeadm host's layout (NodeSpec.StaticPods), nil on a
+	// systemd host (Bus and Systemd nil then).
+	Kubeadm *Kubeadm
 
 	n       *Node
 	initial string // the bootstrap cluster, for a first voter only
@@ -118,8 +124,9 @@ func (c *Cluster) EtcdDialOptions() []grpc.DialOption {
 }
 
 // startEtcdHosts gives every node whose spec names an etcd role its host
-// half and starts the first voters' members, before the apiserver.
-func (c *Cluster) startEtcdHosts(ctx context.Context, specs []NodeSpec) error {
+// half and starts the first voters' members (on a kubeadm host: writes
+// their manifests, which its kubelet runs), before the apiserver.
+func (c *Cluster) startEtcdHosts(specs []NodeSpec) error {
 	var voters []string
 	for _, s := range specs {
 		if s.Etcd == EtcdVoter {
@@ -149,12 +156,35 @@ func (c *Cluster) startEtcdHosts(ctx context.Context, specs []NodeSpec) error {
 		if voter {
 			h.initial = strings.Join(voters, ",")
 		}
-		if err := h.start(roleIs, voter); err != nil {
+		start := h.start
+		if s.StaticPods {
+			start = h.startKubeadm
+		}
+		if err := start(roleIs, voter); err != nil {
 			return errors.Join(fmt.Errorf("node %s: %w", n.Name, err), h.close())
 		}
 		n.Host = h
 	}
 	c.logf("etcd members on %s", strings.Join(voters, ","))
+	return nil
+}
+
+// staticPodVoters says whether the first voters are static pods: their
+// kubelets run before the apiserver, as kubeadm init's does.
+func staticPodVoters(specs []NodeSpec) bool {
+	for _, s := range specs {
+		if s.Etcd == EtcdVoter && s.StaticPods {
+			return true
+		}
+	}
+	return false
+}
+
+// waitEtcd waits until the nodes' members serve, when any node holds one.
+func (c *Cluster) waitEtcd(ctx context.Context) error {
+	if !slices.ContainsFunc(c.NodeNames, func(name string) bool { return c.Nodes[name].Host != nil }) {
+		return nil
+	}
 	cli, err := c.EtcdClient(c.EtcdEndpoints()...)
 	if err != nil {
 		return err
@@ -170,9 +200,9 @@ func (c *Cluster) startEtcdHosts(ctx context.Context, specs []NodeSpec) error {
 
 func peerURL(ip string) string { return fmt.Sprintf("http://%s:%d", ip, EtcdPeerPort) }
 
-func (h *Host) start(roleIs string, voter bool) error {
-	busDir := filepath.Join(h.Dir, "dbus")
-	for _, d := range []string{busDir, h.State.Dir, h.SystemdDir, filepath.Dir(h.State.MemberDataDir)} {
+// startDisk makes the host's directories and mounts the member's disk.
+func (h *Host) startDisk(dirs ...string) error {
+	for _, d := range append(dirs, h.State.Dir, filepath.Dir(h.State.MemberDataDir)) {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return err
 		}
@@ -181,6 +211,33 @@ func (h *Host) start(roleIs string, voter bool) error {
 	if h.disk, err = newDisk(filepath.Join(h.n.c.Dir, "disks", h.Node+".img"), filepath.Dir(h.State.MemberDataDir)); err != nil {
 		return fmt.Errorf("member disk: %w", err)
 	}
+	return nil
+}
+
+// startKubeadm provisions a kubeadm host (kubeadm.go) and, for a first
+// voter, writes its etcd manifest: the node's kubelet runs it once the
+// node starts.
+func (h *Host) startKubeadm(_ string, voter bool) error {
+	if err := h.startDisk(); err != nil {
+		return err
+	}
+	k, err := h.n.c.ProvisionKubeadm(h.n)
+	if err != nil {
+		return err
+	}
+	h.Kubeadm = &k
+	if voter {
+		return h.bootstrapEtcdManifest(k)
+	}
+	return nil
+}
+
+func (h *Host) start(roleIs string, voter bool) error {
+	busDir := filepath.Join(h.Dir, "dbus")
+	if err := h.startDisk(busDir, h.SystemdDir); err != nil {
+		return err
+	}
+	var err error
 	if h.Bus, err = dbusdouble.StartBus(busDir); err != nil {
 		return fmt.Errorf("dbus-daemon: %w", err)
 	}
@@ -249,6 +306,9 @@ func (h *Host) startEtcd(_ context.Context, env map[string]string) (dbusdouble.P
 
 // MemberPID is the running member's process ID (0 when none runs).
 func (h *Host) MemberPID() int {
+	if h.Kubeadm != nil {
+		return h.staticPodMemberPID()
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.proc == nil {

@@ -73,13 +73,19 @@ const (
 // HostDir is NodeHostDir of this node, as this process reaches it.
 func (n *Node) HostDir() string { return filepath.Join(n.Dir, NodeHostDir) }
 
-// KubernetesDir is the node's kubeadm directory (a kubeadm host's
-// /etc/kubernetes): with NodeSpec.StaticPods the kubelet runs the static
-// pods in its manifests/. The node's mount namespace shares the machine's
-// /etc (only /var/lib and /var/log are its own), so the directory lives in
-// Dir, at one path in this process and in the node: a manifest's host
-// paths under it, or under Dir, name the same files in both.
-func (n *Node) KubernetesDir() string { return filepath.Join(n.Dir, "etc", "kubernetes") }
+// NodeKubernetesDir is a kubeadm host's directory (kubeadm's
+// /etc/kubernetes) inside every node: with NodeSpec.StaticPods the kubelet
+// runs the static pods in its manifests/. The node's mount namespace
+// shares the machine's /etc (only /var/lib and /var/log are its own), so
+// it lies under /var/lib: one path on every node, as VoterPolicy
+// spec.host.staticPod names it for all.
+const NodeKubernetesDir = "/var/lib/kubernetes"
+
+// KubernetesDir is NodeKubernetesDir of this node, as this process reaches
+// it. The node sees its files at this path too (Dir is the machine's): a
+// manifest's host paths under it, or under NodeKubernetesDir, name the
+// same files.
+func (n *Node) KubernetesDir() string { return filepath.Join(n.Dir, NodeKubernetesDir) }
 
 // The bridge network of pods that are not hostNetwork: it exists only inside
 // the node's network namespace. Its presence makes the node Ready. Each pod's
@@ -134,7 +140,7 @@ serializeImagePulls: false
 // staticPodConfig is the kubelet configuration's addition on a node with
 // NodeSpec.StaticPods: kubeadm's staticPodPath, in the node's own
 // KubernetesDir.
-const staticPodConfig = `staticPodPath: {{dir}}/etc/kubernetes/manifests
+const staticPodConfig = `staticPodPath: ` + NodeKubernetesDir + `/manifests
 `
 
 func (n *Node) replacer() *strings.Replacer {
@@ -142,12 +148,34 @@ func (n *Node) replacer() *strings.Replacer {
 		"{{cgroupRoot}}", n.cgroupRoot, "{{podcidr}}", podCIDR(n.index))
 }
 
+// startNodes builds the images and starts every node with them, one after
+// another: each start is a few seconds and starting them together only
+// makes two cores thrash.
+func (c *Cluster) startNodes(ctx context.Context, images []Image) error {
+	imgDir := filepath.Join(c.Dir, "images")
+	if err := os.MkdirAll(imgDir, 0o755); err != nil {
+		return err
+	}
+	c.logf("building images")
+	var err error
+	if c.images, err = buildImages(c.Root, imgDir, c.bins.K8s, images); err != nil {
+		return err
+	}
+	for _, name := range c.NodeNames {
+		c.logf("starting node %s", name)
+		if err := c.Nodes[name].start(ctx); err != nil {
+			return fmt.Errorf("node %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
 // start brings the node up: namespaces, link, mounts, cgroups, containerd
 // with the images, and the kubelet.
 func (n *Node) start(ctx context.Context) error {
 	dirs := []string{"var/lib/kubelet", "var/lib/cni", "var/log/pods", "var/log/containers", "cni/conf", "cni/ipam", "logs"}
 	if n.staticPods {
-		dirs = append(dirs, "etc/kubernetes/manifests")
+		dirs = append(dirs, filepath.Join(NodeKubernetesDir, "manifests")[1:])
 	}
 	for _, d := range dirs {
 		if err := os.MkdirAll(filepath.Join(n.Dir, d), 0o755); err != nil {

@@ -92,8 +92,12 @@ func (p *pki) issue(name, user string, groups []string, hosts ...string) (pair, 
 }
 
 // serviceAccountKeys writes the RSA key pair the apiserver signs and checks
-// service account tokens with.
+// service account tokens with, once: a kubeadm host provisioned before the
+// apiserver starts has the same pair.
 func (p *pki) serviceAccountKeys() (pub, priv string, err error) {
+	if p.saPub != "" {
+		return p.saPub, p.saKey, nil
+	}
 	key, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
 		return "", "", err

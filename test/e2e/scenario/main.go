@@ -22,7 +22,8 @@ const DeviceEnv = "HOLDFAST_E2E_DEVICE"
 // (given startWithin to come up), sets *world to it, runs the package's
 // tests and stops the cluster, logging each stage to stderr under name. It
 // exits with the tests' code, or 1 when the cluster did not start or did
-// not stop clean, or 2 when DeviceEnv or InstallEnv names nothing known.
+// not stop clean, or 2 when DeviceEnv, InstallEnv or VotersLayoutEnv names
+// nothing known.
 func Main(m *testing.M, name string, startWithin time.Duration, o Options, world **World) {
 	// The harness's clients log nothing of their own.
 	ctrllog.SetLogger(logr.Discard())
@@ -41,6 +42,14 @@ func Main(m *testing.M, name string, startWithin time.Duration, o Options, world
 			os.Exit(2)
 		}
 		o.Install = inst
+	}
+	if v := os.Getenv(VotersLayoutEnv); v != "" && o.Voters != nil {
+		l, err := ParseLayout(v)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+			os.Exit(2)
+		}
+		o.Voters.Layout = l
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), startWithin)
 	start := time.Now()

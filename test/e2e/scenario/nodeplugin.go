@@ -76,9 +76,9 @@ var busSocket = filepath.Join(cluster.NodeHostDir, "dbus", "bus.sock")
 
 // startNodePlugins gives every node its systemd, then runs holdfast-node as
 // a DaemonSet (host network, the node's CRI socket, host directory and
-// systemd drop-in directory mounted) and waits until its pod on each node
-// is ready.
-func (w *World) startNodePlugins(ctx context.Context) error {
+// systemd drop-in directory mounted; with kubeadm, the kubeadm directory)
+// and waits until its pod on each node is ready.
+func (w *World) startNodePlugins(ctx context.Context, kubeadm bool) error {
 	if err := w.startNodeHosts(); err != nil {
 		return err
 	}
@@ -92,7 +92,7 @@ func (w *World) startNodePlugins(ctx context.Context) error {
 		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "holdfast-node-e2e"},
 			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
 			Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: cluster.HoldfastNamespace, Name: nodePluginSA}}},
-		nodePluginDaemonSet(),
+		nodePluginDaemonSet(kubeadm),
 	} {
 		if err := w.Client.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
 			return err
@@ -115,7 +115,7 @@ func (w *World) startNodeHosts() error {
 				return err
 			}
 		}
-		if n.Host != nil {
+		if n.Host != nil && n.Host.Systemd != nil {
 			p.bus, p.systemd, p.hostOwned = n.Host.Bus, n.Host.Systemd, true
 			continue
 		}
@@ -196,8 +196,10 @@ var nodePluginLabels = map[string]string{"app.kubernetes.io/name": "holdfast-nod
 
 // nodePluginDaemonSet is holdfast-node's DaemonSet as the chart renders it,
 // with the host paths of these nodes (cluster.NodeHostDir,
-// cluster.NodeCRISocket) and the systemd double's unit names.
-func nodePluginDaemonSet() *appsv1.DaemonSet {
+// cluster.NodeCRISocket) and the systemd double's unit names; with
+// kubeadm, the kubeadm directory read-write at its own path, as the chart
+// mounts node.staticPod's directories.
+func nodePluginDaemonSet(kubeadm bool) *appsv1.DaemonSet {
 	hostPath := func(n, path string) corev1.Volume {
 		return corev1.Volume{Name: n, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: path}}}
 	}
@@ -249,6 +251,12 @@ func nodePluginDaemonSet() *appsv1.DaemonSet {
 			hostPath("dbus", busDir),
 			hostPath("cri", cluster.NodeCRISocket),
 		},
+	}
+	if kubeadm {
+		ct := &pod.Containers[0]
+		ct.VolumeMounts = append(ct.VolumeMounts, corev1.VolumeMount{Name: "kubernetes", MountPath: cluster.NodeKubernetesDir})
+		pod.Volumes = append(pod.Volumes, corev1.Volume{Name: "kubernetes", VolumeSource: corev1.VolumeSource{
+			HostPath: &corev1.HostPathVolumeSource{Path: cluster.NodeKubernetesDir, Type: new(corev1.HostPathDirectoryOrCreate)}}})
 	}
 	return &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Namespace: cluster.HoldfastNamespace, Name: "holdfast-node"},
 		Spec: appsv1.DaemonSetSpec{Selector: &metav1.LabelSelector{MatchLabels: nodePluginLabels},

@@ -144,9 +144,17 @@ func Up(ctx context.Context, o Options) (w *World, err error) {
 	if o.Install == Chart {
 		images = append(images, chartImages()...)
 	}
+	if o.Voters.staticPods() {
+		// The chart's node.staticPod values are not rendered here yet.
+		if o.Install == Chart {
+			return nil, fmt.Errorf("%s=%s: only with holdfast installed as processes", VotersLayoutEnv, LayoutStaticPod)
+		}
+		images = append(images, cluster.KubeadmImages()...)
+	}
 	var specs []cluster.NodeSpec
 	for i, n := range o.Nodes {
 		spec := cluster.NodeSpec{Name: n, Etcd: o.Voters.etcdRole(n)}
+		spec.StaticPods = spec.Etcd != "" && o.Voters.staticPods()
 		if o.Install == Chart && i > 0 {
 			spec.Labels = map[string]string{deploymentsLabel: "true"}
 		}
@@ -194,8 +202,15 @@ func Up(ctx context.Context, o Options) (w *World, err error) {
 	if w.Webhook, err = c.StartWebhook(ctx, grantor.Args()...); err != nil {
 		return w, fmt.Errorf("holdfast-webhook: %w", err)
 	}
+	if o.Voters != nil {
+		// holdfast-node reads the policy's host settings (its actuator
+		// among them) once, at start.
+		if err = w.votersPolicy(ctx, *o.Voters); err != nil {
+			return w, fmt.Errorf("voters role: %w", err)
+		}
+	}
 	o.Logf("starting holdfast-node on every node")
-	if err = w.startNodePlugins(ctx); err != nil {
+	if err = w.startNodePlugins(ctx, o.Voters.staticPods()); err != nil {
 		return w, fmt.Errorf("holdfast-node: %w", err)
 	}
 	o.Logf("starting holdfast-scheduler")

@@ -22,14 +22,49 @@ import (
 )
 
 // VotersOptions put the control plane's etcd on nodes (each member the
-// server unit of its node's systemd, carried out by holdfast-node) and run
-// holdfast-controller --role voters on it.
+// server unit of its node's systemd, or its kubelet's etcd static pod,
+// carried out by holdfast-node) and run holdfast-controller --role voters
+// on it.
 type VotersOptions struct {
 	// Voters bootstrap the etcd cluster the apiserver uses.
 	Voters []string
 	// Standbys are voter-eligible nodes that can be promoted.
 	Standbys []string
+	// Layout is how the hosts run a member (default LayoutSystemd).
+	Layout Layout
 }
+
+// Layout is how the voters' hosts run an etcd member.
+type Layout string
+
+const (
+	// LayoutSystemd: a k3s-style host, the member its server unit
+	// (holdfast-node's Systemd actuator).
+	LayoutSystemd Layout = "systemd"
+	// LayoutStaticPod: a kubeadm host, the member its kubelet's etcd
+	// static pod (the StaticPod actuator); the first voters' manifests
+	// are written before their kubelets start, as kubeadm init and join
+	// write them, and every etcd node is provisioned with the cluster's
+	// etcd CA and the kube-apiserver template (cluster.ProvisionKubeadm).
+	LayoutStaticPod Layout = "staticpod"
+)
+
+// VotersLayoutEnv names the Layout of a voters world over its Options
+// (make test-e2e runs the voter drills of STATICPOD_VOTER_DRILLS with
+// HOLDFAST_E2E_VOTERS_LAYOUT=staticpod).
+const VotersLayoutEnv = "HOLDFAST_E2E_VOTERS_LAYOUT"
+
+// ParseLayout reads a Layout by name.
+func ParseLayout(s string) (Layout, error) {
+	switch l := Layout(s); l {
+	case LayoutSystemd, LayoutStaticPod:
+		return l, nil
+	}
+	return "", fmt.Errorf("%s=%q: must be %s or %s", VotersLayoutEnv, s, LayoutSystemd, LayoutStaticPod)
+}
+
+// staticPods says whether the hosts are kubeadm hosts.
+func (o *VotersOptions) staticPods() bool { return o != nil && o.Layout == LayoutStaticPod }
 
 func (o *VotersOptions) etcdRole(node string) string {
 	switch {
@@ -91,12 +126,18 @@ func (w *World) votersPolicy(ctx context.Context, o VotersOptions) error {
 			return err
 		}
 	}
+	host := holdfastv1.HostRoleSettings{ServerUnit: cluster.ServerUnit, AgentUnit: cluster.AgentUnit, MemberDataDir: memberDataDir}
+	if o.staticPods() {
+		// One layout for every node (cluster.Node.KubeadmLayout).
+		k := w.Nodes[o.Voters[0]].KubeadmLayout()
+		host.Actuator = holdfastv1.ActuatorStaticPod
+		host.StaticPod = &holdfastv1.StaticPodSettings{EtcdImage: cluster.EtcdImage, ManifestsDir: k.ManifestsDir, PKIDir: k.PKIDir,
+			APIServerTemplate: k.APIServerTemplate}
+	}
 	p := &holdfastv1.VoterPolicy{ObjectMeta: metav1.ObjectMeta{Name: holdfastv1.VoterPolicyName},
 		Spec: holdfastv1.VoterPolicySpec{TargetVoters: 3, DryRun: new(true),
 			OperationTimeoutSeconds: 90, WorkloadDrainWaitSeconds: new(int32(60)), LearnerStallSeconds: 30,
-			Etcd: holdfastv1.EtcdAccess{Endpoints: w.EtcdEndpoints()},
-			Host: holdfastv1.HostRoleSettings{ServerUnit: cluster.ServerUnit, AgentUnit: cluster.AgentUnit,
-				MemberDataDir: memberDataDir}}}
+			Etcd: holdfastv1.EtcdAccess{Endpoints: w.EtcdEndpoints()}, Host: host}}
 	if err := w.Client.Create(ctx, p); err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
 	}

@@ -4,8 +4,6 @@ package staticpod
 
 import (
 	"context"
-	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -16,23 +14,13 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/yaml"
 
-	"github.com/holdfast-io/holdfast/internal/leasetls/leasetlstest"
 	nodeplugin "github.com/holdfast-io/holdfast/node-plugin"
 	"github.com/holdfast-io/holdfast/node-plugin/actuator"
 	"github.com/holdfast-io/holdfast/node-plugin/hoststate"
 	"github.com/holdfast-io/holdfast/node-plugin/tombstone"
 	"github.com/holdfast-io/holdfast/test/cluster"
-)
-
-// Images built from make k8s-bin's binaries (cluster.Image.K8sBinary), as
-// registry.k8s.io's etcd and kube-apiserver images hold them.
-const (
-	etcdImage      = "holdfast.test/etcd:e2e"
-	apiServerImage = "holdfast.test/kube-apiserver:e2e"
-	apiServerPort  = 6443
 )
 
 // host is a kubeadm host as the operator provisions it for static pod
@@ -44,11 +32,8 @@ type host struct {
 }
 
 // provision lays out kubeadm's files in the node's KubernetesDir, as an
-// operator provisions a control-plane-capable host: the etcd CA with its
-// key (pki/etcd), the files a joining control-plane node's kube-apiserver
-// shares with the others (the cluster CA, the service account key pair)
-// and its own serving certificate, and the kube-apiserver template. The
-// actuator is configured as holdfast-node configures it (node-plugin's
+// operator provisions a control-plane-capable host
+// (cluster.ProvisionKubeadm). The actuator is configured as holdfast-node configures it (node-plugin's
 // newStaticPodActuator): its host state in the node's holdfast host
 // directory, kubeadm's etcd data directory, the mirror pods read from the
 // apiserver past any cache, and the etcd pod's init container running
@@ -56,13 +41,13 @@ type host struct {
 // host.
 func provision(t *testing.T, c *cluster.Cluster, n *cluster.Node) *host {
 	t.Helper()
-	k := n.KubernetesDir()
+	k := n.KubeadmLayout()
 	cfg := actuator.StaticPodConfig{
 		NodeName:          n.Name,
-		ManifestsDir:      filepath.Join(k, "manifests"),
-		PKIDir:            filepath.Join(k, "pki"),
-		APIServerTemplate: filepath.Join(k, "holdfast", "kube-apiserver.yaml"),
-		EtcdImage:         etcdImage,
+		ManifestsDir:      k.Local(k.ManifestsDir),
+		PKIDir:            k.Local(k.PKIDir),
+		APIServerTemplate: k.Local(k.APIServerTemplate),
+		EtcdImage:         cluster.EtcdImage,
 		State:             hoststate.State{Dir: filepath.Join(n.HostDir(), "holdfast"), MemberDataDir: filepath.Join(n.Dir, "var", "lib", "etcd")},
 		Recheck:           250 * time.Millisecond,
 		Timeout:           4 * time.Minute,
@@ -80,78 +65,14 @@ func provision(t *testing.T, c *cluster.Cluster, n *cluster.Node) *host {
 	}
 	copyFile(t, bin, filepath.Join(cfg.State.Dir, nodeplugin.HostBinary), 0o755)
 
-	// Valid past the member certificates' renewal window, as a kubeadm CA is.
-	_, caKey, caDER, err := leasetlstest.SelfSignedCA("etcd-ca", 90*24*time.Hour)
-	if err != nil {
+	if _, err := c.ProvisionKubeadm(n); err != nil {
 		t.Fatal(err)
 	}
-	keyDER, err := x509.MarshalECPrivateKey(caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	writeFile(t, filepath.Join(cfg.PKIDir, actuator.EtcdCACert), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), 0o644)
-	writeFile(t, filepath.Join(cfg.PKIDir, actuator.EtcdCAKey), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600)
-
-	saPub, saKey := c.ServiceAccountKeyFiles()
-	crt, key, err := c.ServingCert("kube-apiserver-"+n.Name, n.IP)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for from, to := range map[string]string{c.CAFile(): "ca.crt", saPub: "sa.pub", saKey: "sa.key", crt: "apiserver.crt", key: "apiserver.key"} {
-		copyFile(t, from, filepath.Join(cfg.PKIDir, to), 0o600)
-	}
-	tmpl, err := yaml.Marshal(apiServerTemplate(n, cfg.PKIDir))
-	if err != nil {
-		t.Fatal(err)
-	}
-	writeFile(t, cfg.APIServerTemplate, tmpl, 0o600)
-
 	h := &host{n: n, cfg: cfg, act: actuator.NewStaticPod(actuator.APIMirrorPods{Reader: c.Client}, cfg)}
 	if why, err := h.act.NotProvisioned(); err != nil || why != "" {
 		t.Fatalf("the host is not provisioned: %q %v", why, err)
 	}
 	return h
-}
-
-// apiServerTemplate is the operator's kube-apiserver manifest for the
-// node, kubeadm's shape: host network, the node's address, its local etcd
-// member, the PKI directory mounted read-only, and ready once /readyz says
-// so (its etcd included). The cluster's members serve plain HTTP
-// (test/cluster), so its etcd is http://127.0.0.1:2379 where kubeadm's is
-// HTTPS with apiserver-etcd-client.crt. It reconciles no endpoints: the
-// kubernetes Service stays the hub's apiserver, which the pods reach.
-func apiServerTemplate(n *cluster.Node, pki string) *corev1.Pod {
-	f := func(name string) string { return filepath.Join(pki, name) }
-	return &corev1.Pod{
-		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
-		ObjectMeta: metav1.ObjectMeta{Name: "kube-apiserver", Namespace: metav1.NamespaceSystem,
-			Labels: map[string]string{"component": "kube-apiserver", "tier": "control-plane"}},
-		Spec: corev1.PodSpec{
-			HostNetwork:       true,
-			PriorityClassName: "system-node-critical",
-			Containers: []corev1.Container{{
-				Name: "kube-apiserver", Image: apiServerImage, ImagePullPolicy: corev1.PullIfNotPresent,
-				Command: []string{"kube-apiserver",
-					"--etcd-servers=" + cluster.LocalEtcdURL,
-					"--bind-address=" + n.IP, "--advertise-address=" + n.IP, fmt.Sprintf("--secure-port=%d", apiServerPort),
-					"--tls-cert-file=" + f("apiserver.crt"), "--tls-private-key-file=" + f("apiserver.key"),
-					"--client-ca-file=" + f("ca.crt"),
-					"--service-account-issuer=https://kubernetes.default.svc",
-					"--service-account-key-file=" + f("sa.pub"), "--service-account-signing-key-file=" + f("sa.key"),
-					"--service-cluster-ip-range=" + cluster.ServiceCIDR,
-					"--authorization-mode=Node,RBAC", "--enable-admission-plugins=NodeRestriction",
-					"--endpoint-reconciler-type=none", "--profiling=false", "--v=1"},
-				ReadinessProbe: &corev1.Probe{
-					ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Host: n.IP, Port: intstr.FromInt32(apiServerPort),
-						Path: "/readyz", Scheme: corev1.URISchemeHTTPS}},
-					PeriodSeconds: 1, TimeoutSeconds: 5, FailureThreshold: 3,
-				},
-				VolumeMounts: []corev1.VolumeMount{{Name: "k8s-certs", MountPath: pki, ReadOnly: true}},
-			}},
-			Volumes: []corev1.Volume{{Name: "k8s-certs", VolumeSource: corev1.VolumeSource{
-				HostPath: &corev1.HostPathVolumeSource{Path: pki, Type: new(corev1.HostPathDirectory)}}}},
-		},
-	}
 }
 
 // drive carries out one actuator step as holdfast-node's role reconciler

@@ -67,7 +67,7 @@ func TestStaticPodPromoteStepDownFinishDemote(t *testing.T) {
 	defer cancel()
 	c, err := cluster.Start(ctx, cluster.Config{
 		Nodes:  []cluster.NodeSpec{{Name: voter, Etcd: cluster.EtcdVoter}, {Name: node, StaticPods: true}},
-		Images: []cluster.Image{{Ref: etcdImage, K8sBinary: "etcd"}, {Ref: apiServerImage, K8sBinary: "kube-apiserver"}},
+		Images: cluster.KubeadmImages(),
 		Logf:   t.Logf,
 	})
 	if err != nil {
@@ -299,7 +299,7 @@ func readThroughMember(t *testing.T, ctx context.Context, c *cluster.Cluster, me
 func servesTheCluster(t *testing.T, ctx context.Context, c *cluster.Cluster, n *cluster.Node) {
 	t.Helper()
 	cfg := rest.CopyConfig(c.Config)
-	cfg.Host = fmt.Sprintf("https://%s:%d", n.IP, apiServerPort)
+	cfg.Host = fmt.Sprintf("https://%s:%d", n.IP, cluster.NodeAPIServerPort)
 	api, err := client.New(cfg, client.Options{Scheme: c.Scheme})
 	if err != nil {
 		t.Fatal(err)

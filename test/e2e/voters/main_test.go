@@ -9,6 +9,13 @@
 // voter-eligible standby. The drills watch etcd with a writer and a quorum
 // sampler, and the swap through its status, Events and metrics.
 //
+// With HOLDFAST_E2E_VOTERS_LAYOUT=staticpod (scenario.LayoutStaticPod) the
+// four nodes are kubeadm hosts instead: each member is the etcd static pod
+// its kubelet runs, and holdfast-node's StaticPod actuator writes and
+// removes the manifests. The drills' host checks (cluster.Host's
+// ServerState, AgentState, MemberPID, PauseMember) read either layout, so
+// one drill body runs on both (make test-e2e: STATICPOD_VOTER_DRILLS).
+//
 // Its own package (and cluster) so the failover drills' link cuts never
 // touch a voter; it runs under make test-e2e only.
 package voters

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
-	"github.com/holdfast-io/holdfast/test/cluster"
 	"github.com/holdfast-io/holdfast/test/etcdwatch"
 	"github.com/holdfast-io/holdfast/test/poll"
 )
@@ -53,7 +52,7 @@ func TestRoleSwapPaused(t *testing.T) {
 	resumedAt := time.Now()
 	h := world.Nodes[out].Host
 	poll.Until(t, 3*time.Minute, out+" an agent with its data moved aside", func() (bool, string) {
-		st := h.Systemd.ActiveState(cluster.ServerUnit)
+		st := h.ServerState()
 		role, _ := h.State.Role()
 		return h.DataMovedAside() && st != "active" && h.MemberPID() == 0 && role == holdfastv1.RoleAgent, "server unit " + st + ", role file " + role
 	})

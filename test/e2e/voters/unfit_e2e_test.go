@@ -18,7 +18,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
-	"github.com/holdfast-io/holdfast/test/cluster"
 	"github.com/holdfast-io/holdfast/test/etcdwatch"
 	"github.com/holdfast-io/holdfast/test/poll"
 )
@@ -116,7 +115,7 @@ func TestAnUnfitVoterIsSwappedAutomatically(t *testing.T) {
 	after := wantSwapped(t, cli, before, slow, standby, clusterID, s)
 	h := world.Nodes[slow].Host
 	poll.Until(t, time.Minute, slow+" an agent with its data moved aside", func() (bool, string) {
-		st := h.Systemd.ActiveState(cluster.ServerUnit)
+		st := h.ServerState()
 		role, _ := h.State.Role()
 		return h.DataMovedAside() && st != "active" && h.MemberPID() == 0 && role == holdfastv1.RoleAgent, "server unit " + st + ", role file " + role
 	})

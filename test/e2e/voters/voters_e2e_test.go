@@ -13,7 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	holdfastv1 "github.com/holdfast-io/holdfast/api/v1alpha1"
-	"github.com/holdfast-io/holdfast/test/cluster"
 	"github.com/holdfast-io/holdfast/test/etcdwatch"
 	"github.com/holdfast-io/holdfast/test/poll"
 )
@@ -63,17 +62,17 @@ func TestRoleSwap(t *testing.T) {
 	if role, _ := h.State.Role(); role != holdfastv1.RoleAgent {
 		t.Errorf("%s's role file says %q, want agent", out, role)
 	}
-	if st := h.Systemd.ActiveState(cluster.ServerUnit); st == "active" {
-		t.Errorf("%s's server unit is %s", out, st)
+	if st := h.ServerState(); st == "active" {
+		t.Errorf("%s's server is %s", out, st)
 	}
-	if st := h.Systemd.ActiveState(cluster.AgentUnit); st != "active" {
-		t.Errorf("%s's agent unit is %s", out, st)
+	if st := h.AgentState(); st != "active" {
+		t.Errorf("%s's agent is %s", out, st)
 	}
 	if pid := h.MemberPID(); pid != 0 {
 		t.Errorf("an etcd member still runs on %s (pid %d)", out, pid)
 	}
-	if st := world.Nodes[in].Host.Systemd.ActiveState(cluster.ServerUnit); st != "active" {
-		t.Errorf("%s's server unit is %s", in, st)
+	if st := world.Nodes[in].Host.ServerState(); st != "active" {
+		t.Errorf("%s's server is %s", in, st)
 	}
 	// The Node: role labels and annotations gone, the tombstone retired
 	// with the data, identity kept.
@@ -271,7 +270,7 @@ func TestOutgoingVoterPausedAfterPromotionIsStillRemoved(t *testing.T) {
 	after := wantSwapped(t, cli, before, out, in, clusterID, s)
 	h := world.Nodes[out].Host
 	poll.Until(t, time.Minute, out+" an agent with its data moved aside", func() (bool, string) {
-		st := h.Systemd.ActiveState(cluster.ServerUnit)
+		st := h.ServerState()
 		return h.DataMovedAside() && st != "active" && h.MemberPID() == 0, "server unit " + st
 	})
 	if err := world.WaitVotersHealthy(ctx, time.Minute, after...); err != nil {
@@ -321,8 +320,8 @@ func TestRoleSwapBlockedPeer(t *testing.T) {
 	if role, _ := h.State.Role(); role != holdfastv1.RoleAgent {
 		t.Errorf("%s's role file says %q", in, role)
 	}
-	if st := h.Systemd.ActiveState(cluster.ServerUnit); st == "active" {
-		t.Errorf("%s's server unit is %s", in, st)
+	if st := h.ServerState(); st == "active" {
+		t.Errorf("%s's server is %s", in, st)
 	}
 	nIn, nOut := getNode(t, in), getNode(t, out)
 	if _, ok := nIn.Labels[holdfastv1.LabelEtcdRole]; ok || nIn.Spec.Unschedulable {
