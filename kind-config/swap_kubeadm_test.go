@@ -235,6 +235,18 @@ func (k mirrorPods) MirrorPod(_ context.Context, ns, name string) (*corev1.Pod, 
 	return nil, nil
 }
 
+// joined stands in for etcd's answers once standby-1's member has joined
+// the cluster (actuator.Membership): etcd is not what this test checks.
+type joined struct{}
+
+func (joined) Local(context.Context) (hoststate.Member, error) {
+	return hoststate.Member{ID: "a4", ClusterID: "c1"}, nil
+}
+
+func (joined) MemberNames(context.Context) (string, map[string]string, error) {
+	return "c1", map[string]string{"a1": cpName, "a4": standbyName}, nil
+}
+
 // The StaticPod actuator promotes standby-1 laid out as demo.sh lays it
 // out (kubeadm's PKI, the template derived from cp-1's manifest, VoterPolicy
 // demo.sh's paths) and writes the template as standby-1's kube-apiserver
@@ -251,6 +263,7 @@ func TestTheActuatorPromotesTheProvisionedStandby(t *testing.T) {
 		NodeName: standbyName, ManifestsDir: filepath.Join(root, "manifests"), PKIDir: pki,
 		APIServerTemplate: filepath.Join(root, "holdfast", "kube-apiserver.yaml"), EtcdImage: "registry.k8s.io/etcd:3.6.5-0",
 		State: hoststate.State{Dir: filepath.Join(root, "holdfast-host"), MemberDataDir: filepath.Join(root, "etcd")}, Timeout: time.Minute,
+		Members: joined{},
 	}
 	for _, d := range []string{cfg.ManifestsDir, filepath.Dir(cfg.APIServerTemplate)} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
