@@ -11,6 +11,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"net/url"
 	"os"
@@ -24,6 +25,7 @@ import (
 
 	"github.com/holdfast-io/holdfast/runtime/driver/opcua"
 	"github.com/holdfast-io/holdfast/runtime/internal/testutil"
+	"github.com/holdfast-io/holdfast/test/poll"
 	"github.com/holdfast-io/holdfast/test/ports"
 )
 
@@ -165,19 +167,24 @@ func TestOPCUAConnectsWithSecurity(t *testing.T) {
 	if err := d.WriteRegisters(ctx, testutil.Permit(t, 3), 101, []uint16{41}); err != nil {
 		t.Fatal(err)
 	}
+	// The server prints each write after answering it: its output is
+	// read until both writes are there.
+	var got []string
+	poll.Until(t, 30*time.Second, "the server printing both writes", func() (bool, string) {
+		got = got[:0]
+		for _, w := range s.printed("node") {
+			got = append(got, w["node"].(string)+"="+w["value"].(string))
+		}
+		return len(got) >= 2, fmt.Sprint(got)
+	})
+	// node-opcua prints an Int64 as its high and low words.
+	if want := []string{"OwnerEpoch=0,3", "Valve=41"}; strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("the server saw writes %v, want %v: the epoch first", got, want)
+	}
 	sessions := s.printed("session")
 	if len(sessions) != 1 || sessions[0]["securityMode"] != "SignAndEncrypt" ||
 		!strings.HasSuffix(sessions[0]["securityPolicy"].(string), "#Basic256Sha256") {
 		t.Fatalf("the server's sessions: %v, want one Basic256Sha256 SignAndEncrypt", sessions)
-	}
-	// node-opcua prints an Int64 as its high and low words.
-	want := []string{"OwnerEpoch=0,3", "Valve=41"}
-	var got []string
-	for _, w := range s.printed("node") {
-		got = append(got, w["node"].(string)+"="+w["value"].(string))
-	}
-	if strings.Join(got, " ") != strings.Join(want, " ") {
-		t.Fatalf("the server saw writes %v, want %v: the epoch first", got, want)
 	}
 
 	plain, err := opcua.ParseURL("valve-1", base)
