@@ -133,19 +133,31 @@ func TestTheRebindIsDecidedWhenTheMarginEnds(t *testing.T) {
 	// The first failover, inside the hold-off.
 	held(1)
 	exp1 := lose(1)
+	// The wait is read from its audit line, written once the wait's
+	// condition is stored: the Event comes first, and a pass whose status
+	// write conflicts has emitted it for a wait that is never stored (the
+	// next pass decides again, possibly past the hold-off).
 	var until time.Time
-	poll.Until(t, 30*time.Second, "the LeadershipHoldOff Event", func() (bool, string) {
-		for _, e := range events(t, p.u) {
-			if e.Reason != units.EventLeadershipHoldOff {
+	poll.Until(t, 30*time.Second, "the LeadershipHoldOff audit line", func() (bool, string) {
+		for _, r := range p.c.auditLines(t) {
+			if r.Object.Key() != unit || r.Reason != units.EventLeadershipHoldOff {
 				continue
 			}
-			s, _, ok := strings.Cut(strings.TrimPrefix(e.Note, "Waiting for the leadership hold-off until "), ": ")
+			s, _, ok := strings.Cut(strings.TrimPrefix(r.Message, "Waiting for the leadership hold-off until "), ": ")
 			at, err := time.Parse(time.RFC3339Nano, s)
 			if !ok || err != nil {
-				t.Fatalf("the LeadershipHoldOff Event does not name its end: %q", e.Note)
+				t.Fatalf("the LeadershipHoldOff audit line does not name its end: %q", r.Message)
 			}
 			until = at
 			return true, ""
+		}
+		return false, fmt.Sprint(auditReasons(p.c.auditLines(t), unit))
+	})
+	poll.Until(t, 30*time.Second, "the LeadershipHoldOff Event naming the end", func() (bool, string) {
+		for _, e := range events(t, p.u) {
+			if e.Reason == units.EventLeadershipHoldOff && strings.HasPrefix(e.Note, "Waiting for the leadership hold-off until "+until.UTC().Format(time.RFC3339Nano)+": ") {
+				return true, ""
+			}
 		}
 		return false, strings.Join(eventReasons(events(t, p.u)), ",")
 	})
