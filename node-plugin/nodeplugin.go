@@ -357,7 +357,7 @@ func addVoterSwaps(ctx context.Context, mgr ctrl.Manager, o *Options, reporter *
 	if err := installHostBinary(o.HostDir); err != nil {
 		return nil, fmt.Errorf("copying holdfast-node to the host for the server's start condition: %w", err)
 	}
-	act := newSystemdRole(*o, state, actuatorSource(vp))
+	act := newSystemdRole(*o, state, actuatorSource(vp), etcd)
 	if err := addRoleParts(mgr, o, reporter, state, etcd, act); err != nil {
 		act.Close()
 		return nil, err
