@@ -357,7 +357,7 @@ func addVoterSwaps(ctx context.Context, mgr ctrl.Manager, o *Options, reporter *
 	if err := installHostBinary(o.HostDir); err != nil {
 		return nil, fmt.Errorf("copying holdfast-node to the host for the server's start condition: %w", err)
 	}
-	act := newSystemdRole(*o, state, actuatorSource(vp))
+	act := newSystemdRole(*o, state, actuatorSource(vp), etcd)
 	if err := addRoleParts(mgr, o, reporter, state, etcd, act); err != nil {
 		act.Close()
 		return nil, err
@@ -373,7 +373,8 @@ type roleActuator interface {
 
 // newEtcd is the node plugin's etcd client: the local member at o's local
 // endpoint, the cluster at the voters' client URLs, each new list of which
-// it records on the host for the server's start condition.
+// it records on the host for the server's start condition. The tombstone
+// watcher asks it, and either actuator's promote, before it is done.
 func newEtcd(ctx context.Context, reader client.Reader, o Options, state hoststate.State) (*tombstone.ClientEtcd, error) {
 	tlsCfg, err := etcdTLS(o)
 	if err != nil {

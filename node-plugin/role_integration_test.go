@@ -61,11 +61,21 @@ const tombstoneEvery = 5 * time.Second
 // tombstoneCheck lets the watcher run one more check.
 func (p *plugin) tombstoneCheck() { p.tombstoneClock.Step(tombstoneEvery) }
 
-func startPlugin(t *testing.T, node string, units systemdhost.Units, etcd tombstone.Etcd) *plugin {
+// startPlugin starts node's plugin; etcd (nil: none) is its tombstone
+// watcher's and its promote's join check's, and configure, if any, changes
+// its actuator's configuration.
+func startPlugin(t *testing.T, node string, units systemdhost.Units, etcd *tombstone.ClientEtcd, configure ...func(*actuator.Config)) *plugin {
 	t.Helper()
 	h := systemdhost.Start(t, units)
 	state, sd := h.State, h.Systemd
-	act := actuator.New(sd, actuator.Config{ServerUnit: serverUnit, AgentUnit: agentUnit, SystemdDir: h.SystemdDir, State: state})
+	cfg := actuator.Config{ServerUnit: serverUnit, AgentUnit: agentUnit, SystemdDir: h.SystemdDir, State: state, NodeName: node}
+	if etcd != nil {
+		cfg.Members = etcd
+	}
+	for _, c := range configure {
+		c(&cfg)
+	}
+	act := actuator.New(sd, cfg)
 
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
 		Scheme:  env.Scheme,

@@ -29,7 +29,9 @@ import (
 //     kubeadm host installed with the wrong node.actuator): the host is
 //     reported not provisioned and a promote refused naming the cause and
 //     the remedy; once the bus answers, the start condition is installed,
-//     the host reported provisioned and the same promote carried out;
+//     the host reported provisioned and the same promote carried out, then
+//     held running by Run's etcd client: no member answers at the local
+//     endpoint, so it has not joined;
 //   - the chart's StaticPod (a kubeadm host before its VoterPolicy exists):
 //     it runs the StaticPod actuator, not the Systemd one it has no D-Bus
 //     for, and reports not provisioned until the policy names the etcd
@@ -83,8 +85,10 @@ func TestRunWithoutDBusReportsAndRetriesInsteadOfExiting(t *testing.T) {
 			t.Fatalf("the server's start condition is not installed once systemd answers: %v", err)
 		}
 		// The refusal stands until the reconciler looks again (the Node's
-		// provisioned report wakes it): then the promote is carried out.
-		poll.Until(t, waitTimeout, "the refused promote carried out once systemd answers", func() (bool, string) {
+		// provisioned report wakes it): then the promote is carried out, and
+		// waits on the etcd client Run gives the actuator for the member to
+		// join (none answers here).
+		poll.Until(t, waitTimeout, "the refused promote carried out once systemd answers, waiting for its member", func() (bool, string) {
 			n := &corev1.Node{}
 			if err := env.Client.Get(context.Background(), client.ObjectKey{Name: node}, n); err != nil {
 				return false, err.Error()
@@ -93,8 +97,15 @@ func TestRunWithoutDBusReportsAndRetriesInsteadOfExiting(t *testing.T) {
 			if err != nil || rep == nil {
 				return false, fmt.Sprint(err)
 			}
-			return rep.Step == holdfastv1.RoleStepPromote && rep.Phase == holdfastv1.ActuatorDone, rep.Phase + ": " + rep.Message
+			if rep.Phase == holdfastv1.ActuatorDone {
+				t.Fatalf("the promote is done with no etcd member answering: %+v", rep)
+			}
+			return rep.Step == holdfastv1.RoleStepPromote && rep.Phase == holdfastv1.ActuatorRunning && rep.StartedAt != nil &&
+				strings.Contains(rep.Message, "waiting: the local etcd member does not answer"), rep.Phase + ": " + rep.Message
 		})
+		if _, err := os.Stat(filepath.Join(dir, "bus", "systemd", serverUnit+".d", actuator.JoinDropIn)); err != nil {
+			t.Fatalf("the promote did not write the join drop-in: %v", err)
+		}
 	})
 
 	t.Run("the chart's StaticPod before the policy", func(t *testing.T) {

@@ -35,8 +35,9 @@ type systemdRole struct {
 }
 
 // newSystemdRole is the systemd role actuator of o; source says where the
-// choice of Systemd came from, for the remedy.
-func newSystemdRole(o Options, state hoststate.State, source string) *systemdRole {
+// choice of Systemd came from, for the remedy. etcd tells it whether a
+// promoted member joined, as it does the static pod actuator.
+func newSystemdRole(o Options, state hoststate.State, source string, etcd actuator.Membership) *systemdRole {
 	return &systemdRole{state: state, unit: o.ServerUnit,
 		remedy: "holdfast-node runs the Systemd actuator (" + source + "): on a systemd host mount its D-Bus socket (the chart's node.dbusSocket); " +
 			"on kubeadm set spec.host.actuator and the chart's node.actuator to StaticPod",
@@ -51,7 +52,8 @@ func newSystemdRole(o Options, state hoststate.State, source string) *systemdRol
 			if err != nil {
 				return nil, nil, err
 			}
-			act := actuator.New(sd, actuator.Config{ServerUnit: o.ServerUnit, AgentUnit: o.AgentUnit, SystemdDir: o.SystemdDir, State: state})
+			act := actuator.New(sd, actuator.Config{ServerUnit: o.ServerUnit, AgentUnit: o.AgentUnit, SystemdDir: o.SystemdDir, State: state,
+				NodeName: o.NodeName, Members: etcd})
 			if err := act.InstallStartCondition(ctx, StartConditionArgs(&o)); err != nil {
 				sd.Conn.Close()
 				return nil, nil, fmt.Errorf("installing the server's start condition: %w", err)

@@ -55,9 +55,10 @@ func waitWaiting(t testing.TB, name, reason string, within time.Duration) {
 }
 
 // TestRollbackOfACandidateWhosePeerPortIsUnreachable: the candidate's etcd
-// member cannot reach any peer, so its learner never starts; past the
-// learner stall time plus the operation timeout the swap rolls back: the
-// learner removed, the host back to an agent, the members and voters
+// member cannot reach any peer, so its learner never starts and the node
+// plugin's promote, done only once the member joined, waits on it; past
+// the learner stall time plus the operation timeout the swap rolls back:
+// the learner removed, the host back to an agent, the members and voters
 // exactly as before.
 func TestRollbackOfACandidateWhosePeerPortIsUnreachable(t *testing.T) {
 	c := newCluster(t, []string{"r1", "r2", "r3"}, []string{"r4"})
@@ -69,7 +70,15 @@ func TestRollbackOfACandidateWhosePeerPortIsUnreachable(t *testing.T) {
 	before, _, clusterID := etcdMembers(t, cli)
 
 	name := createSwap(t, "r1", "r4")
-	waitWaiting(t, name, "LearnerNotStarted", 90*time.Second)
+	poll.Until(t, 90*time.Second, "swap "+name+" waiting for r4's promote, which waits for its member to join", func() (bool, string) {
+		s := getSwap(t, name)
+		if s.Status.Phase.Finished() {
+			t.Fatalf("swap %s finished %s: %s\nhistory:\n%s", name, s.Status.Phase, describe(s), history(s))
+		}
+		c := meta.FindStatusCondition(s.Status.Conditions, holdfastv1.ConditionProgressing)
+		return c != nil && c.Reason == holdfastv1.SwapReasonWaitingForNodePlugin &&
+			strings.Contains(c.Message, "last report promote running") && strings.Contains(c.Message, "etcd member"), describe(s)
+	})
 	// The learner stall time plus the operation timeout pass.
 	shifted.Advance(2 * time.Minute)
 	s := waitPhase(t, name, holdfastv1.SwapRolledBack, 2*time.Minute)

@@ -67,6 +67,9 @@ type host struct {
 	sd      *dbusdouble.Manager
 	act     *actuator.Actuator
 	initial string // the bootstrap cluster for a first voter
+	// etcd is the node plugin's etcd client: its tombstone watcher's and
+	// its promote's join check's.
+	etcd *tombstone.ClientEtcd
 
 	mu      sync.Mutex
 	proc    *dbusdouble.ExecProcess
@@ -141,8 +144,10 @@ func (h *host) start(t testing.TB) {
 		}
 	})
 	h.state, h.sd = sh.State, sh.Manager
+	eps := h.c.eps
+	h.etcd = &tombstone.ClientEtcd{LocalEndpoint: h.member.ClientURL, Cluster: func(context.Context) ([]string, error) { return eps, nil }}
 	h.act = actuator.New(sh.Systemd, actuator.Config{ServerUnit: serverUnit, AgentUnit: agentUnit,
-		SystemdDir: sh.SystemdDir, State: h.state})
+		SystemdDir: sh.SystemdDir, State: h.state, NodeName: h.name, Members: h.etcd})
 	if voter {
 		if _, err := h.sd.StartDirect(serverUnit); err != nil {
 			t.Fatal(err)
@@ -317,9 +322,7 @@ func (h *host) startPlugin(t testing.TB) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eps := h.c.eps
-	etcd := &tombstone.ClientEtcd{LocalEndpoint: h.member.ClientURL, Cluster: func(context.Context) ([]string, error) { return eps, nil }}
-	watcher := &tombstone.Watcher{Etcd: etcd, State: h.state, Clock: clock.RealClock{}, Every: 300 * time.Millisecond}
+	watcher := &tombstone.Watcher{Etcd: h.etcd, State: h.state, Clock: clock.RealClock{}, Every: 300 * time.Millisecond}
 	if err := mgr.Add(watcher); err != nil {
 		t.Fatal(err)
 	}

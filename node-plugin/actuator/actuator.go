@@ -83,8 +83,24 @@ type Config struct {
 	SystemdDir string
 	// State is the host state (role file, join, tombstone, member data).
 	State hoststate.State
-	Clock clock.PassiveClock
+	// NodeName is this node: the name its member starts under.
+	NodeName string
+	// Members answers whether the member the server unit runs is one of the
+	// cluster it was told to join: a promote is done only then.
+	Members Membership
+	// Timeout bounds a promote's wait for the member to join, from the
+	// server's start; past it the step fails (and is retried with backoff)
+	// with what the member lacks. Recheck is how soon a waiting step looks
+	// again.
+	Timeout, Recheck time.Duration
+	Clock            clock.PassiveClock
 }
+
+// Defaults of Config.
+const (
+	DefaultJoinTimeout = 5 * time.Minute
+	DefaultJoinRecheck = 2 * time.Second
+)
 
 // Actuator carries out the host half of a voter swap.
 type Actuator struct {
@@ -99,6 +115,12 @@ func New(sd Systemd, cfg Config) *Actuator {
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = DefaultJoinTimeout
+	}
+	if cfg.Recheck == 0 {
+		cfg.Recheck = DefaultJoinRecheck
 	}
 	return &Actuator{sd: sd, cfg: cfg}
 }
@@ -127,8 +149,13 @@ func (a *Actuator) Provisioned(ctx context.Context) (bool, error) {
 // Promote makes the host a server that joins the members in join
 // (AnnotationRoleJoin): join target and drop-in, role file server, agent
 // unit stopped and disabled, server unit unmasked, enabled and started. It
-// returns when the server unit is active, with the time this or an earlier
-// promote started it.
+// is done once the server unit is active and its member has joined the
+// cluster (joined): an active unit says only that a process runs, which
+// one serving a former cluster's data, or bootstrapping its own, does as
+// well. Until then it returns a WaitingError, and a failure saying what
+// the member lacks past Timeout after the server's start. It returns the
+// time this promote, or an earlier one of the same join, started the
+// server.
 func (a *Actuator) Promote(ctx context.Context, join string) (time.Time, error) {
 	if _, errs := holdfastv1.ParseRoleJoin(join); len(errs) > 0 {
 		return time.Time{}, &RefusedError{Reason: errs.ToAggregate().Error()}
@@ -146,6 +173,10 @@ func (a *Actuator) Promote(ctx context.Context, join string) (time.Time, error) 
 		return time.Time{}, &RefusedError{Reason: removed + "; the host is not finished to an agent yet"}
 	}
 	st := a.cfg.State
+	prevJoin, err := st.Join()
+	if err != nil {
+		return time.Time{}, err
+	}
 	// The join target first: the role file may then say server without the
 	// never-bootstrap guard ever seeing a former member with nowhere to join.
 	if err := st.SetJoin(join); err != nil {
@@ -179,17 +210,27 @@ func (a *Actuator) Promote(ctx context.Context, join string) (time.Time, error) 
 	if err != nil {
 		return time.Time{}, err
 	}
-	if state == "active" {
-		// Already started by this promote before a crash, or by an earlier
-		// one: report that start.
-		return st.ServerStartedAt()
-	}
-	started := a.cfg.Clock.Now()
-	if err := st.SetServerStartedAt(started); err != nil {
+	// The start this promote, or an earlier one of the same join (before a
+	// crash, or a wait), recorded: it is reported, and the wait for the
+	// member is bounded from it, so a server that keeps restarting without
+	// joining fails the step rather than waiting from each restart.
+	started, err := st.ServerStartedAt()
+	if err != nil {
 		return time.Time{}, err
 	}
-	if err := a.sd.Start(ctx, a.cfg.ServerUnit); err != nil {
-		return time.Time{}, err
+	if started.IsZero() || prevJoin != join {
+		started = a.cfg.Clock.Now()
+		if err := st.SetServerStartedAt(started); err != nil {
+			return time.Time{}, err
+		}
+	}
+	if state != "active" {
+		if err := a.sd.Start(ctx, a.cfg.ServerUnit); err != nil {
+			return started, err
+		}
+	}
+	if what := joined(ctx, a.cfg.Members, a.cfg.NodeName); what != "" {
+		return started, bound{clock: a.cfg.Clock, timeout: a.cfg.Timeout, recheck: a.cfg.Recheck, since: "the server unit started"}.waitOrFail(what, started)
 	}
 	return started, nil
 }

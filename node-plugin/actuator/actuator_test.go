@@ -45,6 +45,8 @@ type host struct {
 	act   *actuator.Actuator
 	clock *clocktesting.FakeClock
 	cfg   actuator.Config
+	// etcd answers the promote's join check: joined unless a test says.
+	etcd *etcdAnswers
 }
 
 // newHost serves the systemd double with an installed server and agent
@@ -59,8 +61,9 @@ func newHost(t *testing.T, serverActive bool) *host {
 		}
 	})
 	h := &host{t: t, mgr: sh.Manager, sd: sh.Systemd, state: sh.State,
-		clock: clocktesting.NewFakeClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))}
-	h.cfg = actuator.Config{ServerUnit: server, AgentUnit: agent, SystemdDir: sh.SystemdDir, State: sh.State, Clock: h.clock}
+		clock: clocktesting.NewFakeClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)), etcd: joinedAnswers()}
+	h.cfg = actuator.Config{ServerUnit: server, AgentUnit: agent, SystemdDir: sh.SystemdDir, State: sh.State, Clock: h.clock,
+		NodeName: spNode, Members: h.etcd}
 	h.act = actuator.New(h.sd, h.cfg)
 	return h
 }

@@ -45,9 +45,9 @@ func (m APIMirrorPods) MirrorPod(ctx context.Context, namespace, name string) (*
 	return pod, nil
 }
 
-// WaitingError is a step that has done its part and waits for the kubelet:
-// the step is still running, and is repeated (it is idempotent) after
-// RetryAfter or when the mirror pod changes.
+// WaitingError is a step that has done its part and waits for the kubelet
+// or etcd: the step is still running, and is repeated (it is idempotent)
+// after RetryAfter or when the Node changes.
 type WaitingError struct {
 	Reason     string
 	RetryAfter time.Duration
@@ -62,21 +62,6 @@ func IsWaiting(err error) (time.Duration, bool) {
 		return w.RetryAfter, true
 	}
 	return 0, false
-}
-
-// Membership is what a promote asks etcd before it is done
-// (tombstone.ClientEtcd): the pod the kubelet runs being Ready says only
-// that an etcd answers its health check, which one restarted from other
-// data (a former cluster's, kept in the data directory: etcd ignores the
-// join flags then) does as well.
-type Membership interface {
-	// Local is the local member's own answer (its status): its ID and its
-	// cluster's ID. A learner answers nothing more (no member list).
-	Local(ctx context.Context) (hoststate.Member, error)
-	// MemberNames lists the cluster's members as its other members answer
-	// it (linearizable), each ID with its name (empty until the member
-	// started and published itself), with their cluster ID.
-	MemberNames(ctx context.Context) (clusterID string, names map[string]string, err error)
 }
 
 // Defaults of StaticPodConfig.
@@ -192,7 +177,7 @@ func (a *StaticPodActuator) provisioned() (bool, string, error) {
 // Promote makes the host a member joining the cluster in join: join target
 // and role file, the member's certificates from the etcd CA, the etcd
 // manifest (guarded), and, once the kubelet runs it (its mirror pod
-// Running and Ready) and the member has joined (joinWait), the
+// Running and Ready) and the member has joined (joined), the
 // kube-apiserver manifest. It returns the time the etcd manifest was first
 // written by this promote, or a WaitingError until then. The apiserver is
 // not waited for: it serves only once the controller has promoted the
@@ -259,7 +244,7 @@ func (a *StaticPodActuator) Promote(ctx context.Context, join string) (time.Time
 	if err := a.waitRunning(ctx, etcd, started); err != nil {
 		return started, err
 	}
-	if what := a.joinWait(ctx); what != "" {
+	if what := joined(ctx, a.cfg.Members, a.cfg.NodeName); what != "" {
 		return started, a.waitOrFail(what, started)
 	}
 	api, err := a.apiServerPod()
@@ -334,37 +319,6 @@ func (a *StaticPodActuator) waitRunning(ctx context.Context, pod *corev1.Pod, si
 	return a.waitOrFail(fmt.Sprintf("mirror pod %s/%s is %s", ns, name, state), since)
 }
 
-// joinWait says what the member the etcd pod runs lacks to be one of the
-// cluster it was told to join, "" once it is: the local member answers
-// from its endpoint, and the member list its cluster's other members
-// answer is of the same cluster ID and lists its member ID, started under
-// this node's name (a member added but not started has no name yet). An
-// etcd of another cluster (a former one's data left in the data
-// directory) or one that answers nobody never passes.
-func (a *StaticPodActuator) joinWait(ctx context.Context) string {
-	if a.cfg.Members == nil {
-		return "no etcd client to ask the local member whether it joined"
-	}
-	local, err := a.cfg.Members.Local(ctx)
-	if err != nil {
-		return fmt.Sprintf("the local etcd member does not answer (%v)", err)
-	}
-	clusterID, names, err := a.cfg.Members.MemberNames(ctx)
-	if err != nil {
-		return fmt.Sprintf("the cluster's other members do not answer its member list (%v)", err)
-	}
-	name, listed := names[local.ID]
-	switch {
-	case clusterID != local.ClusterID:
-		return fmt.Sprintf("the local etcd member %s is of cluster %s, not of cluster %s it was told to join", local.ID, local.ClusterID, clusterID)
-	case !listed:
-		return fmt.Sprintf("the member list of cluster %s does not list the local etcd member %s", clusterID, local.ID)
-	case name != a.cfg.NodeName:
-		return fmt.Sprintf("the local etcd member %s has not started as %s in cluster %s (its member list names it %q)", local.ID, a.cfg.NodeName, clusterID, name)
-	}
-	return ""
-}
-
 // waitGone waits for the mirror pod of pod to be gone: the kubelet deletes
 // a mirror pod whose static pod was removed once the pod has terminated.
 func (a *StaticPodActuator) waitGone(ctx context.Context, pod *corev1.Pod, since time.Time) error {
@@ -377,10 +331,7 @@ func (a *StaticPodActuator) waitGone(ctx context.Context, pod *corev1.Pod, since
 }
 
 func (a *StaticPodActuator) waitOrFail(what string, since time.Time) error {
-	if waited := a.cfg.Clock.Since(since); waited >= a.cfg.Timeout {
-		return fmt.Errorf("%s %v after the manifest changed (timeout %v)", what, waited.Round(time.Second), a.cfg.Timeout)
-	}
-	return &WaitingError{Reason: "waiting: " + what, RetryAfter: a.cfg.Recheck}
+	return bound{clock: a.cfg.Clock, timeout: a.cfg.Timeout, recheck: a.cfg.Recheck, since: "the manifest changed"}.waitOrFail(what, since)
 }
 
 func podReady(p *corev1.Pod) bool {
