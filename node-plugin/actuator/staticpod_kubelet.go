@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"maps"
 	"net"
 	"net/url"
 	"os"
@@ -28,9 +27,15 @@ const KubeletKubeconfigSetting = "the chart's node.kubeletKubeconfig (holdfast-n
 // not set it.
 const defaultSecurePort = "6443"
 
+// manifestAt is a kube-apiserver manifest and the file it is read from.
+type manifestAt struct {
+	file string
+	pod  *corev1.Pod
+}
+
 // kubeletStranded judges the kubelet's kubeconfig at path (its bytes conf,
 // or readErr reading them) against this node's own kube-apiserver, as the
-// manifests in apiservers (file → Pod: the running one and the operator's
+// manifests in apiservers (the running one first, then the operator's
 // template) and node's name say where it listens: "" when the kubelet
 // reaches another apiserver, else why a step-down would strand the kubelet
 // and what to do. A step-down removes this node's kube-apiserver; a kubelet
@@ -44,7 +49,7 @@ const defaultSecurePort = "6443"
 // port on this host is a local proxy, which outlives the apiserver; any
 // other name or address is taken for the control-plane endpoint (a virtual
 // IP this host holds now moves once its apiserver stops).
-func kubeletStranded(path string, conf []byte, readErr error, node string, apiservers map[string]*corev1.Pod) string {
+func kubeletStranded(path string, conf []byte, readErr error, node string, apiservers []manifestAt) string {
 	if errors.Is(readErr, fs.ErrNotExist) {
 		return fmt.Sprintf("the kubelet's kubeconfig %s does not exist, so holdfast cannot tell whether the kubelet reaches only this node's kube-apiserver, which a step-down removes: set %s to the kubelet's --kubeconfig file",
 			path, KubeletKubeconfigSetting)
@@ -67,11 +72,11 @@ func kubeletStranded(path string, conf []byte, readErr error, node string, apise
 	}
 	own := ""
 	listens := map[string]bool{}
-	for _, file := range slices.Sorted(maps.Keys(apiservers)) {
-		adv, p := apiServerListens(apiservers[file])
+	for _, m := range apiservers {
+		adv, p := apiServerListens(m.pod)
 		listens[p] = true
 		if own == "" && p == port && adv != "" && sameHost(host, adv) {
-			own = "the --advertise-address of " + file
+			own = "the --advertise-address of " + m.file
 		}
 	}
 	if len(apiservers) == 0 {
@@ -156,7 +161,7 @@ func sameHost(host, addr string) bool {
 // does not parse says nothing of where the apiserver listens, so the host
 // is not judged provisioned by it.
 func (a *StaticPodActuator) kubeletNotProvisioned() (string, error) {
-	pods := map[string]*corev1.Pod{}
+	var pods []manifestAt
 	for _, p := range []string{a.manifest(APIServerManifest), a.cfg.APIServerTemplate} {
 		b, err := os.ReadFile(p)
 		if errors.Is(err, fs.ErrNotExist) {
@@ -168,7 +173,7 @@ func (a *StaticPodActuator) kubeletNotProvisioned() (string, error) {
 		if err := yaml.Unmarshal(b, pod); err != nil {
 			return fmt.Sprintf("the kube-apiserver manifest %s is not a Pod (%v), so holdfast cannot tell where this node's kube-apiserver listens", p, err), nil
 		}
-		pods[p] = pod
+		pods = append(pods, manifestAt{p, pod})
 	}
 	conf, err := os.ReadFile(a.cfg.KubeletKubeconfig)
 	return kubeletStranded(a.cfg.KubeletKubeconfig, conf, err, a.cfg.NodeName, pods), nil

@@ -63,7 +63,8 @@ func TestTheKubeletMustReachAnotherAPIServerThanTheOneAStepDownRemoves(t *testin
 	type host struct {
 		conf    string
 		readErr error
-		pods    map[string]*corev1.Pod
+		// running and template are the manifests; nil: none.
+		running, template *corev1.Pod
 	}
 	stranded := func(server, own string) []string {
 		return []string{"the kubelet's kubeconfig " + path + " points at " + server + ", this node's own kube-apiserver (" + own + ")",
@@ -80,17 +81,21 @@ func TestTheKubeletMustReachAnotherAPIServerThanTheOneAStepDownRemoves(t *testin
 		{"this node's advertise address (kubeadm's own since 1.31)", func(_ *testing.T, h *host) { h.conf = kubeletConf("https://10.0.0.4:6443") },
 			stranded("https://10.0.0.4:6443", "the --advertise-address of "+template)},
 		{"the running manifest's advertise address", func(t *testing.T, h *host) {
-			h.pods[running] = apiServerManifest(t, "192.168.7.4")
+			h.running = apiServerManifest(t, "192.168.7.4")
 			h.conf = kubeletConf("https://192.168.7.4:6443")
 		}, stranded("https://192.168.7.4:6443", "the --advertise-address of "+running)},
+		{"the running manifest and the template at one address: the running one named", func(t *testing.T, h *host) {
+			h.running = apiServerManifest(t, "10.0.0.4")
+			h.conf = kubeletConf("https://10.0.0.4:6443")
+		}, stranded("https://10.0.0.4:6443", "the --advertise-address of "+running)},
 		{"the advertise address as two arguments, in args", func(t *testing.T, h *host) {
 			p := apiServerManifest(t, "10.9.9.9")
 			p.Spec.Containers[0].Args = []string{"--advertise-address", "10.0.0.40"}
-			h.pods[template] = p
+			h.template = p
 			h.conf = kubeletConf("https://10.0.0.40:6443")
 		}, stranded("https://10.0.0.40:6443", "the --advertise-address of "+template)},
 		{"an IPv6 advertise address written another way", func(t *testing.T, h *host) {
-			h.pods[template] = apiServerManifest(t, "fd00:0:0:0:0:0:0:4")
+			h.template = apiServerManifest(t, "fd00:0:0:0:0:0:0:4")
 			h.conf = kubeletConf("https://[fd00::4]:6443")
 		}, stranded("https://[fd00::4]:6443", "the --advertise-address of "+template)},
 		{"the loopback address", func(_ *testing.T, h *host) { h.conf = kubeletConf("https://127.0.0.1:6443") },
@@ -102,15 +107,15 @@ func TestTheKubeletMustReachAnotherAPIServerThanTheOneAStepDownRemoves(t *testin
 		{"this node's name", func(_ *testing.T, h *host) { h.conf = kubeletConf("https://cp-4:6443") },
 			stranded("https://cp-4:6443", "this node's name")},
 		{"the loopback address with no manifest at all: kube-apiserver's default port", func(_ *testing.T, h *host) {
-			h.pods = map[string]*corev1.Pod{}
+			h.template = nil
 			h.conf = kubeletConf("https://127.0.0.1:6443")
 		}, stranded("https://127.0.0.1:6443", "a loopback address")},
 		{"the advertise address at the apiserver's own secure port", func(t *testing.T, h *host) {
-			h.pods[template] = apiServerManifest(t, "10.0.0.4", "--secure-port=8443")
+			h.template = apiServerManifest(t, "10.0.0.4", "--secure-port=8443")
 			h.conf = kubeletConf("https://10.0.0.4:8443")
 		}, stranded("https://10.0.0.4:8443", "the --advertise-address of "+template)},
 		{"no port: https's", func(t *testing.T, h *host) {
-			h.pods[template] = apiServerManifest(t, "10.0.0.4", "--secure-port=443")
+			h.template = apiServerManifest(t, "10.0.0.4", "--secure-port=443")
 			h.conf = kubeletConf("https://10.0.0.4")
 		}, stranded("https://10.0.0.4", "the --advertise-address of "+template)},
 		// A proxy on this host at another port outlives the apiserver.
@@ -132,13 +137,19 @@ func TestTheKubeletMustReachAnotherAPIServerThanTheOneAStepDownRemoves(t *testin
 			[]string{`context "system:node:cp-4@kubernetes" names cluster "kubernetes", which has no server`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := &host{conf: kubeletConf("https://cp.kubeadm.test:6443"), pods: map[string]*corev1.Pod{template: apiServerManifest(t, "10.0.0.4")}}
+			h := &host{conf: kubeletConf("https://cp.kubeadm.test:6443"), template: apiServerManifest(t, "10.0.0.4")}
 			tc.mutate(t, h)
 			var conf []byte
 			if h.readErr == nil {
 				conf = []byte(h.conf)
 			}
-			got := kubeletStranded(path, conf, h.readErr, "cp-4", h.pods)
+			var pods []manifestAt
+			for _, m := range []manifestAt{{running, h.running}, {template, h.template}} {
+				if m.pod != nil {
+					pods = append(pods, m)
+				}
+			}
+			got := kubeletStranded(path, conf, h.readErr, "cp-4", pods)
 			if len(tc.want) == 0 {
 				if got != "" {
 					t.Fatalf("judged not provisioned: %s", got)
