@@ -263,7 +263,7 @@ func TestTheActuatorPromotesTheProvisionedStandby(t *testing.T) {
 		NodeName: standbyName, ManifestsDir: filepath.Join(root, "manifests"), PKIDir: pki,
 		APIServerTemplate: filepath.Join(root, "holdfast", "kube-apiserver.yaml"), EtcdImage: "registry.k8s.io/etcd:3.6.5-0",
 		State: hoststate.State{Dir: filepath.Join(root, "holdfast-host"), MemberDataDir: filepath.Join(root, "etcd")}, Timeout: time.Minute,
-		Members: joined{},
+		Members: joined{}, KubeletKubeconfig: filepath.Join(root, "kubelet.conf"),
 	}
 	for _, d := range []string{cfg.ManifestsDir, filepath.Dir(cfg.APIServerTemplate)} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
@@ -271,6 +271,11 @@ func TestTheActuatorPromotesTheProvisionedStandby(t *testing.T) {
 		}
 	}
 	if err := os.WriteFile(cfg.APIServerTemplate, tmpl, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// standby-1 is a worker: kubeadm join points its kubelet at the
+	// control-plane endpoint.
+	if err := os.WriteFile(cfg.KubeletKubeconfig, workerKubeletConf(t), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	act := actuator.NewStaticPod(mirrorPods{dir: cfg.ManifestsDir, node: standbyName}, cfg)
@@ -309,7 +314,9 @@ func TestTheActuatorPromotesTheProvisionedStandby(t *testing.T) {
 // demo.sh points each control-plane kubelet, whose kubeconfig kubeadm
 // writes with its own apiserver as the server, at the control-plane
 // endpoint it reads from kind's ClusterConfiguration, its credentials
-// unchanged.
+// unchanged: the StaticPod actuator judges cp-1 not provisioned with
+// kubeadm's kubelet.conf (a step-down would strand its kubelet) and
+// provisioned with the one demo.sh writes.
 func TestControlPlaneKubeletsAreMovedToTheLoadBalancer(t *testing.T) {
 	cp := kubeadmConfig(t, cpName, cpIP)
 	cluster, err := configutil.MarshalKubeadmConfigObject(&cp.ClusterConfiguration, kubeadmapiv1.SchemeGroupVersion)
@@ -367,4 +374,52 @@ func TestControlPlaneKubeletsAreMovedToTheLoadBalancer(t *testing.T) {
 	if err != nil || string(again) != string(out) {
 		t.Errorf("kubelet_conf_at again changes the kubeconfig (demo.sh restarts the kubelet when it does): %v\n%s", err, again)
 	}
+
+	// cp-1 as kubeadm leaves it, its kube-apiserver running, judged by the
+	// actuator before and after demo.sh moves its kubelet.
+	cpManifest, _ := kubeadmAPIServer(t, cpName, cpIP)
+	root := t.TempDir()
+	cfg := actuator.StaticPodConfig{NodeName: cpName, ManifestsDir: filepath.Join(root, "manifests"), PKIDir: pki,
+		APIServerTemplate: filepath.Join(root, "holdfast", "kube-apiserver.yaml"), KubeletKubeconfig: filepath.Join(root, "kubelet.conf"),
+		EtcdImage: "registry.k8s.io/etcd:3.6.5-0", State: hoststate.State{Dir: filepath.Join(root, "holdfast-host"), MemberDataDir: filepath.Join(root, "etcd")}}
+	for p, b := range map[string][]byte{filepath.Join(cfg.ManifestsDir, actuator.APIServerManifest): cpManifest, cfg.APIServerTemplate: cpManifest,
+		cfg.KubeletKubeconfig: conf} {
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	act := actuator.NewStaticPod(mirrorPods{dir: cfg.ManifestsDir, node: cpName}, cfg)
+	want := "points at https://" + cpIP + ":6443, this node's own kube-apiserver (the --advertise-address of " + filepath.Join(cfg.ManifestsDir, actuator.APIServerManifest) + ")"
+	if why, err := act.NotProvisioned(); err != nil || !strings.Contains(why, want) {
+		t.Errorf("cp-1 with kubeadm's kubelet.conf: not provisioned %q, %v; want it to say %q", why, err, want)
+	}
+	if err := os.WriteFile(cfg.KubeletKubeconfig, out, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if why, err := act.NotProvisioned(); err != nil || why != "" {
+		t.Errorf("cp-1 with the kubelet.conf demo.sh writes is not provisioned: %q, %v", why, err)
+	}
+}
+
+// workerKubeletConf is a kubelet's kubeconfig as kubeadm writes it for a
+// node whose kubelet reaches the cluster at kind's control-plane endpoint.
+func workerKubeletConf(t *testing.T) []byte {
+	t.Helper()
+	cfg, pki := standbyPKI(t)
+	cfg.CertificatesDir = pki
+	dir := t.TempDir()
+	if err := kubeconfigphase.CreateKubeConfigFile(kubeadmconstants.KubeletKubeConfigFileName, dir, cfg); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, kubeadmconstants.KubeletKubeConfigFileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), "server: https://"+cpEndpoint) {
+		t.Fatalf("kubeadm's kubelet.conf for standby-1 is not at %s:\n%s", cpEndpoint, b)
+	}
+	return b
 }

@@ -40,8 +40,9 @@ kube-system/holdfast-voter-swap, and judges every gate of the swap with the
 rules the webhook and the controller apply (etcd healthy with a leader and no
 learner, the voters at their target, every voter's Node Ready, no node
 labelled as a voter that does not vote, the swap Lease free, OUT a voter that
-is not pinned, IN not a member, eligible, provisioned, Ready and without a
-tombstone of this cluster). If any gate fails it prints each one with its
+is not pinned and whose node plugin does not report it not provisioned, IN not
+a member, eligible, provisioned, Ready and without a tombstone of this
+cluster). If any gate fails it prints each one with its
 field path and reason, creates nothing and exits 1. The webhook checks the
 gates again when the VoterSwap is created (and refuses a second swap): exit 1
 with each reason. Exit 0 means every gate held and the swap was created;

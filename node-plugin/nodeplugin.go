@@ -71,6 +71,9 @@ type Options struct {
 	EtcdLocal                 string
 	EtcdCA, EtcdCert, EtcdKey string
 	CRIEndpoint               string
+	// KubeletKubeconfig is the kubelet's kubeconfig, which the StaticPod
+	// actuator judges (actuator.StaticPodConfig.KubeletKubeconfig).
+	KubeletKubeconfig string
 	// SystemdBus is a D-Bus address for systemd; empty is the system bus.
 	SystemdBus             string
 	MetricsAddr, ProbeAddr string
@@ -108,6 +111,8 @@ func ParseFlags(args []string) (Options, error) {
 	fs.StringVar(&o.EtcdCert, "etcd-cert", "", "client certificate file for etcd")
 	fs.StringVar(&o.EtcdKey, "etcd-key", "", "client key file for etcd")
 	fs.StringVar(&o.SystemdBus, "systemd-bus-address", "", "D-Bus address to reach systemd at (default: the system bus, then /run/systemd/private)")
+	fs.StringVar(&o.KubeletKubeconfig, "kubelet-kubeconfig", actuator.DefaultKubeletKubeconfig, "with the StaticPod actuator, the kubelet's kubeconfig (its --kubeconfig): "+
+		"the host is not provisioned while its server is this node's own kube-apiserver, which a step-down removes (the chart's node.kubeletKubeconfig)")
 	fs.StringVar(&o.CRIEndpoint, "cri-endpoint", "unix:///run/containerd/containerd.sock", "the container runtime's CRI socket")
 	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8095", "metrics address (0 disables)")
 	fs.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8096", "health probe address")

@@ -51,7 +51,7 @@ func newStaticPodActuator(mgr ctrl.Manager, o *Options, s actuatorSettings, stat
 		return nil, fmt.Errorf("copying holdfast-node to the host for the etcd pod's start condition: %w", err)
 	}
 	return actuator.NewStaticPod(actuator.APIMirrorPods{Reader: mgr.GetAPIReader()}, actuator.StaticPodConfig{
-		NodeName: o.NodeName, ManifestsDir: s.ManifestsDir, PKIDir: s.PKIDir, APIServerTemplate: s.APIServerTemplate,
+		NodeName: o.NodeName, ManifestsDir: s.ManifestsDir, PKIDir: s.PKIDir, APIServerTemplate: s.APIServerTemplate, KubeletKubeconfig: o.KubeletKubeconfig,
 		EtcdImage: s.EtcdImage, StartCondition: StartConditionArgs(o), State: state, Members: etcd, Clock: clock.RealClock{},
 	}), nil
 }

@@ -67,6 +67,7 @@ func newStaticPodHost(t *testing.T, node string) actuator.StaticPodConfig {
 		ManifestsDir:      filepath.Join(root, "manifests"),
 		PKIDir:            filepath.Join(root, "pki"),
 		APIServerTemplate: filepath.Join(root, "holdfast/kube-apiserver.yaml"),
+		KubeletKubeconfig: filepath.Join(root, "kubelet.conf"),
 		EtcdImage:         "registry.k8s.io/etcd:3.6.5-0",
 		State:             hoststate.State{Dir: filepath.Join(root, "holdfast"), MemberDataDir: filepath.Join(root, "etcd")},
 		Recheck:           100 * time.Millisecond,
@@ -80,10 +81,19 @@ func newStaticPodHost(t *testing.T, node string) actuator.StaticPodConfig {
 		filepath.Join(cfg.PKIDir, actuator.EtcdCAKey):  caKey,
 		cfg.APIServerTemplate: []byte("apiVersion: v1\nkind: Pod\nmetadata: {name: kube-apiserver, namespace: kube-system}\n" +
 			"spec: {hostNetwork: true, containers: [{name: kube-apiserver, image: registry.k8s.io/kube-apiserver:v1.37.2}]}\n"),
+		cfg.KubeletKubeconfig: kubeletKubeconfig("https://cp.kubeadm.test:6443"),
 	} {
 		writeHostFile(t, p, b)
 	}
 	return cfg
+}
+
+// kubeletKubeconfig is a kubelet's kubeconfig with its server at server:
+// the control-plane endpoint on a provisioned host.
+func kubeletKubeconfig(server string) []byte {
+	return []byte("apiVersion: v1\nkind: Config\nclusters: [{name: kubernetes, cluster: {server: \"" + server + "\"}}]\n" +
+		"contexts: [{name: kubelet, context: {cluster: kubernetes, user: kubelet}}]\ncurrent-context: kubelet\n" +
+		"users: [{name: kubelet, user: {client-certificate: /var/lib/kubelet/pki/kubelet-client-current.pem}}]\n")
 }
 
 func writeHostFile(t *testing.T, p string, b []byte) {

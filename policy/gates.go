@@ -65,6 +65,14 @@ func NodeProvisioned(n *corev1.Node) bool {
 	return ok && v != "" && v != "false"
 }
 
+// NodeReportedNotProvisioned reports whether the node plugin said the host
+// is not provisioned (the provisioned annotation "false"). A voter may lack
+// the annotation (its node plugin never reported, or predates it): only its
+// own report refuses its step-down.
+func NodeReportedNotProvisioned(n *corev1.Node) bool {
+	return n.Annotations[holdfastv1.AnnotationProvisioned] == "false"
+}
+
 // NodeEligible reports whether the node may become a voter: it matches the
 // policy's eligibleSelector (holdfast.io/voter-eligible=true when unset).
 // A selector that does not parse makes no node eligible.
@@ -207,6 +215,12 @@ func SwapGates(spec *holdfastv1.VoterSwapSpec, in GateInput) field.ErrorList {
 	if n := in.Nodes[spec.Outgoing]; n != nil && NodePinned(n) {
 		errs = append(errs, field.Forbidden(outPath, fmt.Sprintf("%s is pinned (%s); an admin must unpin it first",
 			spec.Outgoing, holdfastv1.LabelPinned)))
+	}
+	if n := in.Nodes[spec.Outgoing]; n != nil && NodeReportedNotProvisioned(n) {
+		errs = append(errs, field.Forbidden(outPath, fmt.Sprintf(
+			"%s: its node plugin reports the host not provisioned (%s \"false\"), so its step-down could stall the swap with the member still voting; "+
+				"the reason is in the %s Event on Node %s and holdfast-node's log there: fix the host first",
+			spec.Outgoing, holdfastv1.AnnotationProvisioned, holdfastv1.EventReasonNotProvisioned, spec.Outgoing)))
 	}
 
 	if spec.Incoming == "" {

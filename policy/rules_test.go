@@ -151,6 +151,19 @@ func TestSwapGates(t *testing.T) {
 		{"outgoing pinned", func(in *GateInput, _ *holdfastv1.VoterSwapSpec) {
 			in.Nodes["cp-3"] = node("cp-3", true, map[string]string{holdfastv1.LabelPinned: "true"}, nil)
 		}, []string{"spec.outgoing: Forbidden: cp-3 is pinned (holdfast.io/pinned); an admin must unpin it first"}},
+		{"outgoing host reported not provisioned", func(in *GateInput, _ *holdfastv1.VoterSwapSpec) {
+			in.Nodes["cp-3"] = node("cp-3", true, nil, map[string]string{holdfastv1.AnnotationProvisioned: "false"})
+		}, []string{`spec.outgoing: Forbidden: cp-3: its node plugin reports the host not provisioned (holdfast.io/provisioned "false"), ` +
+			`so its step-down could stall the swap with the member still voting; ` +
+			`the reason is in the NotProvisioned Event on Node cp-3 and holdfast-node's log there: fix the host first`}},
+		// A voter's node plugin that never reported (or one from before
+		// the report) does not refuse its step-down.
+		{"outgoing host with no provisioned report", func(in *GateInput, _ *holdfastv1.VoterSwapSpec) {
+			in.Nodes["cp-3"] = node("cp-3", true, nil, map[string]string{holdfastv1.AnnotationFitness: "{}"})
+		}, nil},
+		{"outgoing host reported provisioned", func(in *GateInput, _ *holdfastv1.VoterSwapSpec) {
+			in.Nodes["cp-3"] = node("cp-3", true, nil, map[string]string{holdfastv1.AnnotationProvisioned: "true"})
+		}, nil},
 		{"incoming already a member", func(in *GateInput, s *holdfastv1.VoterSwapSpec) { s.Incoming = "cp-1" }, []string{
 			"spec.incoming: Forbidden: cp-1 is already an etcd member; name a node that is not",
 			"spec.incoming: Forbidden: cp-1 is not voter-eligible (VoterPolicy eligibleSelector); an admin labels eligible nodes",

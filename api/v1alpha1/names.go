@@ -43,6 +43,10 @@ const (
 	AnnotationActuator = "holdfast.io/actuator"
 	// AnnotationProvisioned says the server unit is installed on the host.
 	AnnotationProvisioned = "holdfast.io/provisioned"
+	// EventReasonNotProvisioned is the reason of the Event the node plugin
+	// posts on its Node when it reports the host not provisioned: its
+	// message says why.
+	EventReasonNotProvisioned = "NotProvisioned"
 	// AnnotationTombstone records the member and cluster ID of a removed member.
 	AnnotationTombstone = "holdfast.io/tombstone"
 	// AnnotationFitness carries the node's fitness probe results.

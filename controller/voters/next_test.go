@@ -120,6 +120,17 @@ func TestNextPending(t *testing.T) {
 			o.Nodes["n4"].Labels[holdfastv1.LabelPinned] = "true"
 			o.Swaps = append(o.Swaps, swap("s1", "n1", "n4", holdfastv1.SwapManual))
 		}, want{kind: Refuse, says: []string{"n4 is pinned"}}},
+		{"an outgoing voter whose node plugin reports its host not provisioned: refused before anything changes", func(o *Observation) {
+			o.Nodes["n1"].Annotations[holdfastv1.AnnotationProvisioned] = "false"
+			o.Swaps = append(o.Swaps, swap("s1", "n1", "n4", holdfastv1.SwapManual))
+		}, want{kind: Refuse, phase: holdfastv1.SwapRefused, outcome: holdfastv1.SwapRefused, says: []string{
+			holdfastv1.SwapReasonGatesFailed, "spec.outgoing: Forbidden: n1: its node plugin reports the host not provisioned",
+			"the reason is in the NotProvisioned Event on Node n1"}, check: func(t *testing.T, d Decision) {
+			if a := d.Action; a.Node != "" || a.SwapID != "" || a.Then.StartedAt || a.Then.Step != "" {
+				t.Errorf("the refusal acts on node %q, swap ID %q, started %v, step %q: it must only record the refusal",
+					a.Node, a.SwapID, a.Then.StartedAt, a.Then.Step)
+			}
+		}}},
 		{"unprovisioned incoming refused", func(o *Observation) {
 			o.Nodes["n4"].Annotations[holdfastv1.AnnotationProvisioned] = "false"
 			o.Swaps = append(o.Swaps, swap("s1", "n1", "n4", holdfastv1.SwapManual))

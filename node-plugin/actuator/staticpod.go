@@ -83,6 +83,10 @@ type StaticPodConfig struct {
 	PKIDir string
 	// APIServerTemplate is the operator's kube-apiserver manifest.
 	APIServerTemplate string
+	// KubeletKubeconfig is the kubelet's kubeconfig: a host whose kubelet
+	// reaches only this node's kube-apiserver is not provisioned
+	// (kubeletStranded).
+	KubeletKubeconfig string
 	EtcdImage         string
 	// ClientPort and MetricsPort of the member (kubeadm's 2379 and 2381).
 	ClientPort, MetricsPort int
@@ -122,6 +126,7 @@ func NewStaticPod(pods MirrorPods, cfg StaticPodConfig) *StaticPodActuator {
 	def(&cfg.ManifestsDir, DefaultManifestsDir)
 	def(&cfg.PKIDir, DefaultPKIDir)
 	def(&cfg.APIServerTemplate, DefaultAPIServerTemplate)
+	def(&cfg.KubeletKubeconfig, DefaultKubeletKubeconfig)
 	if cfg.ClientPort == 0 {
 		cfg.ClientPort = 2379
 	}
@@ -145,8 +150,9 @@ func (a *StaticPodActuator) manifest(name string) string {
 }
 
 // Provisioned says whether the host can run a member: the kubelet's
-// manifests directory, the etcd CA with its key, and the kube-apiserver
-// template.
+// manifests directory, the etcd CA with its key, the kube-apiserver
+// template, and a kubelet that reaches another kube-apiserver than this
+// node's (a step-down removes that one).
 func (a *StaticPodActuator) Provisioned(context.Context) (bool, error) {
 	_, why, err := a.provisioned()
 	return why == "", err
@@ -170,6 +176,11 @@ func (a *StaticPodActuator) provisioned() (bool, string, error) {
 		} else if err != nil {
 			return false, "", err
 		}
+	}
+	if why, err := a.kubeletNotProvisioned(); err != nil {
+		return false, "", err
+	} else if why != "" {
+		return false, "host not provisioned for static pod members: " + why, nil
 	}
 	return true, "", nil
 }

@@ -112,6 +112,7 @@ func newSPHost(t *testing.T) *spHost {
 		ManifestsDir:      filepath.Join(root, "etc/kubernetes/manifests"),
 		PKIDir:            filepath.Join(root, "etc/kubernetes/pki"),
 		APIServerTemplate: filepath.Join(root, "etc/kubernetes/holdfast/kube-apiserver.yaml"),
+		KubeletKubeconfig: filepath.Join(root, "etc/kubernetes/kubelet.conf"),
 		EtcdImage:         "registry.k8s.io/etcd:3.6.5-0",
 		State:             hoststate.State{Dir: filepath.Join(root, "var/lib/holdfast"), MemberDataDir: filepath.Join(root, "var/lib/etcd")},
 		Members:           h.etcd,
@@ -137,9 +138,29 @@ spec:
 	if err := os.WriteFile(h.cfg.APIServerTemplate, []byte(tmpl), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	h.kubeletAt("https://cp.kubeadm.test:6443")
 	h.kubelet = &kubelet{dir: h.cfg.ManifestsDir, node: spNode}
 	h.act = actuator.NewStaticPod(h.kubelet, h.cfg)
 	return h
+}
+
+// kubeletAt writes the kubelet's kubeconfig with its server at server
+// (the control-plane endpoint on a provisioned host).
+func (h *spHost) kubeletAt(server string) {
+	h.t.Helper()
+	mustWrite(h.t, h.cfg.KubeletKubeconfig, []byte(`apiVersion: v1
+kind: Config
+clusters:
+- name: kubernetes
+  cluster: {server: "`+server+`"}
+contexts:
+- name: kubelet
+  context: {cluster: kubernetes, user: kubelet}
+current-context: kubelet
+users:
+- name: kubelet
+  user: {client-certificate: /var/lib/kubelet/pki/kubelet-client-current.pem}
+`))
 }
 
 // caTemplate is an etcd CA as kubeadm makes it: valid from an hour before
@@ -419,6 +440,16 @@ func TestStaticPodPromoteRefusesAndWritesNoEtcdManifest(t *testing.T) {
 		join:    spJoin,
 		prepare: func(h *spHost) { h.replaceCA(func(c *x509.Certificate) { c.NotBefore = h.clock.Now().Add(time.Hour) }) },
 		want:    "etc/kubernetes/pki/etcd/ca.crt is not valid before 2026-03-01T13:00:00Z",
+	}, {
+		name:    "a kubelet that reaches only this node's kube-apiserver",
+		join:    spJoin,
+		prepare: func(h *spHost) { h.kubeletAt("https://127.0.0.1:6443") },
+		want:    "etc/kubernetes/kubelet.conf points at https://127.0.0.1:6443, this node's own kube-apiserver (a loopback address)",
+	}, {
+		name:    "no kubelet kubeconfig",
+		join:    spJoin,
+		prepare: func(h *spHost) { _ = os.Remove(h.cfg.KubeletKubeconfig) },
+		want:    "etc/kubernetes/kubelet.conf does not exist",
 	}, {
 		name: "a join that does not name this node",
 		join: "cp-1=https://10.0.0.1:2380,cp-2=https://10.0.0.2:2380",

@@ -1,5 +1,6 @@
 // Package report publishes what the host knows on its own Node (docs/design.md §5):
-// holdfast.io/provisioned (the server unit is installed), the observed role
+// holdfast.io/provisioned (the server unit is installed; when it is not, an
+// Event on the Node says why), the observed role
 // label holdfast.io/role, holdfast.io/tombstone (mirroring the host's
 // tombstone file), and holdfast.io/fitness (fsync latency of the member data
 // directory and round trip to each voter's peer port). It writes only when
@@ -8,6 +9,7 @@ package report
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,6 +24,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
@@ -38,6 +41,13 @@ type Units interface {
 	Provisioned(ctx context.Context) (bool, error)
 	// ActiveRole is the role whose unit is active: server, agent or "".
 	ActiveRole(ctx context.Context) (string, error)
+}
+
+// Reasons is Units that can say why the host is not provisioned (the
+// actuators do): the reporter posts it as an Event on the Node.
+type Reasons interface {
+	// NotProvisioned says what the host lacks, "" when it is provisioned.
+	NotProvisioned() (string, error)
 }
 
 // NoServerUnit is Units on a host whose voter swaps are off: holdfast-node
@@ -75,8 +85,11 @@ type Reporter struct {
 	NoFitness bool
 
 	lastFitness *holdfastv1.Fitness
-	kickOnce    sync.Once
-	kick        chan struct{}
+	// notProvisioned is the reason last said (posted, or found already
+	// reported at start); "" while provisioned.
+	notProvisioned string
+	kickOnce       sync.Once
+	kick           chan struct{}
 }
 
 func (r *Reporter) kicks() chan struct{} {
@@ -149,6 +162,7 @@ func (r *Reporter) Pass(ctx context.Context) (err error) {
 	} else {
 		t.settle(KindRole)
 	}
+	r.sayWhyNotProvisioned(ctx, node, prov, role)
 
 	if !r.NoHostState {
 		ts, err := r.State.Tombstone()
@@ -194,6 +208,52 @@ func (r *Reporter) Pass(ctx context.Context) (err error) {
 		return err
 	}
 	return r.Client.Patch(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: r.NodeName}}, client.RawPatch(types.MergePatchType, body))
+}
+
+// sayWhyNotProvisioned makes the reason a host is not provisioned visible
+// where an operator looks, which the provisioned annotation alone is not: a
+// log line and an Event on the Node (kubectl describe node), reason
+// NotProvisioned, when the report turns false or its reason changes. A
+// Warning on a host that runs a member (role server): the voter gates
+// refuse to swap it out until it is fixed. The Event is named after the
+// node and the reason, so a restarted reporter does not post the same one
+// again while it lasts. One that could not be posted is tried again on the
+// next pass.
+func (r *Reporter) sayWhyNotProvisioned(ctx context.Context, node *corev1.Node, prov bool, role string) {
+	log := klog.FromContext(ctx)
+	u, ok := r.Units.(Reasons)
+	if prov || !ok {
+		r.notProvisioned = ""
+		return
+	}
+	why, err := u.NotProvisioned()
+	if err != nil {
+		log.Error(err, "Reading why the host is not provisioned")
+		return
+	}
+	if why == "" || why == r.notProvisioned {
+		return
+	}
+	log.Info("Host not provisioned", "node", klog.KObj(node), "reason", why)
+	typ := corev1.EventTypeNormal
+	if role == holdfastv1.RoleServer {
+		typ = corev1.EventTypeWarning
+	}
+	sum := sha256.Sum256([]byte(why))
+	now := metav1.NewTime(r.Clock.Now())
+	ev := &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{Name: fmt.Sprintf("%s.not-provisioned.%x", node.Name, sum[:8]), Namespace: metav1.NamespaceDefault},
+		InvolvedObject: corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: node.Name, UID: node.UID},
+		Reason:         holdfastv1.EventReasonNotProvisioned, Message: why, Type: typ,
+		Source:         corev1.EventSource{Component: "holdfast-node", Host: node.Name},
+		FirstTimestamp: now, LastTimestamp: now, Count: 1,
+		ReportingController: "holdfast.io/holdfast-node", ReportingInstance: node.Name, Action: "Report",
+	}
+	if err := r.Client.Create(ctx, ev); err != nil && !apierrors.IsAlreadyExists(err) {
+		log.Error(err, "Posting the Event that says why the host is not provisioned")
+		return
+	}
+	r.notProvisioned = why
 }
 
 // Fitness runs the probes: fsync latency in the member data directory (or

@@ -42,10 +42,14 @@ func TestTheStaticPodLayoutRefusesValuesThatCannotWork(t *testing.T) {
 			[]string{"node.hostDir and node.staticPod.pkiDir are both the host directory /var/lib/holdfast", "give each its own directory"}},
 		{"the template beside the PKI", "node: {actuator: StaticPod, staticPod: {apiServerTemplate: /etc/kubernetes/pki/apiserver.yaml}}",
 			[]string{"node.staticPod.pkiDir and the directory of node.staticPod.apiServerTemplate are both the host directory /etc/kubernetes/pki"}},
+		{"the kubelet's kubeconfig among the kubelet's manifests", "node: {actuator: StaticPod, kubeletKubeconfig: /etc/kubernetes/manifests/kubelet.conf}",
+			[]string{"node.staticPod.manifestsDir and the directory of node.kubeletKubeconfig are both the host directory /etc/kubernetes/manifests", "give each its own directory"}},
 		// values.schema.json, before any template.
 		{"an actuator the policy does not know", "node: {actuator: Kubeadm}", []string{"/node/actuator", "must be one of 'Systemd', 'StaticPod'"}},
 		{"a relative PKI directory", "node: {actuator: StaticPod, staticPod: {pkiDir: etc/kubernetes/pki}}", []string{"/node/staticPod/pkiDir", "^/"}},
 		{"a relative member data directory", "node: {staticPod: {memberDataDir: var/lib/etcd}}", []string{"/node/staticPod/memberDataDir"}},
+		{"a relative kubelet kubeconfig", "node: {actuator: StaticPod, kubeletKubeconfig: etc/kubernetes/kubelet.conf}", []string{"/node/kubeletKubeconfig"}},
+		{"a directory as the kubelet kubeconfig", "node: {actuator: StaticPod, kubeletKubeconfig: /etc/kubernetes/}", []string{"/node/kubeletKubeconfig"}},
 		{"a directory as the apiserver template", "node: {staticPod: {apiServerTemplate: /etc/kubernetes/holdfast/}}", []string{"/node/staticPod/apiServerTemplate"}},
 		{"a key the policy does not have", "node: {staticPod: {etcdDataDir: /var/lib/etcd}}", []string{"/node/staticPod", "etcdDataDir"}},
 	} {

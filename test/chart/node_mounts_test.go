@@ -24,7 +24,9 @@ import (
 // actuator touches, at the VoterPolicy's paths node.staticPod repeats: the
 // kubelet's manifests and the PKI directory read-write, the apiserver
 // template's directory read-only, the member data directory's parent
-// read-write, and nothing of systemd or D-Bus.
+// read-write, the directory of the kubelet's kubeconfig read-only (the
+// file itself passed as --kubelet-kubeconfig), and nothing of systemd or
+// D-Bus.
 func TestTheNodePluginMountsOnlyWhatItsFeaturesUse(t *testing.T) {
 	ch, err := Load(repoRoot(t))
 	if err != nil {
@@ -42,17 +44,22 @@ func TestTheNodePluginMountsOnlyWhatItsFeaturesUse(t *testing.T) {
 		// actuator is the --actuator passed, the one holdfast-node runs
 		// while no VoterPolicy exists: the chart's, whose paths it mounts.
 		actuator string
+		// kubeconfig is the --kubelet-kubeconfig passed ("": none).
+		kubeconfig string
 	}{
 		{name: "voter swaps off", node: tlsDir, rw: []string{cri}},
 		{name: "voter swaps on, Systemd", voters: true, node: tlsDir, systemd: true, actuator: "Systemd",
 			rw: []string{cri, hostDir, "/etc/systemd/system", "/run/dbus/system_bus_socket", "/var/lib/rancher/k3s/server"}, ro: []string{"/etc/etcd-tls"}},
 		{name: "voter swaps on, StaticPod at kubeadm's paths", voters: true, node: map[string]any{"actuator": "StaticPod"}, actuator: "StaticPod",
-			rw: []string{cri, hostDir, "/etc/kubernetes/manifests", "/etc/kubernetes/pki", "/var/lib"}, ro: []string{"/etc/kubernetes/holdfast"}},
+			kubeconfig: "/etc/kubernetes/kubelet.conf",
+			rw:         []string{cri, hostDir, "/etc/kubernetes/manifests", "/etc/kubernetes/pki", "/var/lib"}, ro: []string{"/etc/kubernetes/holdfast", "/etc/kubernetes"}},
 		{name: "voter swaps on, StaticPod at the policy's own paths", voters: true, actuator: "StaticPod", node: map[string]any{"actuator": "StaticPod",
 			"staticPod": map[string]any{"manifestsDir": "/srv/kubelet/manifests/", "pkiDir": "/srv/pki", "apiServerTemplate": "/srv/templates/apiserver.yaml",
 				"memberDataDir": "/data/etcd/member/"},
-			"etcd": map[string]any{"caFile": "/srv/pki/etcd/ca.crt", "certFile": "/srv/pki/etcd/client.crt", "keyFile": "/srv/pki/etcd/client.key"}},
-			rw: []string{cri, hostDir, "/srv/kubelet/manifests", "/srv/pki", "/data/etcd"}, ro: []string{"/srv/templates"}},
+			"kubeletKubeconfig": "/srv/kubelet/kubeconfig",
+			"etcd":              map[string]any{"caFile": "/srv/pki/etcd/ca.crt", "certFile": "/srv/pki/etcd/client.crt", "keyFile": "/srv/pki/etcd/client.key"}},
+			kubeconfig: "/srv/kubelet/kubeconfig",
+			rw:         []string{cri, hostDir, "/srv/kubelet/manifests", "/srv/pki", "/data/etcd"}, ro: []string{"/srv/templates", "/srv/kubelet"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ms, _, err := Render(ch, map[string]any{"node": tc.node,
@@ -108,6 +115,15 @@ func TestTheNodePluginMountsOnlyWhatItsFeaturesUse(t *testing.T) {
 			}
 			if want := []string{tc.actuator}; tc.actuator == "" && len(actuator) > 0 || tc.actuator != "" && !slices.Equal(actuator, want) {
 				t.Errorf("--actuator passed %q; want %q (none with voter swaps off)", actuator, tc.actuator)
+			}
+			var kubeconfig []string
+			for _, a := range c.Args {
+				if v, ok := strings.CutPrefix(a, "--kubelet-kubeconfig="); ok {
+					kubeconfig = append(kubeconfig, v)
+				}
+			}
+			if want := []string{tc.kubeconfig}; tc.kubeconfig == "" && len(kubeconfig) > 0 || tc.kubeconfig != "" && !slices.Equal(kubeconfig, want) {
+				t.Errorf("--kubelet-kubeconfig passed %q; want %q (only with StaticPod)", kubeconfig, tc.kubeconfig)
 			}
 			systemdDir := slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--systemd-dir=") })
 			dbusEnv := slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "DBUS_SYSTEM_BUS_ADDRESS" })

@@ -243,9 +243,11 @@ func nodeScenarioOn(t *testing.T, bin, kubeconfig string, chartArgs []string, st
 
 // provisionStaticPodHost lays out a kubeadm host under dir (the manifests
 // directory, the etcd CA with its key and a client certificate under
-// pki/etcd, the operator's apiserver template) and creates VoterPolicy
-// default choosing the StaticPod actuator there; it returns the plugin's
-// etcd client flags for the files under pki/etcd.
+// pki/etcd, the operator's apiserver template, a kubelet kubeconfig whose
+// server is the control-plane endpoint) and creates VoterPolicy default
+// choosing the StaticPod actuator there; it returns the plugin's etcd
+// client flags for the files under pki/etcd and its kubelet kubeconfig
+// flag.
 func provisionStaticPodHost(ctx context.Context, t *testing.T, dir, endpoint string) map[string]string {
 	t.Helper()
 	pki := etcdtls.New(t)
@@ -255,6 +257,8 @@ func provisionStaticPodHost(ctx context.Context, t *testing.T, dir, endpoint str
 		filepath.Join(etcdDir, "healthcheck-client.crt"): pki.ClientCert, filepath.Join(etcdDir, "healthcheck-client.key"): pki.ClientKey,
 		filepath.Join(dir, "kubernetes-holdfast", "kube-apiserver.yaml"): []byte("apiVersion: v1\nkind: Pod\nmetadata: {name: kube-apiserver, namespace: kube-system}\n" +
 			"spec: {containers: [{name: kube-apiserver, image: registry.k8s.io/kube-apiserver:v1.37.2}]}\n"),
+		filepath.Join(dir, "kubelet.conf"): []byte("apiVersion: v1\nkind: Config\nclusters: [{name: kubernetes, cluster: {server: \"https://cp.kubeadm.test:6443\"}}]\n" +
+			"contexts: [{name: kubelet, context: {cluster: kubernetes, user: kubelet}}]\ncurrent-context: kubelet\nusers: [{name: kubelet, user: {}}]\n"),
 	}
 	for p, b := range files {
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
@@ -277,7 +281,8 @@ func provisionStaticPodHost(ctx context.Context, t *testing.T, dir, endpoint str
 	}
 	t.Cleanup(func() { _ = env.Client.Delete(ctx, policy) })
 	return map[string]string{"etcd-ca": filepath.Join(etcdDir, "ca.crt"),
-		"etcd-cert": filepath.Join(etcdDir, "healthcheck-client.crt"), "etcd-key": filepath.Join(etcdDir, "healthcheck-client.key")}
+		"etcd-cert": filepath.Join(etcdDir, "healthcheck-client.crt"), "etcd-key": filepath.Join(etcdDir, "healthcheck-client.key"),
+		"kubelet-kubeconfig": filepath.Join(dir, "kubelet.conf")}
 }
 
 // pastWebhookCalls runs write until the apiserver stops failing to call a

@@ -405,7 +405,24 @@ func (c *Cluster) nodeCredentials(n *Node) error {
 	if _, err := c.pki.issue("kubelet-"+n.Name+"-serving", "system:node:"+n.Name, []string{"system:nodes"}, n.IP, n.Name); err != nil {
 		return err
 	}
-	return writeKubeconfig(filepath.Join(n.Dir, "kubeconfig"), fmt.Sprintf("https://%s:%d", HubIP, APIServerPort), c.pki.CAFile, client)
+	path := n.kubeletKubeconfig()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return writeKubeconfig(path, fmt.Sprintf("https://%s:%d", HubIP, APIServerPort), c.pki.CAFile, client)
+}
+
+// kubeletKubeconfig is the kubelet's kubeconfig as this process reaches
+// it: on a kubeadm host kubeadm's kubelet.conf (Kubeadm.KubeletKubeconfig),
+// which holdfast-node's StaticPod actuator reads. Its server is the hub's
+// apiserver, as a kubelet's is the control-plane endpoint once it may
+// outlive its own node's kube-apiserver (docs/operations.md).
+func (n *Node) kubeletKubeconfig() string {
+	if n.staticPods {
+		k := n.KubeadmLayout()
+		return k.Local(k.KubeletKubeconfig)
+	}
+	return filepath.Join(n.Dir, "kubeconfig")
 }
 
 func (c *Cluster) restConfig(kubeconfig string) (*rest.Config, error) {

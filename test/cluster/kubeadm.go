@@ -38,17 +38,23 @@ func KubeadmImages() []Image {
 // spec.host.staticPod names, the same on every node) and as this process
 // reaches it.
 type Kubeadm struct {
-	// ManifestsDir, PKIDir and APIServerTemplate are paths inside the
+	// ManifestsDir, PKIDir, APIServerTemplate and KubeletKubeconfig (the
+	// kubelet's kubeconfig, kubeadm's kubelet.conf) are paths inside the
 	// node (under NodeKubernetesDir).
-	ManifestsDir, PKIDir, APIServerTemplate string
+	ManifestsDir, PKIDir, APIServerTemplate, KubeletKubeconfig string
 	// Dir is NodeKubernetesDir as this process reaches it.
 	Dir string
 }
 
+// NodeKubeletKubeconfig is a kubeadm host's kubelet kubeconfig inside the
+// node (kubeadm's /etc/kubernetes/kubelet.conf).
+var NodeKubeletKubeconfig = filepath.Join(NodeKubernetesDir, "kubelet.conf")
+
 // KubeadmLayout is the kubeadm layout of a node with NodeSpec.StaticPods.
 func (n *Node) KubeadmLayout() Kubeadm {
 	return Kubeadm{ManifestsDir: filepath.Join(NodeKubernetesDir, "manifests"), PKIDir: filepath.Join(NodeKubernetesDir, "pki"),
-		APIServerTemplate: filepath.Join(NodeKubernetesDir, "holdfast", "kube-apiserver.yaml"), Dir: n.KubernetesDir()}
+		APIServerTemplate: filepath.Join(NodeKubernetesDir, "holdfast", "kube-apiserver.yaml"),
+		KubeletKubeconfig: NodeKubeletKubeconfig, Dir: n.KubernetesDir()}
 }
 
 // Local is a path of the layout (inside the node) as this process reaches

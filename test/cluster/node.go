@@ -314,7 +314,7 @@ func (n *Node) startKubelet() error {
 	n.kubelet, err = startProc(n.Name+"-kubelet", filepath.Join(n.Dir, "logs", "kubelet.log"), nil,
 		n.enter(n.c.bins.Kubelet,
 			"--config", filepath.Join(n.Dir, "kubelet.yaml"),
-			"--kubeconfig", filepath.Join(n.Dir, "kubeconfig"),
+			"--kubeconfig", n.kubeletKubeconfig(),
 			"--hostname-override", n.Name,
 			"--node-ip", n.IP,
 			// The VM lacks CAP_SYS_RESOURCE: a negative score is EPERM.

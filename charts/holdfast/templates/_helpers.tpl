@@ -118,7 +118,7 @@ holdfast-lease-ca
 {{- end -}}
 {{- end -}}
 
-{{/* holdfast.nodeStaticPodMounts: with node.actuator StaticPod (kubeadm), the host directories the static pod actuator touches, as a JSON list of {name, value, path, readOnly}: the kubelet's manifests directory and the PKI directory read-write, the apiserver template's directory read-only, and the member data directory's parent read-write (finish-demote renames the member data directory beside itself, which a mount of that directory alone cannot do). It fails, naming the value and the way out, on values that would leave the actuator or the etcd pod's start condition without a file, or mount one directory over another. */}}
+{{/* holdfast.nodeStaticPodMounts: with node.actuator StaticPod (kubeadm), the host directories the static pod actuator touches, as a JSON list of {name, value, path, readOnly}: the kubelet's manifests directory and the PKI directory read-write, the apiserver template's and the kubelet kubeconfig's directories read-only (a mount of the kubeconfig alone would keep showing a file replaced by a rename), and the member data directory's parent read-write (finish-demote renames the member data directory beside itself, which a mount of that directory alone cannot do). It fails, naming the value and the way out, on values that would leave the actuator or the etcd pod's start condition without a file, or mount one directory over another. */}}
 {{- define "holdfast.nodeStaticPodMounts" -}}
 {{- $n := .Values.node -}}
 {{- $sp := $n.staticPod -}}
@@ -157,6 +157,7 @@ holdfast-lease-ca
   (dict "name" "manifests" "value" "node.staticPod.manifestsDir" "path" $manifests "readOnly" false)
   (dict "name" "pki" "value" "node.staticPod.pkiDir" "path" $pki "readOnly" false)
   (dict "name" "apiserver-template" "value" "the directory of node.staticPod.apiServerTemplate" "path" $template "readOnly" true)
+  (dict "name" "kubelet-kubeconfig" "value" "the directory of node.kubeletKubeconfig" "path" (dir (clean $n.kubeletKubeconfig)) "readOnly" true)
   (dict "name" "member-data" "value" "the parent of node.staticPod.memberDataDir" "path" $data "readOnly" false) -}}
 {{- $seen := dict (clean $n.hostDir) "node.hostDir" -}}
 {{- range $m := $mounts -}}

@@ -254,6 +254,9 @@ func nodePluginDaemonSet(kubeadm bool) *appsv1.DaemonSet {
 	}
 	if kubeadm {
 		ct := &pod.Containers[0]
+		// The kubelet's kubeconfig in the kubeadm directory, as the chart
+		// passes node.kubeletKubeconfig.
+		ct.Args = append(ct.Args, "--kubelet-kubeconfig="+cluster.NodeKubeletKubeconfig)
 		ct.VolumeMounts = append(ct.VolumeMounts, corev1.VolumeMount{Name: "kubernetes", MountPath: cluster.NodeKubernetesDir})
 		pod.Volumes = append(pod.Volumes, corev1.Volume{Name: "kubernetes", VolumeSource: corev1.VolumeSource{
 			HostPath: &corev1.HostPathVolumeSource{Path: cluster.NodeKubernetesDir, Type: new(corev1.HostPathDirectoryOrCreate)}}})

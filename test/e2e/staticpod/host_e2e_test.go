@@ -47,6 +47,7 @@ func provision(t *testing.T, c *cluster.Cluster, n *cluster.Node) *host {
 		ManifestsDir:      k.Local(k.ManifestsDir),
 		PKIDir:            k.Local(k.PKIDir),
 		APIServerTemplate: k.Local(k.APIServerTemplate),
+		KubeletKubeconfig: k.Local(k.KubeletKubeconfig),
 		EtcdImage:         cluster.EtcdImage,
 		State:             hoststate.State{Dir: filepath.Join(n.HostDir(), "holdfast"), MemberDataDir: filepath.Join(n.Dir, "var", "lib", "etcd")},
 		Recheck:           250 * time.Millisecond,
