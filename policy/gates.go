@@ -189,7 +189,7 @@ func SwapGates(spec *holdfastv1.VoterSwapSpec, in GateInput) field.ErrorList {
 		n := in.Nodes[v]
 		switch {
 		case n == nil:
-			errs = append(errs, field.Forbidden(specPath, fmt.Sprintf("voter %s has no Node; swap once every voter's Node is Ready", v)))
+			errs = append(errs, field.Forbidden(specPath, fmt.Sprintf("voter %s has no Node of that name (holdfast knows a voter by its etcd member name, which must be its Node's name); swap once every voter's Node is Ready", v)))
 		case !NodeReady(n):
 			errs = append(errs, field.Forbidden(specPath, fmt.Sprintf("voter %s is not Ready; swap once every voter's Node is Ready", v)))
 		}

@@ -172,7 +172,7 @@ func TestSwapGates(t *testing.T) {
 		{"incoming missing", func(_ *GateInput, s *holdfastv1.VoterSwapSpec) { s.Incoming = "edge-99" },
 			[]string{"spec.incoming: Forbidden: node edge-99 does not exist"}},
 		{"outgoing node missing", func(in *GateInput, _ *holdfastv1.VoterSwapSpec) { delete(in.Nodes, "cp-3") }, []string{
-			"spec: Forbidden: voter cp-3 has no Node; swap once every voter's Node is Ready",
+			"spec: Forbidden: voter cp-3 has no Node of that name (holdfast knows a voter by its etcd member name, which must be its Node's name); swap once every voter's Node is Ready",
 			"spec.outgoing: Forbidden: node cp-3 does not exist",
 		}},
 		{"a labelled node that does not vote blocks", func(in *GateInput, _ *holdfastv1.VoterSwapSpec) {
