@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
 	corev1 "k8s.io/api/core/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -74,24 +73,9 @@ func TestPromoteOfAServerOfAnotherClusterIsNeverDone(t *testing.T) {
 
 	// The controller's part: the learner added, the Lease held, the step set.
 	holdLease(t, swap)
-	var added *clientv3.MemberAddResponse
-	eventually(t, "learner added", func() (bool, error) {
-		var err error
-		c, cancel := call()
-		defer cancel()
-		added, err = cli.MemberAddAsLearner(c, []string{standby.PeerURL})
-		return err == nil, err
-	})
-	var join []string
-	for _, m := range added.Members {
-		name := m.Name
-		if m.ID == added.Member.ID {
-			name = standby.Name
-		}
-		join = append(join, name+"="+m.PeerURLs[0])
-	}
+	_, join := addLearner(t, cli, standby)
 	steps := stepCounts(t)
-	setStep(t, node, holdfastv1.RoleServer, swap, holdfastv1.RoleStepPromote, strings.Join(join, ","))
+	setStep(t, node, holdfastv1.RoleServer, swap, holdfastv1.RoleStepPromote, join)
 
 	notOfTheCluster := fmt.Sprintf(", not of cluster %s it was told to join", clusterID)
 	rep := waitPromote(t, node, holdfastv1.ActuatorRunning, "waiting: the local etcd member ", notOfTheCluster)

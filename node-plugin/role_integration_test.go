@@ -225,6 +225,31 @@ func eventually(t *testing.T, what string, cond func() (bool, error)) {
 	})
 }
 
+// addLearner is the controller's part of a promote: the standby added as a
+// learner (retried: a fresh cluster refuses reconfiguration until its members
+// have been connected for a while, as the controller's gates would wait), and
+// the role-join annotation naming every member, the new one by its node's name.
+func addLearner(t *testing.T, cli *clientv3.Client, standby etcdproc.Member) (*clientv3.MemberAddResponse, string) {
+	t.Helper()
+	var added *clientv3.MemberAddResponse
+	eventually(t, "learner added", func() (bool, error) {
+		c, cancel := context.WithTimeout(t.Context(), etcdCallTimeout)
+		defer cancel()
+		var err error
+		added, err = cli.MemberAddAsLearner(c, []string{standby.PeerURL})
+		return err == nil, err
+	})
+	var join []string
+	for _, m := range added.Members {
+		name := m.Name
+		if m.ID == added.Member.ID {
+			name = standby.Name
+		}
+		join = append(join, name+"="+m.PeerURLs[0])
+	}
+	return added, strings.Join(join, ",")
+}
+
 // writer is test/etcdwatch's Writer: it puts keys throughout, reads each
 // back, and records its history.
 type writer struct{ w *etcdwatch.Writer }
@@ -305,27 +330,9 @@ func TestPromoteStepDownFinishDemoteWithRealEtcd(t *testing.T) {
 	// Promote: the controller adds the learner, takes the Lease and sets the step.
 	const swap = "20260301T120000Z-n1-n4"
 	holdLease(t, swap)
-	// A fresh cluster refuses reconfiguration until its members have been
-	// connected for a while ("unhealthy cluster"), as the controller's gates
-	// would wait.
-	var added *clientv3.MemberAddResponse
-	eventually(t, "learner added", func() (bool, error) {
-		var err error
-		c, cancel := call()
-		defer cancel()
-		added, err = cli.MemberAddAsLearner(c, []string{standby.PeerURL})
-		return err == nil, err
-	})
-	var join []string
-	for _, m := range added.Members {
-		name := m.Name
-		if m.ID == added.Member.ID {
-			name = standby.Name
-		}
-		join = append(join, name+"="+m.PeerURLs[0])
-	}
+	added, join := addLearner(t, cli, standby)
 	steps := stepCounts(t)
-	setStep(t, "n4", holdfastv1.RoleServer, swap, holdfastv1.RoleStepPromote, strings.Join(join, ","))
+	setStep(t, "n4", holdfastv1.RoleServer, swap, holdfastv1.RoleStepPromote, join)
 	rep := waitReport(t, "n4", holdfastv1.RoleStepPromote, holdfastv1.ActuatorDone)
 	if rep.StartedAt == nil || rep.Role != holdfastv1.RoleServer || rep.Swap != swap {
 		t.Fatalf("promote report %+v, want startedAt, role server and the swap", rep)
