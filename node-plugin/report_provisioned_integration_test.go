@@ -25,8 +25,8 @@ import (
 // reason, which the annotation cannot carry, is a Warning Event on its Node
 // (reason NotProvisioned, what kubectl describe node shows and the voter
 // gates point at), posted once per reason: not again on the next pass nor
-// by a restarted reporter, again when the reason changes, and none once the
-// host is fixed.
+// by a restarted reporter, again when the reason changes, none once the
+// host is fixed, and again when a reason returns while its Event lasts.
 func TestReporterSaysWhyTheHostIsNotProvisioned(t *testing.T) {
 	ctx := context.Background()
 	const node = "rep-sp1"
@@ -110,4 +110,22 @@ func TestReporterSaysWhyTheHostIsNotProvisioned(t *testing.T) {
 	writeHostFile(t, cfg.KubeletKubeconfig, kubeletKubeconfig("https://cp.kubeadm.test:6443"))
 	pass(rep, "true")
 	wantEvents("the host fixed", stranded, missing)
+
+	// The reason returns while its first Event still lasts: said again,
+	// at the time it returned.
+	clk.Step(10 * time.Minute)
+	writeHostFile(t, cfg.KubeletKubeconfig, kubeletKubeconfig("https://127.0.0.1:6443"))
+	pass(rep, "false")
+	wantEvents("the first reason returned", stranded, missing, stranded)
+	returned := 0
+	for _, e := range events() {
+		if strings.Contains(e.Message, stranded) && e.LastTimestamp.Time.Equal(clk.Now()) {
+			returned++
+		}
+	}
+	if returned != 1 {
+		t.Errorf("%d Events say the returned reason at %v, want 1: %+v", returned, clk.Now(), events())
+	}
+	pass(newReporter(), "false")
+	wantEvents("a restarted reporter after the return", stranded, missing, stranded)
 }

@@ -86,8 +86,11 @@ type Reporter struct {
 
 	lastFitness *holdfastv1.Fitness
 	// notProvisioned is the reason last said (posted, or found already
-	// reported at start); "" while provisioned.
+	// reported at start); "" while provisioned. judged is set once a pass
+	// has judged the host: a reason whose Event exists is then a return,
+	// not the same one found again at start.
 	notProvisioned string
+	judged         bool
 	kickOnce       sync.Once
 	kick           chan struct{}
 }
@@ -217,13 +220,14 @@ func (r *Reporter) Pass(ctx context.Context) (err error) {
 // Warning on a host that runs a member (role server): the voter gates
 // refuse to swap it out until it is fixed. The Event is named after the
 // node and the reason, so a restarted reporter does not post the same one
-// again while it lasts. One that could not be posted is tried again on the
-// next pass.
+// again while it lasts; a reason that returns after another or after the
+// host was provisioned is posted again. One that could not be posted is
+// tried again on the next pass.
 func (r *Reporter) sayWhyNotProvisioned(ctx context.Context, node *corev1.Node, prov bool, role string) {
 	log := klog.FromContext(ctx)
 	u, ok := r.Units.(Reasons)
 	if prov || !ok {
-		r.notProvisioned = ""
+		r.notProvisioned, r.judged = "", true
 		return
 	}
 	why, err := u.NotProvisioned()
@@ -234,6 +238,8 @@ func (r *Reporter) sayWhyNotProvisioned(ctx context.Context, node *corev1.Node, 
 	if why == "" || why == r.notProvisioned {
 		return
 	}
+	returned := r.judged
+	r.judged = true
 	log.Info("Host not provisioned", "node", klog.KObj(node), "reason", why)
 	typ := corev1.EventTypeNormal
 	if role == holdfastv1.RoleServer {
@@ -249,7 +255,14 @@ func (r *Reporter) sayWhyNotProvisioned(ctx context.Context, node *corev1.Node, 
 		FirstTimestamp: now, LastTimestamp: now, Count: 1,
 		ReportingController: "holdfast.io/holdfast-node", ReportingInstance: node.Name, Action: "Report",
 	}
-	if err := r.Client.Create(ctx, ev); err != nil && !apierrors.IsAlreadyExists(err) {
+	err = r.Client.Create(ctx, ev)
+	if apierrors.IsAlreadyExists(err) && returned {
+		// A return: posted anew under a name of its own (the node plugin
+		// may create Events, never edit one).
+		ev.Name = fmt.Sprintf("%s.%x", ev.Name, now.UnixNano())
+		err = r.Client.Create(ctx, ev)
+	}
+	if err != nil && !apierrors.IsAlreadyExists(err) {
 		log.Error(err, "Posting the Event that says why the host is not provisioned")
 		return
 	}
