@@ -34,21 +34,10 @@ import (
 // has passed it fails saying so, and it is never reported done.
 func TestPromoteOfAServerOfAnotherClusterIsNeverDone(t *testing.T) {
 	bin := filepath.Join(env.BinDir, "etcd")
-	members, err := etcdproc.NewMembers("j1", "j2", "j3", "j4")
-	if err != nil {
-		t.Fatal(err)
-	}
-	voters, standby := members[:3], members[3]
-	cli, _ := startVoters(t, bin, t.TempDir(), voters, voters)
+	voters, standby, cli, id := threeVotersAndAStandby(t, bin, "j1", "j2", "j3", "j4")
+	clusterID := tombstone.FormatID(id)
 	ctx := t.Context()
 	call := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, etcdCallTimeout) }
-	cctx, ccancel := call()
-	defer ccancel()
-	st0, err := cli.Status(cctx, voters[0].ClientURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	clusterID := tombstone.FormatID(st0.Header.ClusterId)
 
 	const node, swap = "j4", "20260301T120000Z-j1-j4"
 	createNode(t, node)
@@ -91,7 +80,7 @@ func TestPromoteOfAServerOfAnotherClusterIsNeverDone(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer own.Close()
-	cctx, ccancel = call()
+	cctx, ccancel := call()
 	defer ccancel()
 	if st, err := own.Status(cctx, standby.ClientURL); err != nil || tombstone.FormatID(st.Header.ClusterId) == clusterID {
 		t.Fatalf("the server's etcd: %v, %v; want a member of a cluster other than %s", st, err, clusterID)

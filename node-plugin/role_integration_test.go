@@ -287,25 +287,13 @@ func (w *writer) check(t *testing.T) {
 // lost and the cluster ID never changes.
 func TestPromoteStepDownFinishDemoteWithRealEtcd(t *testing.T) {
 	bin := filepath.Join(env.BinDir, "etcd")
-	members, err := etcdproc.NewMembers("n1", "n2", "n3", "n4")
-	if err != nil {
-		t.Fatal(err)
-	}
-	voters, standby := members[:3], members[3]
-	cli, _ := startVoters(t, bin, t.TempDir(), voters, voters)
+	voters, standby, cli, clusterID := threeVotersAndAStandby(t, bin, "n1", "n2", "n3", "n4")
 	// No budget for the whole test: on a starved machine its steps add up
 	// to minutes (one such budget ran out during the removal at load
 	// 50-60). Each wait has its own deadline and each etcd call its own
 	// bound, so a slow step never leaves a later one without time.
 	ctx := t.Context()
 	call := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, etcdCallTimeout) }
-	cctx, ccancel := call()
-	defer ccancel()
-	st0, err := cli.Status(cctx, voters[0].ClientURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	clusterID := st0.Header.ClusterId
 
 	createNode(t, "n4")
 	var starts sync.Map
@@ -343,7 +331,7 @@ func TestPromoteStepDownFinishDemoteWithRealEtcd(t *testing.T) {
 		_, err := cli.MemberPromote(c, added.Member.ID)
 		return err == nil, err
 	})
-	cctx, ccancel = call()
+	cctx, ccancel := call()
 	defer ccancel()
 	ml, err := cli.MemberList(cctx)
 	if err != nil {
@@ -455,6 +443,26 @@ func TestPromoteStepDownFinishDemoteWithRealEtcd(t *testing.T) {
 	if len(ml.Members) != 3 || ml.Header.ClusterId != clusterID {
 		t.Fatalf("after the swap: %d members in cluster %x, want 3 in %x", len(ml.Members), ml.Header.ClusterId, clusterID)
 	}
+}
+
+// threeVotersAndAStandby makes four members named names, starts the first
+// three as a new cluster (startVoters), and returns them, the fourth (not
+// started), a client of the three, and the cluster's ID.
+func threeVotersAndAStandby(t *testing.T, bin string, names ...string) ([]etcdproc.Member, etcdproc.Member, *clientv3.Client, uint64) {
+	t.Helper()
+	members, err := etcdproc.NewMembers(names...)
+	if err != nil || len(members) != 4 {
+		t.Fatalf("members %v: %v", names, err)
+	}
+	voters := members[:3]
+	cli, _ := startVoters(t, bin, t.TempDir(), voters, voters)
+	ctx, cancel := context.WithTimeout(t.Context(), etcdCallTimeout)
+	defer cancel()
+	st, err := cli.Status(ctx, voters[0].ClientURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return voters, members[3], cli, st.Header.ClusterId
 }
 
 // startVoters starts voters as a new cluster (each stopped at the test's
