@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -202,20 +203,39 @@ func Start(t testing.TB, bin string, o Options) *Process {
 	})
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if _, err := p.Status(); err == nil {
+		err := p.listening()
+		if err == nil {
 			return p
 		}
 		select {
 		case <-p.done:
 			b, _ := os.ReadFile(p.LogPath)
-			t.Fatalf("unit-runtime exited before its lease endpoint answered: %v\n%s", p.err, b)
+			t.Fatalf("unit-runtime exited before its endpoints answered (%v): %v\n%s", err, p.err, b)
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("unit-runtime's lease endpoint did not answer within 10s")
+			t.Fatalf("unit-runtime's endpoints did not all answer within 10s: %v", err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// listening reports the first of the lease, health and metrics endpoints
+// that does not answer yet. The runtime opens them one after another and
+// the lease endpoint serves as soon as it is open, so its answer alone does
+// not say the other two are.
+func (p *Process) listening() error {
+	if _, err := p.Status(); err != nil {
+		return err
+	}
+	for _, addr := range []string{p.HealthAddr, strings.TrimSuffix(strings.TrimPrefix(p.MetricsURL, "http://"), "/metrics")} {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err != nil {
+			return err
+		}
+		c.Close()
+	}
+	return nil
 }
 
 // Stop sends SIGTERM and waits up to grace before SIGKILL.
